@@ -1,0 +1,143 @@
+"""What a node sees while it runs: ``NodeContext``.
+
+Inside an ``async def`` node, ``ctx.effect(...)`` and ``ctx.interrupt(...)`` return
+awaitables; inside a plain ``def`` node (run in a worker thread) the same calls
+block and return the value. There is one implementation of each, running on the
+run's event loop; a sync node reaches it through ``run_coroutine_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from .errors import AttemptCancelled
+from .records import InterruptKind
+
+if TYPE_CHECKING:
+    from .runloop import RunLoop
+
+JSON = Any
+
+
+@dataclass(slots=True)
+class AttemptScope:
+    """Per-attempt counters: effect occurrences and interrupt slots restart at 0 on
+    every attempt, so a re-execution meets the same identities in the same order."""
+
+    run_id: str
+    node: str
+    attempt: int
+    deadline: float | None
+    clock: Callable[[], float]
+    started_at: float = 0.0
+    abandoned: bool = False
+    occurrences: dict[str, int] = field(default_factory=dict)
+    interrupts: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+
+    def next_occurrence(self, name: str) -> int:
+        n = self.occurrences.get(name, 0)
+        self.occurrences[name] = n + 1
+        return n
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - self.clock()
+
+
+class NodeContext:
+    """Handed to every node attempt. Names and ids are read-only."""
+
+    def __init__(self, loop: RunLoop, scope: AttemptScope, event_loop: asyncio.AbstractEventLoop):
+        self._runloop = loop
+        self._scope = scope
+        self._event_loop = event_loop
+        self._loop_thread = threading.get_ident()
+
+    @property
+    def run_id(self) -> str:
+        return self._scope.run_id
+
+    @property
+    def thread_id(self) -> str:
+        return self._runloop.run.thread_id
+
+    @property
+    def node(self) -> str:
+        return self._scope.node
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first attempt of this node in this run, 2 for its first retry, …"""
+        return self._scope.attempt
+
+    @property
+    def deadline(self) -> float | None:
+        """Epoch seconds by which this attempt must finish (run deadline and node timeout)."""
+        return self._scope.deadline
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline, or None when there is none."""
+        return self._scope.remaining()
+
+    def effect(self, name: str, fn: Callable[..., Any], *, request: JSON = None,
+               key: str | None = None, compensate: Callable[..., Any] | None = None,
+               idempotent: bool = False) -> Any:
+        """Run an external side effect at most once per lineage; see ``runtime.effects``.
+
+        ``fn()`` (or ``fn(info)`` to read ``info.key`` and ``info.deadline``) may be sync or
+        async. Its JSON result is recorded and served on every later execution.
+        """
+        from .effects import perform_effect
+
+        self._check_alive()
+        return self._dispatch(perform_effect(self._runloop, self._scope, name, fn, request, key,
+                                             idempotent))
+
+    def interrupt(self, payload: JSON, response: type[BaseModel] | None = None) -> Any:
+        """Pause the run and ask a person; returns their answer once the run is resumed.
+
+        With ``response``, the answer is validated against that model on resume (an
+        invalid answer is rejected and the run stays paused) and returned as an instance.
+        """
+        self._check_alive()
+        return self._dispatch(self._interrupt(payload, response))
+
+    def usage(self, tokens: int = 0, cost: float = 0.0) -> None:
+        """Report model usage; the run fails with ``limit_exceeded`` past its budget."""
+        self._check_alive()
+        self._runloop.add_usage(self._scope, tokens, cost)
+
+    async def _interrupt(self, payload: JSON, response: type[BaseModel] | None) -> Any:
+        from .effects import to_json
+
+        slot = str(self._scope.interrupts)
+        self._scope.interrupts += 1
+        found = self._runloop.find_interrupt(self.node, slot, InterruptKind.USER)
+        if found is not None and found.answer is not None:
+            if response is not None:
+                return response.model_validate(found.answer)
+            return found.answer
+        schema = response.model_json_schema() if response is not None else None
+        ref = f"{response.__module__}:{response.__qualname__}" if response is not None else None
+        if response is not None:
+            self._runloop.runtime.remember_model(ref, response)  # type: ignore[arg-type]
+        self._runloop.raise_interrupt(self._scope, InterruptKind.USER,
+                                      to_json(payload, "interrupt payload"), slot=slot,
+                                      response_schema=schema, response_ref=ref)
+
+    def _dispatch(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        if threading.get_ident() == self._loop_thread:
+            return coro
+        future = asyncio.run_coroutine_threadsafe(coro, self._event_loop)
+        return future.result()
+
+    def _check_alive(self) -> None:
+        if self._scope.abandoned:
+            raise AttemptCancelled(f"attempt {self.attempt} of node {self.node!r} was abandoned")

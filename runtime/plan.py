@@ -1,0 +1,136 @@
+"""Plans: graphs as data (JSON or a dict) naming registered functions.
+
+    {"name": "refund", "state": "examples.refund:RefundState",
+     "nodes": [{"id": "lookup", "fn": "lookup", "args": {"region": "eu"}},
+               {"id": "pay", "fn": "pay", "after": ["lookup"], "timeout": 5,
+                "retry": {"max_attempts": 3}, "when": "is_large"}]}
+
+``fn``, ``when`` and ``state`` name entries of a ``Registry`` or, failing that, an
+importable ``module:attribute``. A plan compiles to the same ``ExecutableGraph`` as
+the Python builder and is validated the same way: every problem at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ErrorClass, GraphError, InvalidRequest, Problem
+from .graph import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
+from .loader import resolve_callable
+from .validate import build
+
+
+class Registry:
+    """Names a plan may use for node functions, predicates and state models."""
+
+    def __init__(self) -> None:
+        self.functions: dict[str, Callable[..., Any]] = {}
+        self.states: dict[str, type[BaseModel]] = {}
+
+    def function(self, name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.functions[name or fn.__name__] = fn
+            return fn
+        return register
+
+    def state(self, model: type[BaseModel], name: str | None = None) -> type[BaseModel]:
+        self.states[name or model.__name__] = model
+        return model
+
+
+class _Retry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_attempts: int = Field(3, ge=1)
+    initial_interval: float = Field(0.5, ge=0)
+    backoff: float = Field(2.0, ge=1)
+    max_interval: float = Field(30.0, ge=0)
+    retry_on: list[ErrorClass] = [ErrorClass.TRANSIENT, ErrorClass.DEADLINE]
+
+
+class _Node(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    fn: str
+    args: dict[str, Any] = {}
+    after: list[str] = []
+    when: str | None = None
+    timeout: float | None = None
+    retry: _Retry | None = None
+
+
+class _Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    state: str | None = None
+    nodes: list[_Node]
+
+
+def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> ExecutableGraph:
+    """Validate and compile a plan; ``GraphError`` lists every problem with its location."""
+    registry = registry or Registry()
+    try:
+        doc = _Plan.model_validate(plan)
+    except ValidationError as e:
+        raise GraphError([Problem(_loc(err["loc"], plan), err["msg"]) for err in e.errors()]) from None
+
+    problems: list[Problem] = []
+    state: type[BaseModel] = AnyState
+    if doc.state is not None:
+        found = _lookup(doc.state, registry.states, "state", problems, "state")
+        if isinstance(found, type) and issubclass(found, BaseModel):
+            state = found
+        elif found is not None:
+            problems.append(Problem("state", f"{doc.state!r} is not a pydantic model"))
+
+    decls: list[NodeDecl] = []
+    for i, node in enumerate(doc.nodes):
+        where = f"nodes[{i}] ({node.id!r})"
+        fn = _lookup(node.fn, registry.functions, f"{where}.fn", problems, "function")
+        when = _lookup(node.when, registry.functions, f"{where}.when", problems, "predicate") if node.when else None
+        retry = RetryPolicy(**{**node.retry.model_dump(), "retry_on": frozenset(node.retry.retry_on)}) if node.retry else NO_RETRY
+        decls.append(NodeDecl(
+            name=node.id, fn=fn if callable(fn) else _unresolved, after=tuple(node.after), retry=retry,
+            timeout=node.timeout, when=when, args=node.args, location=where,
+            fn_ref=node.fn, when_ref=node.when,
+        ))
+    try:
+        graph = build(doc.name, state, decls)
+    except GraphError as e:
+        raise GraphError([*problems, *e.problems]) from None
+    if problems:
+        raise GraphError(problems)
+    return graph
+
+
+def _unresolved(state: Any, **_: Any) -> None:  # stands in for an unknown function during validation
+    raise InvalidRequest("unresolved plan function")
+
+
+def _lookup(name: str, table: Mapping[str, Any], where: str, problems: list[Problem], what: str) -> Any:
+    if name in table:
+        return table[name]
+    if ":" in name:
+        try:
+            return resolve_callable(name)
+        except InvalidRequest as e:
+            problems.append(Problem(where, str(e)))
+            return None
+    known = ", ".join(sorted(table)) or "none registered"
+    problems.append(Problem(where, f"unknown {what} {name!r} (known: {known}; or use module:attribute)"))
+    return None
+
+
+def _loc(loc: tuple[Any, ...], plan: Mapping[str, Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int):
+        try:
+            node_id = plan["nodes"][loc[1]].get("id")
+            out = out.replace(f"nodes[{loc[1]}]", f"nodes[{loc[1]}] ({node_id!r})", 1)
+        except (KeyError, IndexError, AttributeError, TypeError):
+            pass
+    return out or "plan"

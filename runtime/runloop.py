@@ -1,0 +1,565 @@
+"""Drives one run in this process: the ready queue, attempts, outcomes, checkpoints.
+
+Every status change goes through ``_node``/``_run_event`` (the transition tables)
+and emits a trace event into the current batch; the batch commits in one
+transaction, so trace and checkpoints never disagree. Batches commit before any
+new attempt starts running (group commit), before every effect (forced to disk),
+and when the run pauses or ends (forced to disk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import replace
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from pydantic import BaseModel, ValidationError
+
+from . import scheduler
+from .context import AttemptScope, NodeContext
+from .effects import to_json
+from .errors import (ErrorClass, InvalidWrites, LimitExceeded, NodeError,
+                     NodeInterrupt, WriteConflict, classify)
+from .executor import Outcome, OutcomeKind, execute_attempt
+from .graph import ExecutableGraph
+from .records import (Batch, Checkpoint, Interrupt, InterruptKind, InterruptStatus, JournalEntry,
+                      NodeAttempt, PendingWrite, Run, TraceEvent, WriteKind)
+from .reducers import fold
+from .states import NodeEvent, NodeStatus, RunEvent, RunStatus, next_node_status, next_run_status
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+JSON = Any
+N = NodeStatus
+SNAPSHOT_EVERY = 50
+#: statuses that a checkpoint must capture (the node's outcome is known)
+_SETTLED = frozenset({N.SUCCEEDED, N.FAILED, N.SKIPPED, N.INTERRUPTED, N.CANCELLED})
+
+
+class RunLoop:
+    def __init__(self, runtime: Runtime, graph: ExecutableGraph, run: Run, *,
+                 head: Checkpoint, writes: dict[str, JSON], lineage: list[str], key_scope: str,
+                 journal: list[JournalEntry], interrupts: list[Interrupt],
+                 attempts: Mapping[str, int]):
+        self.runtime = runtime
+        self.store = runtime.store
+        self.graph = graph
+        self.run = run
+        self.head = head
+        self.lineage = lineage
+        self.key_scope = key_scope
+        self.statuses: dict[str, NodeStatus] = dict(head.node_states)
+        self.writes = {n: w for n, w in writes.items() if self.statuses.get(n) == N.SUCCEEDED}
+        self._journal: dict[tuple[str, str, int], JournalEntry] = {}
+        for e in journal:  # lineage order is oldest run first, so our own entries win
+            self._journal[(e.node, e.name, e.occurrence)] = e
+        self._interrupts: dict[tuple[str, str, str], Interrupt] = {}
+        for i in interrupts:
+            if i.run_id == run.id or i.status == InterruptStatus.ANSWERED:
+                self._interrupts[(i.node, i.slot, i.kind)] = i
+        self._attempt_no: dict[str, int] = dict(attempts)
+        self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
+        self._in_flight: dict[asyncio.Future[Outcome], AttemptScope] = {}
+        self._candidates: set[str] = set(graph.order)
+        self._batch = Batch(run_id=run.id, fence=run.fence)
+        self._folded_since_cp: list[str] = []
+        self._dirty = False
+        self._since_snapshot = 0
+        self._stop: tuple[str, Mapping[str, JSON]] | None = None   # ("fail"|"cancel"|"interrupt", error)
+        self._wake: asyncio.Future[None] | None = None
+        self._usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
+                       "steps": int(run.usage.get("steps", 0))}
+        self._usage_lock = threading.Lock()
+        self._state_cache: dict[str, JSON] = {}
+        self._state_mask = -1     # which succeeded nodes the cache folds (-1: none cached)
+        self._done_mask = 0
+        for n in self.writes:
+            self._done_mask |= 1 << graph.index[n]
+
+    # ------------------------------------------------------------------ driving
+
+    async def drive(self) -> Run:
+        self.runtime._attach(self)
+        try:
+            while True:
+                self._poll_limits()
+                self._schedule()
+                if not self._in_flight and not self._retry_at:
+                    self._finish()
+                    self._flush(durable=True)
+                    return self.run
+                self._flush()
+                await self._wait()
+                self._collect()
+                self._checkpoint_if_dirty()
+        except BaseException:
+            for task in self._in_flight:
+                task.cancel()
+            raise
+        finally:
+            self.runtime._detach(self)
+
+    def begin(self, event: RunEvent, answered: Mapping[str, JSON]) -> None:
+        """Record why this process took the run over: claim, resume with answers, recovery."""
+        if event == RunEvent.RECOVER:
+            self._lose_in_flight()
+        by_id = {i.id: key for key, i in self._interrupts.items()}
+        for interrupt_id, value in answered.items():
+            key = by_id[interrupt_id]
+            done = replace(self._interrupts[key], status=InterruptStatus.ANSWERED, answer=value,
+                           answered_at=self.now())
+            self._interrupts[key] = done
+            self._batch.interrupts.append(done)
+            self._emit("interrupt.answered", done.node, interrupt_id=interrupt_id)
+            if self.statuses[done.node] == N.INTERRUPTED:
+                self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
+        self._run_event(event, owner=self.runtime.owner)
+        self._candidates = set(self.graph.order)
+        self._checkpoint_if_dirty()
+        self._flush(durable=True)
+
+    def begin_cancel(self, reason: str) -> None:
+        """Cancel a run no process is executing (queued, paused, or orphaned by a crash)."""
+        if self.run.status == RunStatus.RUNNING:
+            self._lose_in_flight()
+            self._run_event(RunEvent.RECOVER, owner=self.runtime.owner)
+        self._stop = ("cancel", {"class": ErrorClass.CANCELLED.value, "message": reason})
+
+    def _lose_in_flight(self) -> None:
+        for node in self.graph.order:
+            if self.statuses[node] in (N.RUNNING, N.RETRYING):
+                self._node(node, NodeEvent.LOST, reason="the process running it stopped")
+
+    def request_cancel(self, reason: str) -> None:
+        if self._stop is None or self._stop[0] != "cancel":
+            self._stop = ("cancel", {"class": ErrorClass.CANCELLED.value, "message": reason})
+            for task, scope in self._in_flight.items():
+                scope.abandoned = True
+                task.cancel()
+            self.wake()
+
+    def wake(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    def _schedule(self) -> None:
+        if self._stop is not None:
+            return
+        now = self.runtime.clock.time()
+        while True:
+            front = scheduler.frontier(self.graph, self.statuses, self._candidates)
+            self._candidates = {n for n in self._candidates if self.statuses[n] in (N.PENDING, N.RETRYING)}
+            skipped = False
+            for node in front.skip:
+                self._node(node, NodeEvent.SKIP, reason="every dependency was skipped")
+                skipped = True
+            ready: list[str] = []
+            for node in front.ready:
+                due = self._retry_at.get(node)
+                if due is not None and due > now:
+                    continue
+                spec = self.graph.nodes[node]
+                if spec.when is not None and self.statuses[node] == N.PENDING:
+                    try:
+                        go = bool(spec.when(self._input_model(node)))
+                    except Exception as e:
+                        self._fail_before_start(node, e)
+                        return
+                    if not go:
+                        self._node(node, NodeEvent.SKIP, reason="when() is false")
+                        skipped = True
+                        continue
+                ready.append(node)
+            for node in ready:
+                room = self.runtime._room(self)
+                if room <= 0:
+                    break
+                if not self._launch(node):
+                    return
+            if not skipped:
+                return
+
+    def _launch(self, node: str) -> bool:
+        limits = self.run.limits
+        max_steps = limits.get("max_steps")
+        if max_steps is not None and self._usage["steps"] >= max_steps:
+            self._stop_with("fail", ErrorClass.LIMIT_EXCEEDED,
+                            f"run reached max_steps={max_steps} before node {node!r} could start")
+            return False
+        spec = self.graph.nodes[node]
+        now = self.runtime.clock.time()
+        deadline = limits.get("deadline_at")
+        if spec.timeout is not None:
+            deadline = min(deadline or float("inf"), now + spec.timeout)
+        try:
+            state = self._input_model(node)
+        except ValidationError as e:
+            self._fail_before_start(node, InvalidWrites(f"state for {node!r} does not validate: {e}"))
+            return False
+        attempt = self._attempt_no.get(node, 0) + 1
+        self._attempt_no[node] = attempt
+        self._usage["steps"] += 1
+        self._retry_at.pop(node, None)
+        scope = AttemptScope(run_id=self.run.id, node=node, attempt=attempt, deadline=deadline,
+                             clock=self.runtime.clock.time, started_at=now)
+        self._node(node, NodeEvent.START, attempt=attempt)
+        loop = asyncio.get_running_loop()
+        ctx = NodeContext(self, scope, loop)
+        task = asyncio.ensure_future(execute_attempt(spec, state, ctx, scope, self.runtime._pool))
+        self._in_flight[task] = scope
+        self.runtime._acquire(self)
+        return True
+
+    async def _wait(self) -> None:
+        now = self.runtime.clock.time()
+        timeouts = [self.runtime.heartbeat]
+        if self._retry_at:
+            timeouts.append(min(self._retry_at.values()) - now)
+        deadline = self.run.limits.get("deadline_at")
+        if deadline is not None:
+            timeouts.append(deadline - now)
+        self._wake = asyncio.get_running_loop().create_future()
+        await asyncio.wait([*self._in_flight, self._wake], timeout=max(0.0, min(timeouts)),
+                           return_when=asyncio.FIRST_COMPLETED)
+        self._wake = None
+
+    def _poll_limits(self) -> None:
+        if self._stop is not None and self._stop[0] == "cancel":
+            return
+        reason = self.store.cancel_request(self.run.id) if self.store.durable else None
+        if reason is not None:
+            self.request_cancel(reason)
+            return
+        deadline = self.run.limits.get("deadline_at")
+        if deadline is not None and self.runtime.clock.time() >= deadline and self._stop is None:
+            self._stop_with("fail", ErrorClass.DEADLINE, "run deadline exceeded")
+            for task, scope in self._in_flight.items():
+                scope.abandoned = True
+                task.cancel()
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _collect(self) -> None:
+        done = [t for t in self._in_flight if t.done()]
+        done.sort(key=lambda t: self.graph.index[self._in_flight[t].node])
+        for task in done:
+            scope = self._in_flight.pop(task)
+            self.runtime._release(self)
+            if task.cancelled():
+                self._record_cancelled(scope)
+                continue
+            outcome = task.result()
+            if outcome.kind == OutcomeKind.SUCCEEDED:
+                self._record_success(scope, outcome)
+            elif outcome.kind == OutcomeKind.INTERRUPTED:
+                self._record_interrupt(scope, outcome)
+            else:
+                self._record_failure(scope, outcome.error or NodeError("unknown failure"))
+
+    def _record_success(self, scope: AttemptScope, outcome: Outcome) -> None:
+        node = scope.node
+        try:
+            writes = self._check_writes(node, outcome.value)
+        except NodeError as e:
+            self._record_failure(scope, e)
+            return
+        self._pending(scope, WriteKind.WRITES, writes)
+        self._attempt(scope, N.SUCCEEDED)
+        self.writes[node] = writes
+        self._done_mask |= 1 << self.graph.index[node]
+        self._folded_since_cp.append(node)
+        self._node(node, NodeEvent.SUCCEED, attempt=scope.attempt)
+
+    def _record_interrupt(self, scope: AttemptScope, outcome: Outcome) -> None:
+        self._pending(scope, WriteKind.INTERRUPT, {"interrupt_id": outcome.interrupt_id})
+        self._attempt(scope, N.INTERRUPTED, decision="paused for an answer")
+        self._node(scope.node, NodeEvent.INTERRUPT, attempt=scope.attempt, interrupt_id=outcome.interrupt_id)
+        if self._stop is None:
+            self._stop = ("interrupt", {})
+
+    def _record_cancelled(self, scope: AttemptScope) -> None:
+        reason = self._stop[1]["message"] if self._stop else "cancelled"
+        self._attempt(scope, N.CANCELLED, error_class=ErrorClass.CANCELLED, error=reason, decision="cancelled")
+        self._node(scope.node, NodeEvent.CANCEL, attempt=scope.attempt, reason=reason)
+
+    def _record_failure(self, scope: AttemptScope, error: BaseException) -> None:
+        node, spec = scope.node, self.graph.nodes[scope.node]
+        cls = classify(error)
+        message = f"{type(error).__name__}: {error}"
+        failures = self._failures.get(node, 0) + 1
+        self._failures[node] = failures
+        policy = spec.retry
+        deadline = self.run.limits.get("deadline_at")
+        now = self.runtime.clock.time()
+        if self._stop is not None and self._stop[0] == "cancel" and cls == ErrorClass.DEADLINE:
+            self._record_cancelled(scope)
+            return
+        retry = (self._stop is None and cls in policy.retry_on and failures < policy.max_attempts
+                 and (deadline is None or now < deadline))
+        if retry:
+            delay = policy.delay(failures)
+            self._retry_at[node] = now + delay
+            self._candidates.add(node)
+            decision = f"retry in {delay:g}s (failure {failures} of at most {policy.max_attempts})"
+            self._attempt(scope, N.FAILED, error_class=cls, error=message, decision=decision)
+            self._node(node, NodeEvent.RETRY, attempt=scope.attempt, error_class=cls.value,
+                       error=message, retry_in=delay)
+            return
+        if cls in policy.retry_on and failures >= policy.max_attempts:
+            decision = f"fail: {failures} failure(s), max_attempts={policy.max_attempts}"
+        elif self._stop is not None:
+            decision = "fail: the run is already stopping"
+        else:
+            decision = f"fail: {cls.value} errors are not retried by this node's policy"
+        self._pending(scope, WriteKind.ERROR, {"class": cls.value, "message": message})
+        self._attempt(scope, N.FAILED, error_class=cls, error=message, decision=decision)
+        self._node(node, NodeEvent.FAIL, attempt=scope.attempt, error_class=cls.value, error=message)
+        if self._stop is None or self._stop[0] == "interrupt":
+            self._stop = ("fail", {"class": cls.value, "message": message, "node": node})
+
+    def _fail_before_start(self, node: str, error: BaseException) -> None:
+        """A failure found while preparing a node (its ``when`` raised, bad state)."""
+        attempt = self._attempt_no.get(node, 0) + 1
+        self._attempt_no[node] = attempt
+        scope = AttemptScope(run_id=self.run.id, node=node, attempt=attempt, deadline=None,
+                             clock=self.runtime.clock.time, started_at=self.runtime.clock.time())
+        self._node(node, NodeEvent.START, attempt=attempt)
+        self._failures[node] = self.graph.nodes[node].retry.max_attempts  # never retried
+        self._record_failure(scope, error)
+
+    def _check_writes(self, node: str, value: Any) -> dict[str, JSON]:
+        if value is None:
+            return {}
+        if isinstance(value, BaseModel):
+            value = value.model_dump(exclude_unset=True)
+        if not isinstance(value, Mapping):
+            raise InvalidWrites(f"node {node!r} returned {type(value).__name__}; a node returns a "
+                                f"dict of state fields to write, or None")
+        model = self.graph.state_model
+        extra_ok = model.model_config.get("extra") == "allow"
+        unknown = sorted(k for k in value if k not in model.model_fields)
+        if unknown and not extra_ok:
+            raise InvalidWrites(f"node {node!r} wrote unknown state field(s) {', '.join(map(repr, unknown))}; "
+                                f"fields are: {', '.join(model.model_fields)}")
+        writes = to_json(dict(value), f"writes of node {node!r}")
+        for field in writes:
+            prev = self._last_writer(field, node)
+            if prev is not None:
+                raise WriteConflict(field, prev, node)
+        try:
+            model.model_validate(fold(self._input_state(node), [(node, writes)], self.graph.reducers))
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(map(str, err["loc"]))
+            raise InvalidWrites(f"node {node!r} wrote an invalid value for field {field!r}: {err['msg']}") from None
+        return writes
+
+    def _last_writer(self, field: str, node: str) -> str | None:
+        """A completed node that wrote ``field`` (last-value) and is not ordered before ``node``."""
+        if not self.graph.reducer(field).conflicts:
+            return None
+        for other, w in self.writes.items():
+            if field in w and other != node and not self.graph.is_ancestor(other, node):
+                return other
+        return None
+
+    # ------------------------------------------------------------------ state
+
+    def _input_state(self, node: str) -> dict[str, JSON]:
+        """Run input folded with the node's succeeded ancestors' writes, canonical order."""
+        mask = 0
+        for a in self.graph.ancestors(node):
+            if a in self.writes:
+                mask |= 1 << self.graph.index[a]
+        return self._fold_mask(mask)
+
+    def _input_model(self, node: str) -> BaseModel:
+        return self.graph.state_model.model_validate(self._input_state(node))
+
+    def head_state(self) -> dict[str, JSON]:
+        return self._fold_mask(self._done_mask)
+
+    def _fold_mask(self, mask: int) -> dict[str, JSON]:
+        if mask == self._state_mask:
+            return self._state_cache
+        base, start = dict(self.run.input), 0
+        cached = self._state_mask
+        # Reuse the cache when the new set extends it with nodes later in canonical order.
+        if cached >= 0 and mask & cached == cached and (mask ^ cached) >> cached.bit_length() << cached.bit_length() == mask ^ cached:
+            base, start = self._state_cache, cached.bit_length()
+        order = self.graph.order
+        items = [(order[i], self.writes[order[i]]) for i in range(start, len(order)) if mask >> i & 1]
+        state = fold(base, items, self.graph.reducers)
+        self._state_cache, self._state_mask = state, mask
+        return state
+
+    # ------------------------------------------------------------------ recording
+
+    def _emit(self, type_: str, node: str | None = None, attempt: int | None = None, **data: Any) -> None:
+        seq = self.run.event_seq + 1
+        self.run = self.run.evolve(event_seq=seq)
+        self._batch.events.append(TraceEvent(self.run.id, seq, self.runtime.clock.time(), type_,
+                                             node, attempt, data))
+
+    def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: Any) -> None:
+        status = next_node_status(self.statuses[node], event)
+        self.statuses[node] = status
+        self._emit(f"node.{event.value}", node, attempt, status=status.value, **data)
+        if status in _SETTLED:
+            self._dirty = True
+            self._candidates.update(self.graph.children(node))
+
+    def _run_event(self, event: RunEvent, **data: Any) -> None:
+        status = next_run_status(self.run.status, event)
+        self.run = self.run.evolve(status=status, updated_at=self.runtime.clock.time())
+        self._emit(f"run.{event.value}", status=status.value, **data)
+
+    def _pending(self, scope: AttemptScope, kind: WriteKind, value: JSON) -> None:
+        self._batch.writes.append(PendingWrite(self.run.id, self.head.seq, scope.node, scope.attempt,
+                                               kind, value, self.runtime.clock.time()))
+
+    def _attempt(self, scope: AttemptScope, status: NodeStatus, error_class: ErrorClass | None = None,
+                 error: str | None = None, decision: str | None = None) -> None:
+        self._batch.attempts.append(NodeAttempt(
+            self.run.id, scope.node, scope.attempt, status, scope.started_at, self.runtime.clock.time(),
+            error_class.value if error_class else None, error, decision))
+        if scope.tokens or scope.cost:
+            self._emit("usage", scope.node, scope.attempt, tokens=scope.tokens, cost=scope.cost)
+
+    def _checkpoint_if_dirty(self) -> None:
+        if not self._dirty:
+            return
+        self._dirty = False
+        self._since_snapshot += 1
+        snapshot = None
+        if self._since_snapshot >= SNAPSHOT_EVERY or self.run.status != RunStatus.RUNNING:
+            snapshot = self.head_state()
+            self._since_snapshot = 0
+        cp = Checkpoint(
+            id=self.runtime.ids.new("cp"), run_id=self.run.id, seq=self.head.seq + 1,
+            parent_id=self.head.id, nodes=tuple(self.graph.canonical(self._folded_since_cp)),
+            node_states=dict(self.statuses), event_seq=self.run.event_seq,
+            created_at=self.runtime.clock.time(), source="step", snapshot=snapshot,
+        )
+        self._folded_since_cp = []
+        self.head = cp
+        self.run = self.run.evolve(head_seq=cp.seq)
+        self._batch.checkpoints.append(cp)
+
+    def _flush(self, durable: bool = False) -> None:
+        batch = self._batch
+        now = self.runtime.clock.time()
+        lease = self.run.lease_expires_at
+        if lease is not None and self.run.status == RunStatus.RUNNING and lease - now < self.runtime.lease_ttl / 2:
+            self.run = self.run.evolve(lease_expires_at=now + self.runtime.lease_ttl)
+        self.run = self.run.evolve(usage=dict(self._usage))
+        batch.run = self.run
+        batch.durable = durable
+        self.store.commit(batch)
+        self._batch = Batch(run_id=self.run.id, fence=self.run.fence)
+
+    def _stop_with(self, kind: str, cls: ErrorClass, message: str) -> None:
+        if self._stop is None or self._stop[0] == "interrupt":
+            self._stop = (kind, {"class": cls.value, "message": message})
+
+    def _finish(self) -> None:
+        stop = self._stop
+        kind = stop[0] if stop else None
+        if kind == "cancel" or kind == "fail":
+            event = NodeEvent.CANCEL if kind == "cancel" else NodeEvent.FAIL
+            for node in self.graph.order:
+                if self.statuses[node] == N.RETRYING:
+                    self._node(node, event)
+                elif self.statuses[node] == N.INTERRUPTED and kind == "cancel":
+                    self._node(node, NodeEvent.CANCEL)
+            for key, intr in list(self._interrupts.items()):
+                if intr.run_id == self.run.id and intr.status == InterruptStatus.PENDING:
+                    closed = replace(intr, status=InterruptStatus.CANCELLED)
+                    self._interrupts[key] = closed
+                    self._batch.interrupts.append(closed)
+        self._checkpoint_if_dirty()
+        error = dict(stop[1]) if stop and kind in ("cancel", "fail") else None
+        if kind == "cancel":
+            self._run_event(RunEvent.CANCEL, reason=error["message"] if error else "")
+        elif kind == "fail":
+            self._run_event(RunEvent.FAIL, **(error or {}))
+        elif kind == "interrupt" or N.INTERRUPTED in self.statuses.values():
+            self._run_event(RunEvent.INTERRUPT)
+        elif all(s in (N.SUCCEEDED, N.SKIPPED) for s in self.statuses.values()):
+            self._run_event(RunEvent.SUCCEED)
+        else:
+            stuck = [n for n, s in self.statuses.items() if s not in (N.SUCCEEDED, N.SKIPPED)]
+            error = {"class": ErrorClass.INTERNAL.value, "message": f"nodes can never run: {stuck}"}
+            self._run_event(RunEvent.FAIL, **error)
+        self._dirty = True
+        self._force_final_checkpoint()
+        self.run = self.run.evolve(error=error, lease_owner=None, lease_expires_at=None)
+
+    def _force_final_checkpoint(self) -> None:
+        """The last checkpoint of a pause or end carries a full snapshot."""
+        self._since_snapshot = SNAPSHOT_EVERY
+        if self._batch.checkpoints:
+            last = self._batch.checkpoints.pop()
+            self.head = replace(last, node_states=dict(self.statuses), event_seq=self.run.event_seq,
+                                snapshot=self.head_state())
+            self._batch.checkpoints.append(self.head)
+            self._dirty = False
+            return
+        self._checkpoint_if_dirty()
+
+    # ------------------------------------------------------------------ host API (NodeContext, effects)
+
+    def now(self) -> float:
+        return self.runtime.clock.time()
+
+    def journal_latest(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
+        return self._journal.get((node, name, occurrence))
+
+    def record_effect(self, entry: JournalEntry, durable: bool) -> None:
+        self._journal[(entry.node, entry.name, entry.occurrence)] = entry
+        self._batch.effects.append(entry)
+        self._emit(f"effect.{entry.status.value}", entry.node, entry.attempt, name=entry.name,
+                   occurrence=entry.occurrence, key=entry.key)
+        # STARTED is forced to disk before the call; outcomes are committed at once
+        # (a process crash keeps them) so that recovery never repeats the effect.
+        self._flush(durable=durable)
+
+    def find_interrupt(self, node: str, slot: str, kind: InterruptKind) -> Interrupt | None:
+        return self._interrupts.get((node, slot, kind.value))  # type: ignore[arg-type]
+
+    def raise_interrupt(self, scope: AttemptScope, kind: InterruptKind, payload: JSON, *, slot: str,
+                        response_schema: JSON = None, response_ref: str | None = None) -> NoReturn:
+        key = (scope.node, slot, kind.value)
+        existing = self._interrupts.get(key)  # type: ignore[arg-type]
+        if existing is None or existing.run_id != self.run.id or existing.status != InterruptStatus.PENDING:
+            existing = Interrupt(
+                id=self.runtime.ids.new("int"), run_id=self.run.id, node=scope.node, slot=slot, kind=kind,
+                payload={"value": payload, "response_ref": response_ref}, status=InterruptStatus.PENDING,
+                created_at=self.now(), response_schema=response_schema,
+            )
+            self._interrupts[key] = existing  # type: ignore[index]
+            self._batch.interrupts.append(existing)
+            self._emit("interrupt.created", scope.node, scope.attempt, interrupt_id=existing.id,
+                       kind=kind.value, slot=slot)
+        raise NodeInterrupt(existing.id)
+
+    def add_usage(self, scope: AttemptScope, tokens: int, cost: float) -> None:
+        with self._usage_lock:  # sync nodes report from worker threads
+            scope.tokens += tokens
+            scope.cost += cost
+            self._usage["tokens"] += tokens
+            self._usage["cost"] += cost
+        limits = self.run.limits
+        over = []
+        if limits.get("max_tokens") is not None and self._usage["tokens"] > limits["max_tokens"]:
+            over.append(f"tokens {self._usage['tokens']} > max_tokens {limits['max_tokens']}")
+        if limits.get("max_cost") is not None and self._usage["cost"] > limits["max_cost"]:
+            over.append(f"cost {self._usage['cost']:g} > max_cost {limits['max_cost']:g}")
+        if over:
+            raise LimitExceeded("run budget exceeded: " + "; ".join(over))
+
+

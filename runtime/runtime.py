@@ -1,0 +1,413 @@
+"""``Runtime``: the facade over graphs, the store and the run loop.
+
+start / submit / resume / cancel / history / state_at / get_run / runs. Every
+method validates what it is given before it writes anything, so a rejected call
+leaves the store exactly as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .clock import Clock, IdSource, RandomIds, SystemClock
+from .errors import InvalidAnswer, InvalidRequest, NotFound
+from .graph import ExecutableGraph, Graph
+from .loader import resolve_model, resolve_ref
+from .records import (Batch, Checkpoint, Interrupt, InterruptKind, InterruptStatus, NodeAttempt,
+                      PendingWrite, Run, RunKind, TraceEvent)
+from .reducers import fold
+from .runloop import RunLoop
+from .states import TERMINAL_RUN, NodeStatus, RunEvent, RunStatus
+from .store.base import CheckpointStore
+from .store.memory import MemoryStore
+
+JSON = Any
+_MISSING: Any = object()
+
+
+class Runtime:
+    """Runs graphs durably against a store.
+
+    ``max_concurrency`` bounds node attempts in flight across every run this
+    Runtime drives (each run may set a lower bound of its own).
+    """
+
+    def __init__(self, store: CheckpointStore | None = None, *, max_concurrency: int = 8,
+                 graphs: Iterable[Graph | ExecutableGraph] = (), clock: Clock | None = None,
+                 ids: IdSource | None = None, lease_ttl: float = 30.0, heartbeat: float = 1.0):
+        if max_concurrency < 1:
+            raise InvalidRequest("max_concurrency must be at least 1")
+        self.store: CheckpointStore = store if store is not None else MemoryStore()
+        self.max_concurrency = max_concurrency
+        self.clock: Clock = clock or SystemClock()
+        self.ids: IdSource = ids or RandomIds()
+        self.lease_ttl = lease_ttl
+        self.heartbeat = min(heartbeat, lease_ttl / 3)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{self.ids.new('w')[2:10]}"
+        self._graphs: dict[str, ExecutableGraph] = {}
+        self._models: dict[str, type[BaseModel]] = {}
+        self._active: dict[str, RunLoop] = {}
+        self._in_flight = 0
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="harness-node")
+        for g in graphs:
+            self.register(g)
+
+    # ------------------------------------------------------------------ graphs
+
+    def register(self, graph: Graph | ExecutableGraph) -> ExecutableGraph:
+        """Make a graph known, so runs of its version can be resumed and inspected."""
+        compiled = graph.compile() if isinstance(graph, Graph) else graph
+        self._graphs[compiled.version] = compiled
+        desc = compiled.describe()
+        ref = getattr(compiled, "ref", None)
+        if ref:
+            desc["ref"] = ref
+        self.store.save_graph(desc)
+        return compiled
+
+    def graph_for(self, run: Run) -> ExecutableGraph:
+        graph = self._graphs.get(run.graph_version)
+        if graph is not None:
+            return graph
+        desc = self.store.graph_description(run.graph_version) or {}
+        if desc.get("ref"):
+            graph = resolve_ref(desc["ref"])
+            if graph.version == run.graph_version:
+                self._graphs[graph.version] = graph
+                return graph
+            raise InvalidRequest(
+                f"run {run.id} was made by graph {run.graph_name!r} version {run.graph_version}, but "
+                f"{desc['ref']} is now version {graph.version} (its structure changed)")
+        raise NotFound(f"graph {run.graph_name!r} version {run.graph_version} is not registered with "
+                       f"this Runtime; pass it in Runtime(graphs=[...])")
+
+    def remember_model(self, ref: str, model: type[BaseModel]) -> None:
+        self._models[ref] = model
+
+    # ------------------------------------------------------------------ starting
+
+    async def start(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None = None,
+                    **options: Any) -> Run:
+        """Create a run and execute it here until it ends or pauses."""
+        run = self._create(graph, input, claim=True, **options)
+        return await self._drive(run)
+
+    async def submit(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None = None,
+                     **options: Any) -> Run:
+        """Create a QUEUED run for a worker (or a later ``resume``) to execute."""
+        return self._create(graph, input, claim=False, **options)
+
+    def _create(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None, *,
+                claim: bool, thread_id: str | None = None, deadline: float | None = None,
+                max_steps: int | None = None, max_tokens: int | None = None,
+                max_cost: float | None = None, max_concurrency: int | None = None) -> Run:
+        compiled = self.register(graph)
+        state = _validate_input(compiled, input)
+        now = self.clock.time()
+        limits = _limits(now, deadline, max_steps, max_tokens, max_cost, max_concurrency)
+        run_id = self.ids.new("run")
+        run = Run(id=run_id, thread_id=thread_id or run_id, graph_name=compiled.name,
+                  graph_version=compiled.version, status=RunStatus.QUEUED, kind=RunKind.MAIN,
+                  input=state, created_at=now, updated_at=now, limits=limits,
+                  max_concurrency=max_concurrency or self.max_concurrency)
+        statuses = {n: NodeStatus.PENDING for n in compiled.order}
+        return self._insert(run, statuses, snapshot=state, claim=claim, source="input")
+
+    def _insert(self, run: Run, statuses: Mapping[str, NodeStatus], *, snapshot: Mapping[str, JSON],
+                claim: bool, source: str, inherited: Mapping[str, str] | None = None) -> Run:
+        now = self.clock.time()
+        events = [TraceEvent(run.id, 1, now, "run.created", data={
+            "status": RunStatus.QUEUED.value, "kind": run.kind.value, "parent_run_id": run.parent_run_id,
+            "base_checkpoint_id": run.base_checkpoint_id, "inherited": dict(inherited or {})})]
+        if claim:
+            run = run.evolve(status=RunStatus.RUNNING, lease_owner=self.owner,
+                             lease_expires_at=now + self.lease_ttl, fence=1)
+            events.append(TraceEvent(run.id, 2, now, "run.claim", data={"status": RunStatus.RUNNING.value,
+                                                                        "owner": self.owner}))
+        cp = Checkpoint(id=self.ids.new("cp"), run_id=run.id, seq=0, parent_id=run.base_checkpoint_id,
+                        nodes=(), node_states=dict(statuses), event_seq=len(events), created_at=now,
+                        source=source, snapshot=dict(snapshot))
+        run = run.evolve(event_seq=len(events), head_seq=0)
+        self.store.create_run(Batch(run_id=run.id, run=run, checkpoints=[cp], events=events, durable=True))
+        return run
+
+    # ------------------------------------------------------------------ resuming
+
+    async def resume(self, run_id: str, answer: JSON = _MISSING, *,
+                     answers: Mapping[str, JSON] | None = None) -> Run:
+        """Continue a run: answer its interrupts, continue it after failure or
+        cancellation (as a new continuation run), or recover it after a crash."""
+        run = self.store.get_run(run_id)
+        if run.status == RunStatus.INTERRUPTED:
+            return await self._answer(run, answer, answers)
+        if answer is not _MISSING or answers:
+            raise InvalidRequest(f"run {run_id} is {run.status.value}, not interrupted: there is nothing to answer")
+        if run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            return await self._drive(self._continuation(run))
+        if run.status == RunStatus.SUCCEEDED:
+            raise InvalidRequest(f"run {run_id} already succeeded; a succeeded run never changes")
+        if run.status == RunStatus.QUEUED:
+            return await self._take_lease(run, RunEvent.CLAIM).drive()
+        if run_id in self._active:
+            _raise_busy(run, "in this process")
+        if not self._lease_expired(run):
+            _raise_busy(run, f"by {run.lease_owner} until its lease expires")
+        return await self._take_lease(run, RunEvent.RECOVER).drive()
+
+    async def _answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None) -> Run:
+        pending = self.store.interrupts(run.id, InterruptStatus.PENDING)
+        given = self._match_answers(run, pending, answer, answers)
+        checked = {i.id: self._validate_answer(i, value) for i, value in given}
+        return await self._take_lease(run, RunEvent.RESUME, answered=checked).drive()
+
+    def _match_answers(self, run: Run, pending: list[Interrupt], answer: JSON,
+                       answers: Mapping[str, JSON] | None) -> list[tuple[Interrupt, JSON]]:
+        by_id = {i.id: i for i in pending}
+        if answers:
+            unknown = sorted(set(answers) - set(by_id))
+            if unknown:
+                raise InvalidAnswer(f"run {run.id} has no pending interrupt {', '.join(unknown)}; "
+                                    f"pending: {', '.join(by_id) or 'none'}")
+            return [(by_id[k], v) for k, v in answers.items()]
+        if answer is _MISSING:
+            raise InvalidAnswer(f"run {run.id} is waiting for an answer to {', '.join(by_id)}")
+        if len(pending) != 1:
+            raise InvalidAnswer(f"run {run.id} has {len(pending)} pending interrupts "
+                                f"({', '.join(by_id)}); answer them by id with answers={{id: value}}")
+        return [(pending[0], answer)]
+
+    def _validate_answer(self, interrupt: Interrupt, value: JSON) -> JSON:
+        from .effects import to_json, validate_in_doubt_answer
+
+        if interrupt.kind == InterruptKind.IN_DOUBT:
+            return validate_in_doubt_answer(value).model_dump(mode="json")
+        ref = (interrupt.payload or {}).get("response_ref")
+        if not ref:
+            return to_json(value, "answer")
+        model = self._models.get(ref) or resolve_model(ref)
+        if model is None:
+            raise InvalidAnswer(f"interrupt {interrupt.id} expects a {ref} answer, and that model "
+                                f"cannot be imported here")
+        try:
+            return model.model_validate(value).model_dump(mode="json")
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}"
+                                 for err in e.errors())
+            raise InvalidAnswer(f"answer to interrupt {interrupt.id} is invalid: {problems}") from None
+
+    def _continuation(self, parent: Run) -> Run:
+        graph = self.graph_for(parent)
+        head = self.store.checkpoints(parent.id)[-1]
+        keep = (NodeStatus.SUCCEEDED, NodeStatus.SKIPPED)
+        statuses = {n: (s if s in keep else NodeStatus.PENDING) for n, s in head.node_states.items()}
+        now = self.clock.time()
+        limits = dict(parent.limits)
+        if limits.get("deadline_s") is not None:
+            limits["deadline_at"] = now + limits["deadline_s"]
+        run = Run(id=self.ids.new("run"), thread_id=parent.thread_id, graph_name=graph.name,
+                  graph_version=graph.version, status=RunStatus.QUEUED, kind=RunKind.CONTINUATION,
+                  input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
+                  base_checkpoint_id=head.id, limits=limits, max_concurrency=parent.max_concurrency)
+        inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
+        return self._insert(run, statuses, snapshot=self._state_json(head), claim=True,
+                            source="continuation", inherited=inherited)
+
+    def _lease_expired(self, run: Run) -> bool:
+        if run.lease_expires_at is None or run.lease_expires_at <= self.clock.time():
+            return True
+        host, _, rest = (run.lease_owner or "").partition(":")
+        pid = rest.partition(":")[0]
+        if host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                return True  # the owner died on this machine: no need to wait out its lease
+            except PermissionError:
+                return False
+        return False
+
+    def _take_lease(self, run: Run, event: RunEvent, answered: Mapping[str, JSON] | None = None) -> RunLoop:
+        """Acquire the run's lease (bumping its fencing token), then record why."""
+        run = self.store.acquire_lease(run.id, self.owner, self.clock.time() + self.lease_ttl, run.fence)
+        loop = self._load(run)
+        loop.begin(event, answered or {})
+        return loop
+
+    # ------------------------------------------------------------------ driving
+
+    async def _drive(self, run: Run) -> Run:
+        return await self._load(run).drive()
+
+    def _load(self, run: Run) -> RunLoop:
+        graph = self.graph_for(run)
+        lineage = self._lineage(run)
+        head = self.store.checkpoints(run.id)[-1]
+        attempts: dict[str, int] = {}
+        for ev in self.store.events(run.id):
+            if ev.type == "node.start" and ev.node and ev.attempt:
+                attempts[ev.node] = max(attempts.get(ev.node, 0), ev.attempt)
+        interrupts = [i for rid in reversed(lineage) for i in self.store.interrupts(rid)]
+        return RunLoop(self, graph, run, head=head, writes=self.store.node_writes(lineage),
+                       lineage=lineage, key_scope=self._key_scope(run),
+                       journal=self.store.journal(list(reversed(lineage))), interrupts=interrupts,
+                       attempts=attempts)
+
+    def _lineage(self, run: Run) -> list[str]:
+        """The run and the runs it inherits outcomes from, nearest first."""
+        out = [run.id]
+        while run.parent_run_id is not None and run.kind == RunKind.CONTINUATION:
+            run = self.store.get_run(run.parent_run_id)
+            out.append(run.id)
+        return out
+
+    def _key_scope(self, run: Run) -> str:
+        """Continuations keep their origin's effect keys: they are the same execution."""
+        while run.kind == RunKind.CONTINUATION and run.parent_run_id is not None:
+            run = self.store.get_run(run.parent_run_id)
+        return run.id
+
+    # concurrency across every run of this Runtime
+    def _attach(self, loop: RunLoop) -> None:
+        self._active[loop.run.id] = loop
+
+    def _detach(self, loop: RunLoop) -> None:
+        if self._active.get(loop.run.id) is loop:
+            del self._active[loop.run.id]
+
+    def _room(self, loop: RunLoop) -> int:
+        own = loop.run.max_concurrency - len(loop._in_flight)
+        return min(own, self.max_concurrency - self._in_flight)
+
+    def _acquire(self, loop: RunLoop) -> None:
+        self._in_flight += 1
+
+    def _release(self, loop: RunLoop) -> None:
+        self._in_flight -= 1
+        for other in self._active.values():
+            if other is not loop:
+                other.wake()
+
+    # ------------------------------------------------------------------ cancel
+
+    async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0) -> Run:
+        """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED."""
+        run = self.store.get_run(run_id)
+        if run.status in TERMINAL_RUN:
+            raise InvalidRequest(f"run {run_id} is already {run.status.value}; terminal runs never change")
+        loop = self._active.get(run_id)
+        if loop is not None:
+            loop.request_cancel(reason)
+            return await self._wait_terminal(run_id, wait)
+        if run.status == RunStatus.RUNNING and not self._lease_expired(run):
+            self.store.request_cancel(run_id, reason)
+            return await self._wait_terminal(run_id, wait)
+        run = self.store.acquire_lease(run.id, self.owner, self.clock.time() + self.lease_ttl, run.fence)
+        loop = self._load(run)
+        loop.begin_cancel(reason)
+        return await loop.drive()
+
+    async def _wait_terminal(self, run_id: str, wait: float) -> Run:
+        step, waited = 0.02, 0.0
+        while True:
+            run = self.store.get_run(run_id)
+            if run.status in TERMINAL_RUN or waited >= wait:
+                return run
+            await asyncio.sleep(step)
+            waited += step
+
+    # ------------------------------------------------------------------ reading
+
+    async def get_run(self, run_id: str) -> Run:
+        return self.store.get_run(run_id)
+
+    async def runs(self, status: RunStatus | str | None = None, limit: int = 100) -> list[Run]:
+        return self.store.list_runs(RunStatus(status) if status else None, limit=limit)
+
+    async def history(self, run_id: str) -> list[Checkpoint]:
+        """The run's checkpoints, oldest first."""
+        return self.store.checkpoints(run_id)
+
+    async def state_at(self, checkpoint_id: str) -> BaseModel:
+        cp = self.store.get_checkpoint(checkpoint_id)
+        state = self._state_json(cp)
+        try:
+            model = self.graph_for(self.store.get_run(cp.run_id)).state_model
+        except (NotFound, InvalidRequest):
+            from .graph import AnyState
+            model = AnyState
+        return model.model_validate(state)
+
+    def _state_json(self, cp: Checkpoint) -> dict[str, JSON]:
+        if cp.snapshot is not None:
+            return dict(cp.snapshot)
+        run = self.store.get_run(cp.run_id)
+        graph = self.graph_for(run)
+        done = [n for n in graph.order if cp.node_states.get(n) == NodeStatus.SUCCEEDED]
+        writes = self.store.node_writes(self._lineage(run))
+        base: Mapping[str, JSON] = run.input
+        snap = next((c for c in reversed(self.store.checkpoints(run.id))
+                     if c.seq < cp.seq and c.snapshot is not None), None)
+        if snap is not None:
+            had = {n for n, s in snap.node_states.items() if s == NodeStatus.SUCCEEDED}
+            top = max((graph.index[n] for n in had), default=-1)
+            extra = [n for n in done if n not in had]
+            if had <= set(done) and all(graph.index[n] > top for n in extra):
+                base, done = snap.snapshot or {}, extra
+        return fold(base, [(n, writes[n]) for n in done], graph.reducers)
+
+    async def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
+        return self.store.events(run_id, after_seq)
+
+    async def interrupts(self, run_id: str | None = None, pending: bool = True) -> list[Interrupt]:
+        return self.store.interrupts(run_id, InterruptStatus.PENDING if pending else None)
+
+    async def attempts(self, run_id: str) -> list[NodeAttempt]:
+        return self.store.node_attempts(run_id)
+
+    async def pending_writes(self, run_id: str) -> list[PendingWrite]:
+        return self.store.pending_writes(run_id)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
+
+
+def _raise_busy(run: Run, where: str) -> None:
+    raise InvalidRequest(f"run {run.id} is running {where}; cancel it or wait for it to finish")
+
+
+def _validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None) -> dict[str, JSON]:
+    if isinstance(input, BaseModel):
+        input = input.model_dump()
+    try:
+        return graph.state_model.model_validate(dict(input or {})).model_dump(mode="json")
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'input'}: {err['msg']}" for err in e.errors())
+        raise InvalidRequest(f"input does not fit {graph.state_model.__name__}: {problems}") from None
+    except TypeError as e:
+        raise InvalidRequest(f"input must be an object of state fields: {e}") from None
+
+
+def _limits(now: float, deadline: float | None, max_steps: int | None, max_tokens: int | None,
+            max_cost: float | None, max_concurrency: int | None) -> dict[str, JSON]:
+    for name, value in (("deadline", deadline), ("max_steps", max_steps), ("max_tokens", max_tokens),
+                        ("max_cost", max_cost), ("max_concurrency", max_concurrency)):
+        if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+            raise InvalidRequest(f"{name} must be a positive number, got {value!r}")
+    limits: dict[str, JSON] = {}
+    if deadline is not None:
+        limits["deadline_s"] = deadline
+        limits["deadline_at"] = now + deadline
+    for name, value in (("max_steps", max_steps), ("max_tokens", max_tokens), ("max_cost", max_cost)):
+        if value is not None:
+            limits[name] = value
+    return limits
+
+

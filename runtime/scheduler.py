@@ -1,0 +1,70 @@
+"""The ready queue, as pure functions of the graph and the node statuses.
+
+Nothing here precomputes an execution order: the frontier is recomputed from the
+statuses after every completion, so a node becomes ready the moment its last
+dependency finishes, whatever order completions arrive in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .graph import ExecutableGraph
+from .states import FINISHED_NODE, NodeStatus
+
+N = NodeStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Frontier:
+    ready: tuple[str, ...]   # may start now, in canonical order
+    skip: tuple[str, ...]    # every dependency was skipped: skip propagates
+
+
+def dependency_verdict(graph: ExecutableGraph, statuses: Mapping[str, NodeStatus], node: str) -> str:
+    """"ready", "skip", "wait" or "blocked" for one node, from its dependencies only.
+
+    A node runs once all its dependencies finished, none failed or was cancelled,
+    and at least one succeeded (or it has none). All skipped → skipped.
+    """
+    deps = graph.nodes[node].after
+    if not deps:
+        return "ready"
+    succeeded = False
+    for d in deps:
+        s = statuses[d]
+        if s not in FINISHED_NODE:
+            return "wait"
+        if s in (N.FAILED, N.CANCELLED):
+            return "blocked"
+        succeeded = succeeded or s == N.SUCCEEDED
+    return "ready" if succeeded else "skip"
+
+
+def frontier(graph: ExecutableGraph, statuses: Mapping[str, NodeStatus],
+             candidates: Iterable[str] | None = None) -> Frontier:
+    """Ready and skippable nodes among ``candidates`` (default: all), canonical order.
+
+    Callers pass only the nodes whose dependencies changed (the children of what
+    just finished) to keep each step proportional to the change, not the graph.
+    """
+    ready: list[str] = []
+    skip: list[str] = []
+    nodes = graph.order if candidates is None else graph.canonical(list(set(candidates)))
+    for node in nodes:
+        status = statuses[node]
+        if status not in (N.PENDING, N.RETRYING):
+            continue
+        verdict = dependency_verdict(graph, statuses, node)
+        if verdict == "ready":
+            ready.append(node)
+        elif verdict == "skip" and status == N.PENDING:
+            skip.append(node)
+    return Frontier(tuple(ready), tuple(skip))
+
+
+def admit(ready: Sequence[str], in_flight: int, limit: int) -> list[str]:
+    """The ready nodes that may launch now without exceeding ``limit`` in flight."""
+    room = max(0, limit - in_flight)
+    return list(ready[:room])

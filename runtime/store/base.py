@@ -1,0 +1,80 @@
+"""The storage contract every store implements (MemoryStore, SqlStore).
+
+Stores are synchronous: they are called from the run loop between node
+completions, and a transaction on an embedded database takes microseconds.
+Every write goes through ``commit(batch)``, one transaction per batch, guarded by
+the run's fencing token so that a process that lost its lease cannot write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..records import (Batch, Checkpoint, Interrupt, InterruptStatus, JournalEntry, NodeAttempt,
+                       PendingWrite, Run, TraceEvent)
+from ..states import RunStatus
+
+JSON = Any
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    #: False for stores that lose everything with the process (MemoryStore)
+    durable: bool
+
+    def save_graph(self, description: Mapping[str, JSON]) -> None:
+        """Keep a graph's structure under its version (idempotent)."""
+
+    def graph_description(self, version: str) -> Mapping[str, JSON] | None: ...
+
+    def create_run(self, batch: Batch) -> None:
+        """Insert ``batch.run`` (a new id) and the rest of the batch in one transaction."""
+
+    def commit(self, batch: Batch) -> None:
+        """Write the batch in one transaction; ``LeaseLost`` if ``batch.fence`` is stale."""
+
+    def get_run(self, run_id: str) -> Run:
+        """The run, or ``NotFound``."""
+
+    def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
+                  limit: int = 100) -> list[Run]:
+        """Newest first."""
+
+    def child_runs(self, run_id: str) -> list[Run]:
+        """Runs whose parent is ``run_id``, oldest first."""
+
+    def acquire_lease(self, run_id: str, owner: str, expires_at: float, expected_fence: int) -> Run:
+        """Take the run's lease if its fence is still ``expected_fence``; bumps the fence.
+        ``LeaseLost`` if someone else moved it on first."""
+
+    def request_cancel(self, run_id: str, reason: str) -> None:
+        """Ask the process that owns a running run to cancel it."""
+
+    def cancel_request(self, run_id: str) -> str | None:
+        """The pending cancel reason for a run, if any."""
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """All checkpoints of a run, oldest first, with full node states."""
+
+    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        """One checkpoint with full node states, or ``NotFound``."""
+
+    def pending_writes(self, run_id: str) -> list[PendingWrite]:
+        """Every recorded node outcome of the run, in the order recorded."""
+
+    def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
+        """The succeeded writes of each node, looked up in ``run_ids`` in order
+        (first run that has the node wins): a run's lineage of inherited outcomes."""
+
+    def node_attempts(self, run_id: str) -> list[NodeAttempt]: ...
+
+    def journal(self, run_ids: Sequence[str]) -> list[JournalEntry]:
+        """Effect journal entries of these runs, in the order recorded."""
+
+    def interrupts(self, run_id: str | None = None,
+                   status: InterruptStatus | None = None) -> list[Interrupt]: ...
+
+    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,165 @@
+"""In-process store: fast, and gone with the process (``durable = False``)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import InvalidRequest, LeaseLost, NotFound
+from ..records import (Batch, Checkpoint, Interrupt, InterruptStatus, JournalEntry, NodeAttempt,
+                       PendingWrite, Run, TraceEvent, WriteKind)
+from ..states import RunStatus
+
+JSON = Any
+
+
+class MemoryStore:
+    durable = False
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._graphs: dict[str, Mapping[str, JSON]] = {}
+        self._runs: dict[str, Run] = {}
+        self._order: list[str] = []
+        self._checkpoints: dict[str, list[Checkpoint]] = {}
+        self._cp_by_id: dict[str, Checkpoint] = {}
+        self._writes: dict[str, list[PendingWrite]] = {}
+        self._attempts: dict[str, list[NodeAttempt]] = {}
+        self._journal: dict[str, list[JournalEntry]] = {}
+        self._interrupts: dict[str, Interrupt] = {}
+        self._events: dict[str, list[TraceEvent]] = {}
+        self._cancels: dict[str, str] = {}
+
+    def save_graph(self, description: Mapping[str, JSON]) -> None:
+        with self._lock:
+            self._graphs.setdefault(description["version"], copy.deepcopy(dict(description)))
+
+    def graph_description(self, version: str) -> Mapping[str, JSON] | None:
+        return self._graphs.get(version)
+
+    def create_run(self, batch: Batch) -> None:
+        run = batch.run
+        if run is None:
+            raise InvalidRequest("create_run needs batch.run")
+        with self._lock:
+            if run.id in self._runs:
+                raise InvalidRequest(f"run {run.id} already exists")
+            self._runs[run.id] = run
+            self._order.append(run.id)
+            for table in (self._checkpoints, self._writes, self._attempts, self._journal, self._events):
+                table[run.id] = []
+            self._apply(batch)
+
+    def commit(self, batch: Batch) -> None:
+        with self._lock:
+            current = self._get(batch.run_id)
+            if batch.fence is not None and current.fence != batch.fence:
+                raise LeaseLost(f"run {batch.run_id}: fence {batch.fence} is stale (now {current.fence})")
+            self._apply(batch)
+
+    def _apply(self, b: Batch) -> None:
+        if b.run is not None:
+            self._runs[b.run.id] = b.run
+        for cp in b.checkpoints:
+            self._checkpoints[cp.run_id].append(cp)
+            self._cp_by_id[cp.id] = cp
+        for w in b.writes:
+            self._writes[w.run_id].append(w)
+        for a in b.attempts:
+            self._attempts[a.run_id].append(a)
+        for e in b.effects:
+            self._journal[e.run_id].append(e)
+        for i in b.interrupts:
+            self._interrupts[i.id] = i
+        for ev in b.events:
+            self._events[ev.run_id].append(ev)
+        if b.run is not None and b.run.status != RunStatus.RUNNING:
+            self._cancels.pop(b.run.id, None)
+
+    def _get(self, run_id: str) -> Run:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise NotFound(f"no run with id {run_id!r}") from None
+
+    def get_run(self, run_id: str) -> Run:
+        with self._lock:
+            return self._get(run_id)
+
+    def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
+                  limit: int = 100) -> list[Run]:
+        with self._lock:
+            runs = [self._runs[i] for i in reversed(self._order)]
+        return [r for r in runs if (status is None or r.status == status)
+                and (thread_id is None or r.thread_id == thread_id)][:limit]
+
+    def child_runs(self, run_id: str) -> list[Run]:
+        with self._lock:
+            return [self._runs[i] for i in self._order if self._runs[i].parent_run_id == run_id]
+
+    def acquire_lease(self, run_id: str, owner: str, expires_at: float, expected_fence: int) -> Run:
+        with self._lock:
+            run = self._get(run_id)
+            if run.fence != expected_fence:
+                raise LeaseLost(f"run {run_id}: lease taken by {run.lease_owner} first")
+            run = run.evolve(lease_owner=owner, lease_expires_at=expires_at, fence=run.fence + 1)
+            self._runs[run_id] = run
+            return run
+
+    def request_cancel(self, run_id: str, reason: str) -> None:
+        with self._lock:
+            self._get(run_id)
+            self._cancels[run_id] = reason
+
+    def cancel_request(self, run_id: str) -> str | None:
+        return self._cancels.get(run_id)
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        with self._lock:
+            self._get(run_id)
+            return list(self._checkpoints[run_id])
+
+    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        try:
+            return self._cp_by_id[checkpoint_id]
+        except KeyError:
+            raise NotFound(f"no checkpoint with id {checkpoint_id!r}") from None
+
+    def pending_writes(self, run_id: str) -> list[PendingWrite]:
+        with self._lock:
+            self._get(run_id)
+            return list(self._writes[run_id])
+
+    def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
+        out: dict[str, JSON] = {}
+        with self._lock:
+            for rid in run_ids:
+                for w in self._writes.get(rid, ()):
+                    if w.kind == WriteKind.WRITES:
+                        out.setdefault(w.node, w.value)
+        return out
+
+    def node_attempts(self, run_id: str) -> list[NodeAttempt]:
+        with self._lock:
+            return list(self._attempts.get(run_id, ()))
+
+    def journal(self, run_ids: Sequence[str]) -> list[JournalEntry]:
+        with self._lock:
+            return [e for rid in run_ids for e in self._journal.get(rid, ())]
+
+    def interrupts(self, run_id: str | None = None,
+                   status: InterruptStatus | None = None) -> list[Interrupt]:
+        with self._lock:
+            items = sorted(self._interrupts.values(), key=lambda i: (i.created_at, i.id))
+        return [i for i in items if (run_id is None or i.run_id == run_id)
+                and (status is None or i.status == status)]
+
+    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
+        with self._lock:
+            self._get(run_id)
+            return [e for e in self._events[run_id] if e.seq > after_seq]
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,367 @@
+"""SqlStore: SQLite (WAL, the embedded default) or PostgreSQL through SQLAlchemy Core.
+
+Durability follows the output-commit rule: ordinary batches commit with
+``synchronous=NORMAL`` (they survive a process crash; a power cut may lose the
+last few, which is safe because nothing outside saw them), and batches marked
+``durable`` — before an effect, when a run pauses or ends — are forced to disk.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, insert, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import SQLModel
+
+from ..errors import InvalidRequest, LeaseLost, NotFound
+from ..records import (Batch, Checkpoint, EffectStatus, Interrupt, InterruptKind, InterruptStatus,
+                       JournalEntry, NodeAttempt, PendingWrite, Run, RunKind, TraceEvent, WriteKind)
+from ..states import NodeStatus, RunStatus
+from .schema import (SCHEMA_VERSION, AttemptRow, CheckpointRow, EffectRow, EventRow, GraphRow,
+                     InterruptRow, RunRow, SchemaVersion, WriteRow)
+
+JSON = Any
+
+R, C, W, A, E, I, T = (t.__table__ for t in (RunRow, CheckpointRow, WriteRow, AttemptRow,  # type: ignore[attr-defined]
+                                             EffectRow, InterruptRow, EventRow))
+G = GraphRow.__table__  # type: ignore[attr-defined]
+
+#: ordered migrations: (version, statements). Version 1 is the create_all() schema.
+MIGRATIONS: list[tuple[int, list[str]]] = []
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class SqlStore:
+    durable = True
+
+    def __init__(self, url: str = "sqlite:///harness.db", *, echo: bool = False):
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {"echo": echo, "json_serializer": _dumps}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = create_engine(url, **kwargs)
+        if self.is_sqlite:
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._lock = threading.RLock()
+        self._pks: dict[str, int] = {}
+        self._last_states: dict[str, tuple[int, dict[str, str]]] = {}
+        self._migrate()
+
+    # ------------------------------------------------------------------ setup
+
+    def _migrate(self) -> None:
+        SQLModel.metadata.create_all(self.engine, tables=[t.__table__ for t in (  # type: ignore[attr-defined]
+            SchemaVersion, GraphRow, RunRow, CheckpointRow, WriteRow, AttemptRow, EffectRow,
+            InterruptRow, EventRow)])
+        sv = SchemaVersion.__table__  # type: ignore[attr-defined]
+        with self.engine.begin() as conn:
+            current = conn.execute(select(sv.c.version).order_by(sv.c.version.desc())).scalar()
+            if current is None:
+                conn.execute(insert(sv).values(version=SCHEMA_VERSION, applied_at=time.time()))
+                current = SCHEMA_VERSION
+            if current > SCHEMA_VERSION:
+                raise InvalidRequest(f"database schema {current} is newer than this version of "
+                                     f"Shadow Harness understands ({SCHEMA_VERSION}); upgrade it")
+            for version, statements in MIGRATIONS:
+                if version > current:
+                    for stmt in statements:
+                        conn.exec_driver_sql(stmt)
+                    conn.execute(insert(sv).values(version=version, applied_at=time.time()))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ writes
+
+    def save_graph(self, description: Mapping[str, JSON]) -> None:
+        with self.engine.begin() as conn:
+            found = conn.execute(select(G.c.version).where(G.c.version == description["version"])).first()
+            if found is None:
+                try:
+                    conn.execute(insert(G).values(version=description["version"], name=description["name"],
+                                                  description=dict(description)))
+                except IntegrityError:  # another process saved it first
+                    pass
+            elif description.get("ref"):
+                conn.execute(update(G).where(G.c.version == description["version"])
+                             .values(description=dict(description)))
+
+    def graph_description(self, version: str) -> Mapping[str, JSON] | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(G.c.description).where(G.c.version == version)).scalar()
+
+    def create_run(self, batch: Batch) -> None:
+        run = batch.run
+        if run is None:
+            raise InvalidRequest("create_run needs batch.run")
+        with self._lock, self._tx(batch.durable) as conn:
+            try:
+                pk = conn.execute(insert(R).values(**_run_values(run), id=run.id, thread_id=run.thread_id,
+                                                   graph_name=run.graph_name, graph_version=run.graph_version,
+                                                   kind=run.kind.value, parent_run_id=run.parent_run_id,
+                                                   base_checkpoint_id=run.base_checkpoint_id, input=dict(run.input),
+                                                   limits=dict(run.limits), max_concurrency=run.max_concurrency,
+                                                   created_at=run.created_at)).inserted_primary_key[0]
+            except IntegrityError:
+                raise InvalidRequest(f"run {run.id} already exists") from None
+            self._pks[run.id] = pk
+            self._write_children(conn, pk, batch)
+
+    def commit(self, batch: Batch) -> None:
+        with self._lock, self._tx(batch.durable) as conn:
+            pk = self._pk(conn, batch.run_id)
+            if batch.run is not None or batch.fence is not None:
+                stmt = update(R).where(R.c.pk == pk)
+                if batch.fence is not None:
+                    stmt = stmt.where(R.c.fence == batch.fence)
+                values = _run_values(batch.run) if batch.run is not None else {"fence": R.c.fence}
+                if batch.run is not None and batch.run.status != RunStatus.RUNNING:
+                    values["cancel_reason"] = None
+                if conn.execute(stmt.values(**values)).rowcount != 1:
+                    raise LeaseLost(f"run {batch.run_id}: another process took it over (fence {batch.fence} is stale)")
+            self._write_children(conn, pk, batch)
+
+    def _write_children(self, conn: Connection, pk: int, b: Batch) -> None:
+        if b.checkpoints:
+            conn.execute(insert(C), [self._checkpoint_row(conn, pk, cp) for cp in b.checkpoints])
+        if b.writes:
+            conn.execute(insert(W), [{"run_pk": pk, "checkpoint_seq": w.checkpoint_seq, "node": w.node,
+                                      "attempt": w.attempt, "kind": w.kind.value, "value": w.value,
+                                      "created_at": w.created_at} for w in b.writes])
+        if b.attempts:
+            conn.execute(insert(A), [{"run_pk": pk, "node": a.node, "attempt": a.attempt, "status": a.status.value,
+                                      "started_at": a.started_at, "ended_at": a.ended_at,
+                                      "error_class": a.error_class, "error": a.error, "decision": a.decision}
+                                     for a in b.attempts])
+        if b.effects:
+            conn.execute(insert(E), [{"run_pk": self._pk(conn, e.run_id), "node": e.node, "name": e.name,
+                                      "occurrence": e.occurrence, "attempt": e.attempt, "key": e.key,
+                                      "status": e.status.value, "request": e.request, "result": e.result,
+                                      "error": e.error, "at": e.at, "source": e.source} for e in b.effects])
+        for i in b.interrupts:
+            values = {"status": i.status.value, "answer": i.answer, "answered_at": i.answered_at}
+            if conn.execute(update(I).where(I.c.id == i.id).values(**values)).rowcount == 0:
+                conn.execute(insert(I).values(id=i.id, run_pk=self._pk(conn, i.run_id), node=i.node, slot=i.slot,
+                                              kind=i.kind.value, payload=i.payload,
+                                              response_schema=i.response_schema, created_at=i.created_at, **values))
+        if b.events:
+            conn.execute(insert(T), [{"run_pk": pk, "seq": e.seq, "at": e.at, "type": e.type, "node": e.node,
+                                      "attempt": e.attempt, "data": dict(e.data) or None} for e in b.events])
+
+    def _checkpoint_row(self, conn: Connection, pk: int, cp: Checkpoint) -> dict[str, Any]:
+        states = {n: s.value for n, s in cp.node_states.items()}
+        last = self._last_states.get(cp.run_id)
+        if last is None and cp.seq > 0:
+            prev = self._materialize(conn, pk, cp.seq - 1)
+            last = (cp.seq - 1, prev) if prev is not None else None
+        full = cp.snapshot is not None or last is None or last[0] != cp.seq - 1
+        stored = states if full else {n: s for n, s in states.items() if last[1].get(n) != s}  # type: ignore[index]
+        self._last_states[cp.run_id] = (cp.seq, states)
+        return {"id": cp.id, "run_pk": pk, "seq": cp.seq, "parent_id": cp.parent_id, "nodes": list(cp.nodes),
+                "states": stored, "full": full, "snapshot": dict(cp.snapshot) if cp.snapshot is not None else None,
+                "event_seq": cp.event_seq, "created_at": cp.created_at, "source": cp.source}
+
+    def acquire_lease(self, run_id: str, owner: str, expires_at: float, expected_fence: int) -> Run:
+        with self._lock, self._tx(True) as conn:
+            pk = self._pk(conn, run_id)
+            done = conn.execute(update(R).where(R.c.pk == pk, R.c.fence == expected_fence).values(
+                lease_owner=owner, lease_expires_at=expires_at, fence=expected_fence + 1)).rowcount
+            if done != 1:
+                raise LeaseLost(f"run {run_id}: another process took the lease first")
+            self._last_states.pop(run_id, None)
+            return _run(conn.execute(select(R).where(R.c.pk == pk)).one())
+
+    def request_cancel(self, run_id: str, reason: str) -> None:
+        with self._tx(True) as conn:
+            if conn.execute(update(R).where(R.c.id == run_id).values(cancel_reason=reason)).rowcount == 0:
+                raise NotFound(f"no run with id {run_id!r}")
+
+    def cancel_request(self, run_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(R.c.cancel_reason).where(R.c.id == run_id)).scalar()
+
+    def _tx(self, durable: bool) -> Any:
+        return _Transaction(self.engine, durable and self.is_sqlite)
+
+    # ------------------------------------------------------------------ reads
+
+    def _pk(self, conn: Connection, run_id: str) -> int:
+        pk = self._pks.get(run_id)
+        if pk is None:
+            pk = conn.execute(select(R.c.pk).where(R.c.id == run_id)).scalar()
+            if pk is None:
+                raise NotFound(f"no run with id {run_id!r}")
+            self._pks[run_id] = pk
+        return pk
+
+    def get_run(self, run_id: str) -> Run:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(R).where(R.c.id == run_id)).first()
+        if row is None:
+            raise NotFound(f"no run with id {run_id!r}")
+        return _run(row)
+
+    def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
+                  limit: int = 100) -> list[Run]:
+        stmt = select(R).order_by(R.c.pk.desc()).limit(limit)
+        if status is not None:
+            stmt = stmt.where(R.c.status == status.value)
+        if thread_id is not None:
+            stmt = stmt.where(R.c.thread_id == thread_id)
+        with self.engine.connect() as conn:
+            return [_run(r) for r in conn.execute(stmt)]
+
+    def child_runs(self, run_id: str) -> list[Run]:
+        with self.engine.connect() as conn:
+            return [_run(r) for r in conn.execute(select(R).where(R.c.parent_run_id == run_id).order_by(R.c.pk))]
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        with self.engine.connect() as conn:
+            pk = self._pk(conn, run_id)
+            rows = conn.execute(select(C).where(C.c.run_pk == pk).order_by(C.c.seq)).all()
+        out, states = [], {}
+        for row in rows:
+            states = dict(row.states) if row.full else {**states, **row.states}
+            out.append(_checkpoint(run_id, row, states))
+        return out
+
+    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(C).where(C.c.id == checkpoint_id)).first()
+            if row is None:
+                raise NotFound(f"no checkpoint with id {checkpoint_id!r}")
+            run_id = conn.execute(select(R.c.id).where(R.c.pk == row.run_pk)).scalar_one()
+            states = self._materialize(conn, row.run_pk, row.seq) or {}
+        return _checkpoint(run_id, row, states)
+
+    def _materialize(self, conn: Connection, pk: int, seq: int) -> dict[str, str] | None:
+        """Full node states at checkpoint ``seq``: the last full row at or before it plus deltas."""
+        base = conn.execute(select(C.c.seq).where(C.c.run_pk == pk, C.c.seq <= seq, C.c.full.is_(True))
+                            .order_by(C.c.seq.desc()).limit(1)).scalar()
+        if base is None:
+            return None
+        states: dict[str, str] = {}
+        for row in conn.execute(select(C.c.states).where(C.c.run_pk == pk, C.c.seq >= base, C.c.seq <= seq)
+                                .order_by(C.c.seq)):
+            states.update(row.states)
+        return states
+
+    def pending_writes(self, run_id: str) -> list[PendingWrite]:
+        with self.engine.connect() as conn:
+            pk = self._pk(conn, run_id)
+            rows = conn.execute(select(W).where(W.c.run_pk == pk).order_by(W.c.pk)).all()
+        return [PendingWrite(run_id, r.checkpoint_seq, r.node, r.attempt, WriteKind(r.kind), r.value, r.created_at)
+                for r in rows]
+
+    def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
+        out: dict[str, JSON] = {}
+        with self.engine.connect() as conn:
+            for rid in run_ids:
+                pk = self._pk(conn, rid)
+                for r in conn.execute(select(W.c.node, W.c.value).where(
+                        W.c.run_pk == pk, W.c.kind == WriteKind.WRITES.value).order_by(W.c.pk)):
+                    out.setdefault(r.node, r.value)
+        return out
+
+    def node_attempts(self, run_id: str) -> list[NodeAttempt]:
+        with self.engine.connect() as conn:
+            pk = self._pk(conn, run_id)
+            rows = conn.execute(select(A).where(A.c.run_pk == pk).order_by(A.c.pk)).all()
+        return [NodeAttempt(run_id, r.node, r.attempt, NodeStatus(r.status), r.started_at, r.ended_at,
+                            r.error_class, r.error, r.decision) for r in rows]
+
+    def journal(self, run_ids: Sequence[str]) -> list[JournalEntry]:
+        out: list[JournalEntry] = []
+        with self.engine.connect() as conn:
+            for rid in run_ids:
+                pk = self._pk(conn, rid)
+                for r in conn.execute(select(E).where(E.c.run_pk == pk).order_by(E.c.pk)):
+                    out.append(JournalEntry(rid, r.node, r.name, r.occurrence, r.attempt, r.key,
+                                            EffectStatus(r.status), r.request, r.result, r.error, r.at, r.source))
+        return out
+
+    def interrupts(self, run_id: str | None = None,
+                   status: InterruptStatus | None = None) -> list[Interrupt]:
+        stmt = select(I, R.c.id.label("run_id")).join(R, R.c.pk == I.c.run_pk).order_by(I.c.created_at, I.c.id)
+        if run_id is not None:
+            stmt = stmt.where(R.c.id == run_id)
+        if status is not None:
+            stmt = stmt.where(I.c.status == status.value)
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        return [Interrupt(r.id, r.run_id, r.node, r.slot, InterruptKind(r.kind), r.payload,
+                          InterruptStatus(r.status), r.created_at, r.response_schema, r.answer, r.answered_at)
+                for r in rows]
+
+    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
+        with self.engine.connect() as conn:
+            pk = self._pk(conn, run_id)
+            rows = conn.execute(select(T).where(T.c.run_pk == pk, T.c.seq > after_seq).order_by(T.c.seq)).all()
+        return [TraceEvent(run_id, r.seq, r.at, r.type, r.node, r.attempt, r.data or {}) for r in rows]
+
+
+class _Transaction:
+    """``engine.begin()`` that forces this commit to disk when asked (SQLite)."""
+
+    def __init__(self, engine: Engine, force: bool):
+        self.engine, self.force = engine, force
+
+    def __enter__(self) -> Connection:
+        self.conn = self.engine.connect()
+        if self.force:  # on the driver connection: a SQLAlchemy statement would open the transaction
+            self.conn.connection.dbapi_connection.execute("PRAGMA synchronous=FULL")
+        self.tx = self.conn.begin()
+        return self.conn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if exc_type is None:
+                self.tx.commit()
+            else:
+                self.tx.rollback()
+        finally:
+            if self.force:
+                self.conn.connection.dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+            self.conn.close()
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+def _run_values(run: Run) -> dict[str, Any]:
+    return {"status": run.status.value, "error": dict(run.error) if run.error else None,
+            "usage": dict(run.usage), "head_seq": run.head_seq, "event_seq": run.event_seq,
+            "fence": run.fence, "lease_owner": run.lease_owner, "lease_expires_at": run.lease_expires_at,
+            "updated_at": run.updated_at}
+
+
+def _run(r: Any) -> Run:
+    return Run(id=r.id, thread_id=r.thread_id, graph_name=r.graph_name, graph_version=r.graph_version,
+               status=RunStatus(r.status), kind=RunKind(r.kind), input=r.input, created_at=r.created_at,
+               updated_at=r.updated_at, parent_run_id=r.parent_run_id, base_checkpoint_id=r.base_checkpoint_id,
+               error=r.error, limits=r.limits or {}, usage=r.usage or {}, max_concurrency=r.max_concurrency,
+               head_seq=r.head_seq, event_seq=r.event_seq, fence=r.fence, lease_owner=r.lease_owner,
+               lease_expires_at=r.lease_expires_at)
+
+
+def _checkpoint(run_id: str, r: Any, states: Mapping[str, str]) -> Checkpoint:
+    return Checkpoint(id=r.id, run_id=run_id, seq=r.seq, parent_id=r.parent_id, nodes=tuple(r.nodes or ()),
+                      node_states={n: NodeStatus(s) for n, s in states.items()}, event_seq=r.event_seq,
+                      created_at=r.created_at, source=r.source, snapshot=r.snapshot)

@@ -1,0 +1,260 @@
+"""Graph validation: collect every problem, with its location, before anything runs."""
+
+from __future__ import annotations
+
+import heapq
+import re
+import inspect
+import typing
+from collections.abc import Sequence
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from .errors import GraphError, Problem
+from .graph import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
+
+_CTX_NAMES = {"ctx", "context"}
+_ID = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> ExecutableGraph:
+    problems: list[Problem] = []
+    if not isinstance(name, str) or not name:
+        problems.append(Problem("graph", "a graph needs a non-empty name"))
+    if not decls:
+        problems.append(Problem("graph", "a graph needs at least one node"))
+
+    first_at: dict[str, str] = {}
+    good: list[NodeDecl] = []
+    for d in decls:
+        if not isinstance(d.name, str) or not _ID.fullmatch(d.name):
+            problems.append(Problem(d.location, f"node id {d.name!r} must be a non-empty string of letters, digits, '_', '-' or '.'"))
+            continue
+        if d.name.startswith("__"):
+            problems.append(Problem(d.location, f"node id {d.name!r}: ids starting with '__' are reserved"))
+            continue
+        if d.name in first_at:
+            problems.append(Problem(d.location, f"duplicate node id {d.name!r} (first declared at {first_at[d.name]})"))
+            continue
+        first_at[d.name] = d.location
+        good.append(d)
+
+    names = set(first_at)
+    deps: dict[str, list[str]] = {}
+    specs: list[NodeSpec] = []
+    for d in good:
+        deps[d.name] = _check_deps(d, names, problems)
+        spec = _check_node(d, problems)
+        if spec is not None:
+            specs.append(spec)
+
+    cycles = _cycles(deps)
+    for cycle in cycles:
+        problems.append(Problem(f"node {cycle[0]!r}", "cycle: " + " → ".join([*cycle, cycle[0]])))
+    problems.extend(_unreachable(deps, names, {n for c in cycles for n in c}, decls))
+
+    if problems:
+        raise GraphError(problems)
+    return ExecutableGraph(name, state, specs, _canonical_order(deps))
+
+
+def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[str]:
+    after = d.after
+    if isinstance(after, str) or not isinstance(after, (list, tuple)):
+        problems.append(Problem(d.location, f"after must be a list of node ids, got {after!r}"))
+        return []
+    out: list[str] = []
+    for i, dep in enumerate(after):
+        if dep not in names:
+            hint = f"; known nodes: {', '.join(sorted(names))}" if names else ""
+            problems.append(Problem(f"{d.location} after[{i}]", f"unknown dependency {dep!r}{hint}"))
+        elif dep in out:
+            problems.append(Problem(f"{d.location} after[{i}]", f"dependency {dep!r} listed twice"))
+        else:
+            out.append(dep)
+    return out
+
+
+def _check_node(d: NodeDecl, problems: list[Problem]) -> NodeSpec | None:
+    before = len(problems)
+    if not callable(d.fn):
+        problems.append(Problem(d.location, f"node function {d.fn!r} is not callable"))
+        return None
+    if d.timeout is not None and (not isinstance(d.timeout, (int, float)) or d.timeout <= 0):
+        problems.append(Problem(d.location, f"timeout must be a positive number of seconds, got {d.timeout!r}"))
+    if d.when is not None and not callable(d.when):
+        problems.append(Problem(d.location, f"when= must be a callable taking the state, got {d.when!r}"))
+    retry = d.retry
+    if not isinstance(retry, RetryPolicy) or retry.max_attempts < 1 or retry.initial_interval < 0:
+        problems.append(Problem(d.location, f"retry must be a RetryPolicy with max_attempts >= 1, got {retry!r}"))
+    wants_ctx = _check_signature(d, problems)
+    if len(problems) > before:
+        return None
+    return NodeSpec(
+        name=d.name, fn=d.fn, after=tuple(d.after), retry=retry, timeout=d.timeout, when=d.when,
+        args=dict(d.args), is_async=inspect.iscoroutinefunction(d.fn), wants_ctx=wants_ctx,
+        fn_ref=d.fn_ref, when_ref=d.when_ref, location=d.location,
+    )
+
+
+def _check_signature(d: NodeDecl, problems: list[Problem]) -> bool:
+    """Check that ``fn(state[, ctx], **args)`` can be called with the node's args."""
+    try:
+        sig = inspect.signature(d.fn)
+    except (TypeError, ValueError):
+        return True
+    if not isinstance(d.args, dict):
+        problems.append(Problem(d.location, f"args must be an object, got {d.args!r}"))
+        return False
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not positional:
+        problems.append(Problem(d.location, "node function must take the state as its first parameter"))
+        return False
+    rest = positional[1:]
+    wants_ctx = bool(rest) and rest[0].name in _CTX_NAMES
+    if wants_ctx:
+        rest = rest[1:]
+    keywords = {p.name: p for p in [*rest, *(p for p in params if p.kind == p.KEYWORD_ONLY)]}
+    accepts_any = any(p.kind == p.VAR_KEYWORD for p in params)
+    try:
+        hints = typing.get_type_hints(d.fn)
+    except Exception:  # unresolved forward references: skip type checks, keep the rest
+        hints = {}
+    for key, value in d.args.items():
+        p = keywords.get(key)
+        if p is None:
+            if not accepts_any:
+                problems.append(Problem(f"{d.location} args.{key}",
+                                        f"unexpected argument {key!r}; the function takes: "
+                                        f"{', '.join(keywords) or 'no arguments'}"))
+            continue
+        if key in hints:
+            try:
+                TypeAdapter(hints[key]).validate_python(value)
+            except ValidationError as e:
+                msg = e.errors()[0]["msg"]
+                problems.append(Problem(f"{d.location} args.{key}", f"{msg} (got {value!r})"))
+            except Exception:  # a type pydantic cannot check: leave it to run time
+                pass
+    for key, p in keywords.items():
+        if p.default is p.empty and key not in d.args:
+            problems.append(Problem(f"{d.location} args", f"missing required argument {key!r}"))
+    return wants_ctx
+
+
+def _cycles(deps: dict[str, list[str]]) -> list[list[str]]:
+    """One named cycle per strongly connected component that has one (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+
+    def visit(root: str) -> None:
+        nonlocal counter
+        work = [(root, iter(sorted(deps.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in deps:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(deps.get(w, ())))))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in deps.get(v, ()):
+                    out.append(_cycle_path(set(comp), deps))
+
+    for n in sorted(deps):
+        if n not in index:
+            visit(n)
+    return sorted(out)
+
+
+def _cycle_path(comp: set[str], deps: dict[str, list[str]]) -> list[str]:
+    """A concrete cycle through the component, read in execution order."""
+    start = min(comp)
+    path, seen = [start], {start}
+    node = start
+    while True:
+        # follow edges backwards (dep -> node) so the printed cycle reads "a runs before b"
+        nxt = sorted(n for n in comp if node in deps.get(n, ()))
+        step = next((n for n in nxt if n == start), None) if len(path) > 1 else None
+        if step is not None:
+            return path
+        candidates = [n for n in nxt if n not in seen]
+        if not candidates:
+            # close the loop at the first node already on the path
+            back = next(n for n in nxt if n in seen)
+            return path[path.index(back):]
+        node = candidates[0]
+        path.append(node)
+        seen.add(node)
+
+
+def _unreachable(deps: dict[str, list[str]], names: set[str], in_cycle: set[str],
+                 decls: Sequence[NodeDecl]) -> list[Problem]:
+    """Nodes that can never start: a dependency is in a cycle or depends on one."""
+    where = {d.name: d.location for d in decls if isinstance(d.name, str)}
+    blocked: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for n in sorted(names - in_cycle - set(blocked)):
+            for dep in deps.get(n, ()):
+                if dep in in_cycle:
+                    blocked[n] = f"depends on {dep!r}, which is in a cycle"
+                elif dep in blocked:
+                    blocked[n] = f"depends on {dep!r}, which can never start"
+                else:
+                    continue
+                changed = True
+                break
+    return [Problem(where.get(n, f"node {n!r}"), f"unreachable: {why}") for n, why in sorted(blocked.items())]
+
+
+def _canonical_order(deps: dict[str, list[str]]) -> list[str]:
+    """Topological order with ties broken by node id, so it is the same for any
+    declaration order of the same structure."""
+    remaining = {n: len(ds) for n, ds in deps.items()}
+    children: dict[str, list[str]] = {n: [] for n in deps}
+    for n, ds in deps.items():
+        for d in ds:
+            children[d].append(n)
+    heap = [n for n, k in remaining.items() if k == 0]
+    heapq.heapify(heap)
+    order: list[str] = []
+    while heap:
+        n = heapq.heappop(heap)
+        order.append(n)
+        for c in children[n]:
+            remaining[c] -= 1
+            if remaining[c] == 0:
+                heapq.heappush(heap, c)
+    return order
