@@ -85,7 +85,7 @@ def fold(
     writer: dict[str, str] = {}
     for node, update in writes:
         for field, value in update.items():
-            red = reducers[field]
+            red = reducers.get(field, last_value)
             if red.conflicts and ordered is not None:
                 prev = writer.get(field)
                 if prev is not None and not ordered(prev, node):
