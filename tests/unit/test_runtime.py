@@ -1,0 +1,501 @@
+"""Runtime behaviour a user relies on, on every store: failure vs cancel, retries by
+error class, deadlines, limits, interrupts, in-doubt effects, continuations."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import (ErrorClass, Graph, InvalidAnswer, InvalidRequest, NodeStatus, PermissionDeniedError,
+                     RetryPolicy, Runtime, RunKind, RunStatus, TransientError, append)
+from runtime.records import InterruptKind, InterruptStatus
+
+FAST = dict(initial_interval=0.001, backoff=1.0)
+
+
+class S(BaseModel):
+    log: Annotated[list[str], append] = []
+    value: str = ""
+    n: int = 0
+
+
+async def final_state(rt: Runtime, run_id: str) -> S:
+    return await rt.state_at((await rt.history(run_id))[-1].id)  # type: ignore[return-value]
+
+
+async def node_status(rt: Runtime, run_id: str, node: str) -> NodeStatus:
+    return (await rt.history(run_id))[-1].node_states[node]
+
+
+# --------------------------------------------------------------------------- failure vs cancel
+
+async def test_failure_is_classified_and_not_retried_for_invalid_input(rt: Runtime):
+    g = Graph("g", state=S)
+    calls = []
+
+    @g.node(retry=RetryPolicy(max_attempts=3, **FAST))
+    def bad(state):
+        calls.append(1)
+        raise ValueError("order id must be positive")
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED
+    assert run.error["class"] == ErrorClass.INVALID_INPUT
+    assert "order id must be positive" in run.error["message"] and run.error["node"] == "bad"
+    assert len(calls) == 1
+    attempt = (await rt.attempts(run.id))[0]
+    assert attempt.error_class == "invalid_input" and attempt.decision.startswith("fail: invalid_input")
+
+
+async def test_cancel_ends_cancelled_with_reason_and_nothing_retries(rt: Runtime):
+    g = Graph("g", state=S)
+    started = asyncio.Event()
+    attempts = []
+
+    @g.node(retry=RetryPolicy(max_attempts=5, **FAST))
+    async def slow(state):
+        attempts.append(1)
+        started.set()
+        await asyncio.sleep(30)
+
+    task = asyncio.create_task(rt.start(g, {}))
+    await started.wait()
+    run_id = (await rt.runs())[0].id
+    cancelled = await rt.cancel(run_id, "operator stopped it")
+    assert cancelled.status == RunStatus.CANCELLED
+    assert cancelled.error == {"class": "cancelled", "message": "operator stopped it"}
+    assert (await task).status == RunStatus.CANCELLED
+    assert attempts == [1]
+    assert await node_status(rt, run_id, "slow") == NodeStatus.CANCELLED
+    assert (await rt.attempts(run_id))[0].error_class == "cancelled"
+
+
+async def test_terminal_runs_cannot_be_cancelled_or_resumed(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: None)
+    run = await rt.start(g, {})
+    with pytest.raises(InvalidRequest, match="already succeeded"):
+        await rt.cancel(run.id)
+    with pytest.raises(InvalidRequest, match="already succeeded"):
+        await rt.resume(run.id)
+    assert (await rt.get_run(run.id)).status == RunStatus.SUCCEEDED
+
+
+async def test_cancelling_a_paused_run_closes_its_interrupts(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node()
+    async def ask(state, ctx):
+        await ctx.interrupt({"q": "go?"})
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.INTERRUPTED
+    run = await rt.cancel(run.id, "no longer needed")
+    assert run.status == RunStatus.CANCELLED
+    assert [i.status for i in await rt.interrupts(run.id, pending=False)] == [InterruptStatus.CANCELLED]
+    assert await node_status(rt, run.id, "ask") == NodeStatus.CANCELLED
+
+
+# --------------------------------------------------------------------------- retries by class
+
+async def test_transient_errors_retry_with_backoff_until_max_attempts(rt: Runtime):
+    g = Graph("g", state=S)
+    seen = []
+
+    @g.node(retry=RetryPolicy(max_attempts=3, initial_interval=0.01, backoff=2.0))
+    async def flaky(state, ctx):
+        seen.append((ctx.attempt, time.monotonic()))
+        raise TransientError("503 from upstream")
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED and run.error["class"] == "transient"
+    assert [a for a, _ in seen] == [1, 2, 3]
+    assert seen[2][1] - seen[1][1] >= 0.019  # second backoff is twice the first
+    decisions = [a.decision for a in await rt.attempts(run.id)]
+    assert decisions[0].startswith("retry in 0.01s") and decisions[1].startswith("retry in 0.02s")
+    assert decisions[2] == "fail: 3 failure(s), max_attempts=3"
+
+
+async def test_transient_error_recovers_on_retry(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node(retry=RetryPolicy(max_attempts=3, **FAST))
+    def flaky(state, ctx):
+        if ctx.attempt < 3:
+            raise ConnectionError("reset by peer")
+        return {"value": f"ok on {ctx.attempt}"}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.SUCCEEDED
+    assert (await final_state(rt, run.id)).value == "ok on 3"
+
+
+async def test_permission_errors_fail_fast(rt: Runtime):
+    g = Graph("g", state=S)
+    calls = []
+
+    @g.node(retry=RetryPolicy(max_attempts=3, **FAST))
+    def denied(state):
+        calls.append(1)
+        raise PermissionDeniedError("token lacks refunds:write")
+
+    run = await rt.start(g, {})
+    assert run.error["class"] == "permission" and calls == [1]
+
+
+async def test_retry_on_can_include_other_classes(rt: Runtime):
+    g = Graph("g", state=S)
+    calls = []
+
+    @g.node(retry=RetryPolicy(max_attempts=2, retry_on=frozenset({ErrorClass.INTERNAL}), **FAST))
+    def buggy(state):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("flake")
+        return {"n": 1}
+
+    assert (await rt.start(g, {})).status == RunStatus.SUCCEEDED and len(calls) == 2
+
+
+# --------------------------------------------------------------------------- deadlines and limits
+
+async def test_run_deadline_bounds_node_and_effect_deadlines(rt: Runtime):
+    g = Graph("g", state=S)
+    seen = {}
+
+    @g.node(timeout=60)
+    async def a(state, ctx):
+        seen["node"] = (ctx.deadline, ctx.remaining())
+        seen["effect"] = await ctx.effect("e", lambda info: info.deadline)
+        return None
+
+    before = time.time()
+    run = await rt.start(g, {}, deadline=5.0)
+    assert run.status == RunStatus.SUCCEEDED
+    deadline, remaining = seen["node"]
+    assert before + 4.5 < deadline <= before + 5.1  # the run deadline, not the 60 s node timeout
+    assert 4.0 < remaining <= 5.0
+    assert seen["effect"] == deadline
+
+
+async def test_node_timeout_sets_the_attempt_deadline_and_retries(rt: Runtime):
+    g = Graph("g", state=S)
+    remaining = []
+
+    @g.node(timeout=0.05, retry=RetryPolicy(max_attempts=2, **FAST))
+    async def slow(state, ctx):
+        remaining.append(ctx.remaining())
+        await asyncio.sleep(1)
+
+    run = await rt.start(g, {}, deadline=30)
+    assert run.status == RunStatus.FAILED and run.error["class"] == "deadline"
+    assert len(remaining) == 2 and all(0 < r <= 0.05 for r in remaining)
+    assert "passed its deadline (timeout 0.05s)" in run.error["message"]
+
+
+async def test_run_deadline_ends_the_run_with_its_reason(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node(retry=RetryPolicy(max_attempts=5, **FAST))
+    async def slow(state):
+        await asyncio.sleep(5)
+
+    t0 = time.monotonic()
+    run = await rt.start(g, {}, deadline=0.1)
+    assert time.monotonic() - t0 < 2
+    assert run.status == RunStatus.FAILED and run.error["class"] == "deadline"
+    assert len(await rt.attempts(run.id)) == 1  # the run deadline is not retried
+
+
+async def test_max_steps_ends_a_long_run(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: None)
+    g.add_node("b", lambda s: None, after=["a"])
+    g.add_node("c", lambda s: None, after=["b"])
+    run = await rt.start(g, {}, max_steps=2)
+    assert run.status == RunStatus.FAILED and run.error["class"] == "limit_exceeded"
+    assert "max_steps=2" in run.error["message"]
+    assert run.usage["steps"] == 2
+
+
+async def test_token_budget_is_enforced_through_usage(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node()
+    async def llm(state, ctx):
+        ctx.usage(tokens=600, cost=0.01)
+        ctx.usage(tokens=600, cost=0.01)
+        return {"value": "never"}
+
+    run = await rt.start(g, {}, max_tokens=1000)
+    assert run.status == RunStatus.FAILED and run.error["class"] == "limit_exceeded"
+    assert "tokens 1200 > max_tokens 1000" in run.error["message"]
+    assert (await rt.get_run(run.id)).usage["tokens"] == 1200
+
+
+async def test_bad_limits_and_input_are_rejected_before_anything_is_stored(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: None)
+    with pytest.raises(InvalidRequest, match="deadline must be a positive number"):
+        await rt.start(g, {}, deadline=-1)
+    with pytest.raises(InvalidRequest, match="n: Input should be a valid integer"):
+        await rt.start(g, {"n": "lots"})
+    assert await rt.runs() == []
+
+
+# --------------------------------------------------------------------------- writes
+
+async def test_unknown_write_field_fails_the_node_naming_the_field(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: {"colour": "red"})
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED and run.error["class"] == "invalid_input"
+    assert "'colour'" in run.error["message"]
+
+
+async def test_invalid_write_value_names_the_field(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: {"n": "many"})
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED and "field 'n'" in run.error["message"]
+
+
+async def test_unordered_last_value_writers_conflict(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("left", lambda s: {"value": "L"})
+    g.add_node("right", lambda s: {"value": "R"})
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED
+    assert "'left' and 'right' both write last-value field 'value'" in run.error["message"]
+
+
+# --------------------------------------------------------------------------- branches
+
+async def test_when_false_skips_and_skips_propagate_and_joins_run(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("start", lambda s: {"n": 3})
+    g.add_node("big", lambda s: {"log": ["big"]}, after=["start"], when=lambda s: s.n > 10)
+    g.add_node("after_big", lambda s: {"log": ["after_big"]}, after=["big"])
+    g.add_node("small", lambda s: {"log": ["small"]}, after=["start"], when=lambda s: s.n <= 10)
+    g.add_node("join", lambda s: {"log": ["join"]}, after=["after_big", "small"])
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.SUCCEEDED
+    states = (await rt.history(run.id))[-1].node_states
+    assert states["big"] == states["after_big"] == NodeStatus.SKIPPED
+    assert states["join"] == NodeStatus.SUCCEEDED
+    assert (await final_state(rt, run.id)).log == ["small", "join"]
+
+
+# --------------------------------------------------------------------------- interrupts
+
+class Approval(BaseModel):
+    approve: bool
+    note: str = ""
+
+
+async def test_effects_before_each_interrupt_run_once_across_resumes(rt: Runtime):
+    g = Graph("g", state=S)
+    calls = {"charge": 0, "notify": 0}
+
+    def charge():
+        calls["charge"] += 1
+        return "charged"
+
+    def notify():
+        calls["notify"] += 1
+        return "notified"
+
+    @g.node()
+    async def two_questions(state, ctx):
+        a = await ctx.effect("charge", charge)
+        first = await ctx.interrupt({"q": "first?"}, response=Approval)
+        b = await ctx.effect("notify", notify)
+        second = await ctx.interrupt({"q": "second?"})
+        return {"value": f"{a},{first.approve},{b},{second}"}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.INTERRUPTED
+    run = await rt.resume(run.id, {"approve": True})
+    assert run.status == RunStatus.INTERRUPTED
+    run = await rt.resume(run.id, "yes")
+    assert run.status == RunStatus.SUCCEEDED
+    assert calls == {"charge": 1, "notify": 1}
+    assert (await final_state(rt, run.id)).value == "charged,True,notified,yes"
+
+
+async def test_invalid_answer_is_rejected_and_the_run_stays_paused(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node()
+    async def ask(state, ctx):
+        answer = await ctx.interrupt({"q": "approve?"}, response=Approval)
+        return {"value": str(answer.approve)}
+
+    run = await rt.start(g, {})
+    events_before = len(await rt.events(run.id))
+    with pytest.raises(InvalidAnswer, match="approve: Input should be a valid boolean"):
+        await rt.resume(run.id, {"approve": "perhaps"})
+    with pytest.raises(InvalidAnswer, match="approve: Field required"):
+        await rt.resume(run.id, {"note": "x"})
+    after = await rt.get_run(run.id)
+    assert after.status == RunStatus.INTERRUPTED and after.fence == run.fence
+    assert len(await rt.events(run.id)) == events_before
+    assert (await rt.resume(run.id, {"approve": False})).status == RunStatus.SUCCEEDED
+
+
+async def test_parallel_interrupts_are_answered_by_id(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node()
+    def left(state, ctx):  # a sync node: ctx.interrupt blocks and returns the answer
+        return {"log": [f"left:{ctx.interrupt('left?')}"]}
+
+    @g.node()
+    async def right(state, ctx):
+        return {"log": [f"right:{await ctx.interrupt('right?')}"]}
+
+    run = await rt.start(g, {})
+    pending = await rt.interrupts(run.id)
+    assert run.status == RunStatus.INTERRUPTED and len(pending) == 2
+    with pytest.raises(InvalidAnswer, match="2 pending interrupts"):
+        await rt.resume(run.id, "both")
+    with pytest.raises(InvalidAnswer, match="no pending interrupt int_bogus"):
+        await rt.resume(run.id, answers={"int_bogus": 1})
+    by_node = {i.node: i.id for i in pending}
+    run = await rt.resume(run.id, answers={by_node["left"]: "L"})
+    assert run.status == RunStatus.INTERRUPTED  # right still waits
+    run = await rt.resume(run.id, answers={by_node["right"]: "R"})
+    assert run.status == RunStatus.SUCCEEDED
+    assert (await final_state(rt, run.id)).log == ["left:L", "right:R"]
+
+
+async def test_sibling_of_an_interrupted_node_finishes_and_is_kept(rt: Runtime):
+    g = Graph("g", state=S)
+    calls = []
+
+    @g.node()
+    async def ask(state, ctx):
+        return {"value": await ctx.interrupt("ok?")}
+
+    @g.node()
+    async def work(state):
+        await asyncio.sleep(0.02)
+        calls.append(1)
+        return {"log": ["work"]}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.INTERRUPTED
+    assert await node_status(rt, run.id, "work") == NodeStatus.SUCCEEDED
+    run = await rt.resume(run.id, "fine")
+    assert calls == [1] and (await final_state(rt, run.id)).model_dump() == {"log": ["work"], "value": "fine", "n": 0}
+
+
+# --------------------------------------------------------------------------- in-doubt effects
+
+def hanging_graph(calls: list[str], idempotent: bool = False) -> Graph:
+    """An effect whose first call outlives the attempt's timeout: its outcome is unknown."""
+    g = Graph("g", state=S)
+
+    async def pay(info):
+        calls.append(info.key)
+        if len(calls) == 1:
+            await asyncio.sleep(5)
+        return f"paid:{len(calls)}"
+
+    @g.node(timeout=0.1, retry=RetryPolicy(max_attempts=2, **FAST))
+    async def charge(state, ctx):
+        return {"value": await ctx.effect("pay", pay, request={"amount": 5}, idempotent=idempotent)}
+
+    return g
+
+
+async def test_in_doubt_effect_interrupts_for_a_person(rt: Runtime):
+    calls: list[str] = []
+    run = await rt.start(hanging_graph(calls), {})
+    assert run.status == RunStatus.INTERRUPTED
+    [question] = await rt.interrupts(run.id)
+    assert question.kind == InterruptKind.IN_DOUBT and question.payload["value"]["effect"] == "pay"
+    with pytest.raises(InvalidAnswer):
+        await rt.resume(run.id, {"action": "maybe"})
+    run = await rt.resume(run.id, {"action": "result", "result": "paid-by-hand"})
+    assert run.status == RunStatus.SUCCEEDED and len(calls) == 1
+    assert (await final_state(rt, run.id)).value == "paid-by-hand"
+
+
+async def test_in_doubt_retry_calls_again_with_the_same_key(rt: Runtime):
+    calls: list[str] = []
+    run = await rt.start(hanging_graph(calls), {})
+    run = await rt.resume(run.id, {"action": "retry"})
+    assert run.status == RunStatus.SUCCEEDED and len(calls) == 2 and calls[0] == calls[1]
+
+
+async def test_in_doubt_abort_fails_the_node(rt: Runtime):
+    calls: list[str] = []
+    run = await rt.start(hanging_graph(calls), {})
+    run = await rt.resume(run.id, {"action": "abort"})
+    assert run.status == RunStatus.FAILED and run.error["class"] == "in_doubt_effect"
+
+
+async def test_idempotent_in_doubt_effect_is_repeated_with_the_same_key(rt: Runtime):
+    calls: list[str] = []
+    run = await rt.start(hanging_graph(calls, idempotent=True), {})
+    assert run.status == RunStatus.SUCCEEDED
+    assert len(calls) == 2 and calls[0] == calls[1]
+
+
+# --------------------------------------------------------------------------- continuation
+
+async def test_resuming_a_failed_run_continues_in_a_new_run_without_redoing_work(rt: Runtime):
+    g = Graph("g", state=S)
+    calls = {"a": 0, "b": 0, "effect": 0}
+
+    def bump():
+        calls["effect"] += 1
+        return calls["effect"]
+
+    @g.node()
+    async def a(state, ctx):
+        calls["a"] += 1
+        await ctx.effect("bump", bump)
+        return {"log": ["a"]}
+
+    @g.node(after=["a"])
+    def b(state):
+        calls["b"] += 1
+        if calls["b"] == 1:
+            raise RuntimeError("bug fixed in the next deploy")
+        return {"log": ["b"]}
+
+    failed = await rt.start(g, {})
+    assert failed.status == RunStatus.FAILED
+    cont = await rt.resume(failed.id)
+    assert cont.id != failed.id and cont.kind == RunKind.CONTINUATION
+    assert cont.parent_run_id == failed.id and cont.thread_id == failed.thread_id
+    assert cont.status == RunStatus.SUCCEEDED
+    assert calls == {"a": 1, "b": 2, "effect": 1}
+    assert (await rt.get_run(failed.id)).status == RunStatus.FAILED
+    assert [r.id for r in rt.store.child_runs(failed.id)] == [cont.id]
+    assert (await final_state(rt, cont.id)).log == ["a", "b"]
+    assert cont.base_checkpoint_id == (await rt.history(failed.id))[-1].id
+
+
+async def test_resume_with_an_answer_on_a_run_that_is_not_paused_is_rejected(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: (_ for _ in ()).throw(ValueError("x")))
+    run = await rt.start(g, {})
+    with pytest.raises(InvalidRequest, match="not interrupted"):
+        await rt.resume(run.id, {"approve": True})
+    assert rt.store.child_runs(run.id) == []
+
+
+async def test_submit_queues_and_resume_claims(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: {"n": 1})
+    queued = await rt.submit(g, {})
+    assert queued.status == RunStatus.QUEUED
+    run = await rt.resume(queued.id)
+    assert run.id == queued.id and run.status == RunStatus.SUCCEEDED
