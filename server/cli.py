@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from runtime import HarnessError, Runtime, SqlStore
 from runtime.errors import GraphError
 from runtime.loader import resolve_ref
@@ -196,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"harness: invalid graph: " + "; ".join(map(str, e.problems)), file=sys.stderr)
     except (HarnessError, UserError) as e:
         print(f"harness: {e}", file=sys.stderr)
+    except SQLAlchemyError as e:
+        print(f"harness: database error ({_db(args)}): {str(e.orig if hasattr(e, 'orig') else e).splitlines()[0]}",
+              file=sys.stderr)
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
