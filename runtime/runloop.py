@@ -71,6 +71,7 @@ class RunLoop:
         self._since_snapshot = 0
         self._stop: tuple[str, Mapping[str, JSON]] | None = None   # ("fail"|"cancel"|"interrupt", error)
         self._wake: asyncio.Future[None] | None = None
+        self._next_poll = 0.0
         self._usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
                        "steps": int(run.usage.get("steps", 0))}
         self._usage_lock = threading.Lock()
@@ -88,7 +89,8 @@ class RunLoop:
             while True:
                 self._poll_limits()
                 self._schedule()
-                if not self._in_flight and not self._retry_at:
+                # a stopping run does not wait out retry backoffs: those nodes end with it
+                if not self._in_flight and (not self._retry_at or self._stop is not None):
                     self._finish()
                     self._flush(durable=True)
                     return self.run
@@ -230,7 +232,12 @@ class RunLoop:
     def _poll_limits(self) -> None:
         if self._stop is not None and self._stop[0] == "cancel":
             return
-        reason = self.store.cancel_request(self.run.id) if self.store.durable else None
+        now = self.runtime.clock.time()
+        reason = None
+        if self.store.durable and now >= self._next_poll:
+            # another process may have asked to cancel; poll at heartbeat pace, not every step
+            self._next_poll = now + self.runtime.heartbeat
+            reason = self.store.cancel_request(self.run.id)
         if reason is not None:
             self.request_cancel(reason)
             return
@@ -250,7 +257,11 @@ class RunLoop:
             scope = self._in_flight.pop(task)
             self.runtime._release(self)
             if task.cancelled():
-                self._record_cancelled(scope)
+                if self._stop is not None and self._stop[0] == "fail":
+                    # stopped by the run's deadline or a limit, not by a person
+                    self._record_failure(scope, _StopError(self._stop[1]))
+                else:
+                    self._record_cancelled(scope)
                 continue
             outcome = task.result()
             if outcome.kind == OutcomeKind.SUCCEEDED:
@@ -563,3 +574,11 @@ class RunLoop:
             raise LimitExceeded("run budget exceeded: " + "; ".join(over))
 
 
+
+
+class _StopError(NodeError):
+    """Why an in-flight attempt was stopped when its run failed (deadline, limits)."""
+
+    def __init__(self, error: Mapping[str, JSON]):
+        self.error_class = ErrorClass(error.get("class", ErrorClass.INTERNAL.value))
+        super().__init__(error.get("message", "run stopped"))

@@ -499,3 +499,46 @@ async def test_submit_queues_and_resume_claims(rt: Runtime):
     assert queued.status == RunStatus.QUEUED
     run = await rt.resume(queued.id)
     assert run.id == queued.id and run.status == RunStatus.SUCCEEDED
+
+
+async def test_a_pause_does_not_wait_for_a_sibling_backoff_and_the_retry_runs_after_resume(rt: Runtime):
+    g = Graph("g", state=S)
+    tries = []
+
+    @g.node(retry=RetryPolicy(max_attempts=2, initial_interval=30))
+    def flaky(state, ctx):
+        tries.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise TransientError("later")
+        return {"n": 1}
+
+    @g.node()
+    async def ask(state, ctx):
+        await asyncio.sleep(0.01)
+        return {"value": await ctx.interrupt("go?")}
+
+    t0 = time.monotonic()
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.INTERRUPTED and time.monotonic() - t0 < 5
+    assert await node_status(rt, run.id, "flaky") == NodeStatus.RETRYING
+    run = await rt.resume(run.id, "yes")
+    assert run.status == RunStatus.SUCCEEDED and tries == [1, 2]
+
+
+async def test_a_failure_does_not_wait_for_a_sibling_backoff(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node(retry=RetryPolicy(max_attempts=2, initial_interval=30))
+    def flaky(state):
+        raise TransientError("later")
+
+    @g.node()
+    async def broken(state):
+        await asyncio.sleep(0.01)
+        raise ValueError("bad input")
+
+    t0 = time.monotonic()
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED and run.error["node"] == "broken"
+    assert time.monotonic() - t0 < 5
+    assert await node_status(rt, run.id, "flaky") == NodeStatus.FAILED
