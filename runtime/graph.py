@@ -119,11 +119,11 @@ class ExecutableGraph:
         self._children = {k: tuple(sorted(v, key=self.index.__getitem__)) for k, v in children.items()}
         # Ancestor sets as bitmasks over canonical positions: cheap to test and to iterate.
         anc: dict[str, int] = {}
-        for n in self.order:
+        for name in self.order:
             mask = 0
-            for d in self.nodes[n].after:
+            for d in self.nodes[name].after:
                 mask |= anc[d] | (1 << self.index[d])
-            anc[n] = mask
+            anc[name] = mask
         self._ancestors = anc
         self.version = self._structural_hash()
 

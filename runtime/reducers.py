@@ -58,7 +58,7 @@ add = Reducer("add", _add)
 
 def reducer(fn: Callable[[JSON, JSON], JSON], name: str | None = None) -> Reducer:
     """Wrap ``fn(current, update) -> new`` as a custom reducer (values are JSON-mode)."""
-    return Reducer(name or getattr(fn, "__name__", "custom"), fn)
+    return Reducer(name or str(getattr(fn, "__name__", "custom")), fn)
 
 
 def reducers_for(model: type[BaseModel]) -> dict[str, Reducer]:

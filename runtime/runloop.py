@@ -72,6 +72,7 @@ class RunLoop:
         self._stop: tuple[str, Mapping[str, JSON]] | None = None   # ("fail"|"cancel"|"interrupt", error)
         self._wake: asyncio.Future[None] | None = None
         self._next_poll = 0.0
+        self._starved = False
         self._usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
                        "steps": int(run.usage.get("steps", 0))}
         self._usage_lock = threading.Lock()
@@ -90,7 +91,7 @@ class RunLoop:
                 self._poll_limits()
                 self._schedule()
                 # a stopping run does not wait out retry backoffs: those nodes end with it
-                if not self._in_flight and (not self._retry_at or self._stop is not None):
+                if not self._in_flight and not self._starved and (not self._retry_at or self._stop is not None):
                     self._finish()
                     self._flush(durable=True)
                     return self.run
@@ -149,6 +150,7 @@ class RunLoop:
             self._wake.set_result(None)
 
     def _schedule(self) -> None:
+        self._starved = False
         if self._stop is not None:
             return
         now = self.runtime.clock.time()
@@ -179,6 +181,8 @@ class RunLoop:
             for node in ready:
                 room = self.runtime._room(self)
                 if room <= 0:
+                    # other runs of this Runtime hold every slot: wait for one to free up
+                    self._starved = not self._in_flight
                     break
                 if not self._launch(node):
                     return
@@ -225,7 +229,8 @@ class RunLoop:
         if deadline is not None:
             timeouts.append(deadline - now)
         self._wake = asyncio.get_running_loop().create_future()
-        await asyncio.wait([*self._in_flight, self._wake], timeout=max(0.0, min(timeouts)),
+        waiting: list[asyncio.Future[Any]] = [*self._in_flight, self._wake]
+        await asyncio.wait(waiting, timeout=max(0.0, min(timeouts)),
                            return_when=asyncio.FIRST_COMPLETED)
         self._wake = None
 

@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(args.fn(args))
     except GraphError as e:
-        print(f"harness: invalid graph: " + "; ".join(map(str, e.problems)), file=sys.stderr)
+        print("harness: invalid graph: " + "; ".join(map(str, e.problems)), file=sys.stderr)
     except (HarnessError, UserError) as e:
         print(f"harness: {e}", file=sys.stderr)
     except SQLAlchemyError as e:

@@ -28,9 +28,9 @@ from .schema import (SCHEMA_VERSION, AttemptRow, CheckpointRow, EffectRow, Event
 
 JSON = Any
 
-R, C, W, A, E, I, T = (t.__table__ for t in (RunRow, CheckpointRow, WriteRow, AttemptRow,  # type: ignore[attr-defined]
+R, C, W, A, E, I, T = (t.__table__ for t in (RunRow, CheckpointRow, WriteRow, AttemptRow,  # type: ignore[attr-defined,union-attr]
                                              EffectRow, InterruptRow, EventRow))
-G = GraphRow.__table__  # type: ignore[attr-defined]
+G = GraphRow.__table__  # type: ignore[attr-defined,union-attr]
 
 #: ordered migrations: (version, statements). Version 1 is the create_all() schema.
 MIGRATIONS: list[tuple[int, list[str]]] = []
@@ -62,10 +62,10 @@ class SqlStore:
     # ------------------------------------------------------------------ setup
 
     def _migrate(self) -> None:
-        SQLModel.metadata.create_all(self.engine, tables=[t.__table__ for t in (  # type: ignore[attr-defined]
+        SQLModel.metadata.create_all(self.engine, tables=[t.__table__ for t in (  # type: ignore[attr-defined,union-attr]
             SchemaVersion, GraphRow, RunRow, CheckpointRow, WriteRow, AttemptRow, EffectRow,
             InterruptRow, EventRow)])
-        sv = SchemaVersion.__table__  # type: ignore[attr-defined]
+        sv = SchemaVersion.__table__  # type: ignore[attr-defined,union-attr]
         with self.engine.begin() as conn:
             current = conn.execute(select(sv.c.version).order_by(sv.c.version.desc())).scalar()
             if current is None:
@@ -231,7 +231,8 @@ class SqlStore:
         with self.engine.connect() as conn:
             pk = self._pk(conn, run_id)
             rows = conn.execute(select(C).where(C.c.run_pk == pk).order_by(C.c.seq)).all()
-        out, states = [], {}
+        out: list[Checkpoint] = []
+        states: dict[str, str] = {}
         for row in rows:
             states = dict(row.states) if row.full else {**states, **row.states}
             out.append(_checkpoint(run_id, row, states))
@@ -321,7 +322,7 @@ class _Transaction:
     def __enter__(self) -> Connection:
         self.conn = self.engine.connect()
         if self.force:  # on the driver connection: a SQLAlchemy statement would open the transaction
-            self.conn.connection.dbapi_connection.execute("PRAGMA synchronous=FULL")
+            self.conn.connection.dbapi_connection.execute("PRAGMA synchronous=FULL")  # type: ignore[union-attr]
         self.tx = self.conn.begin()
         return self.conn
 
@@ -333,7 +334,7 @@ class _Transaction:
                 self.tx.rollback()
         finally:
             if self.force:
-                self.conn.connection.dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+                self.conn.connection.dbapi_connection.execute("PRAGMA synchronous=NORMAL")  # type: ignore[union-attr]
             self.conn.close()
 
 
