@@ -34,7 +34,8 @@ class MemoryStore:
 
     def save_graph(self, description: Mapping[str, JSON]) -> None:
         with self._lock:
-            self._graphs.setdefault(description["version"], copy.deepcopy(dict(description)))
+            if description["version"] not in self._graphs or description.get("ref"):
+                self._graphs[description["version"]] = copy.deepcopy(dict(description))
 
     def graph_description(self, version: str) -> Mapping[str, JSON] | None:
         return self._graphs.get(version)
@@ -136,18 +137,22 @@ class MemoryStore:
         out: dict[str, JSON] = {}
         with self._lock:
             for rid in run_ids:
-                for w in self._writes.get(rid, ()):
+                self._get(rid)
+                for w in self._writes[rid]:
                     if w.kind == WriteKind.WRITES:
                         out.setdefault(w.node, w.value)
         return out
 
     def node_attempts(self, run_id: str) -> list[NodeAttempt]:
         with self._lock:
-            return list(self._attempts.get(run_id, ()))
+            self._get(run_id)
+            return list(self._attempts[run_id])
 
     def journal(self, run_ids: Sequence[str]) -> list[JournalEntry]:
         with self._lock:
-            return [e for rid in run_ids for e in self._journal.get(rid, ())]
+            for rid in run_ids:
+                self._get(rid)
+            return [e for rid in run_ids for e in self._journal[rid]]
 
     def interrupts(self, run_id: str | None = None,
                    status: InterruptStatus | None = None) -> list[Interrupt]:

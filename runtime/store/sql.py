@@ -117,7 +117,15 @@ class SqlStore:
             except IntegrityError:
                 raise InvalidRequest(f"run {run.id} already exists") from None
             self._pks[run.id] = pk
-            self._write_children(conn, pk, batch)
+            try:
+                self._write_children(conn, pk, batch)
+            except BaseException:
+                self._forget(run.id)  # the transaction rolls back: so must the caches
+                raise
+
+    def _forget(self, run_id: str) -> None:
+        self._pks.pop(run_id, None)
+        self._last_states.pop(run_id, None)
 
     def commit(self, batch: Batch) -> None:
         with self._lock, self._tx(batch.durable) as conn:
@@ -131,7 +139,11 @@ class SqlStore:
                     values["cancel_reason"] = None
                 if conn.execute(stmt.values(**values)).rowcount != 1:
                     raise LeaseLost(f"run {batch.run_id}: another process took it over (fence {batch.fence} is stale)")
-            self._write_children(conn, pk, batch)
+            try:
+                self._write_children(conn, pk, batch)
+            except BaseException:
+                self._last_states.pop(batch.run_id, None)
+                raise
 
     def _write_children(self, conn: Connection, pk: int, b: Batch) -> None:
         if b.checkpoints:
