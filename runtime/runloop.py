@@ -41,7 +41,8 @@ _SETTLED = frozenset({N.SUCCEEDED, N.FAILED, N.SKIPPED, N.INTERRUPTED, N.CANCELL
 
 class RunLoop:
     def __init__(self, runtime: Runtime, graph: ExecutableGraph, run: Run, *,
-                 head: Checkpoint, writes: dict[str, JSON], lineage: list[str], key_scope: str,
+                 head: Checkpoint, statuses: Mapping[str, NodeStatus], writes: dict[str, JSON],
+                 lineage: list[str], key_scope: str,
                  journal: list[JournalEntry], interrupts: list[Interrupt],
                  attempts: Mapping[str, int]):
         self.runtime = runtime
@@ -51,7 +52,7 @@ class RunLoop:
         self.head = head
         self.lineage = lineage
         self.key_scope = key_scope
-        self.statuses: dict[str, NodeStatus] = dict(head.node_states)
+        self.statuses: dict[str, NodeStatus] = dict(statuses)
         self.writes = {n: w for n, w in writes.items() if self.statuses.get(n) == N.SUCCEEDED}
         self._journal: dict[tuple[str, str, int], JournalEntry] = {}
         for e in journal:  # lineage order is oldest run first, so our own entries win

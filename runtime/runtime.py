@@ -24,7 +24,7 @@ from .records import (Batch, Checkpoint, Interrupt, InterruptKind, InterruptStat
                       PendingWrite, Run, RunKind, TraceEvent)
 from .reducers import fold
 from .runloop import RunLoop
-from .states import TERMINAL_RUN, NodeStatus, RunEvent, RunStatus
+from .states import TERMINAL_RUN, NodeEvent, NodeStatus, RunEvent, RunStatus, next_node_status
 from .store.base import CheckpointStore
 from .store.memory import MemoryStore
 
@@ -250,11 +250,15 @@ class Runtime:
         lineage = self._lineage(run)
         head = self.store.checkpoints(run.id)[-1]
         attempts: dict[str, int] = {}
+        statuses = dict(head.node_states)
         for ev in self.store.events(run.id):
             if ev.type == "node.start" and ev.node and ev.attempt:
                 attempts[ev.node] = max(attempts.get(ev.node, 0), ev.attempt)
+            if ev.seq > head.event_seq and ev.type.startswith("node.") and ev.node:
+                # started after the last checkpoint (a crash came before the next one)
+                statuses[ev.node] = next_node_status(statuses[ev.node], NodeEvent(ev.type[5:]))
         interrupts = [i for rid in reversed(lineage) for i in self.store.interrupts(rid)]
-        return RunLoop(self, graph, run, head=head, writes=self.store.node_writes(lineage),
+        return RunLoop(self, graph, run, head=head, statuses=statuses, writes=self.store.node_writes(lineage),
                        lineage=lineage, key_scope=self._key_scope(run),
                        journal=self.store.journal(list(reversed(lineage))), interrupts=interrupts,
                        attempts=attempts)
