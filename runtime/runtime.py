@@ -96,8 +96,11 @@ class Runtime:
     async def start(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None = None,
                     **options: Any) -> Run:
         """Create a run and execute it here until it ends or pauses."""
-        run = self._create(graph, input, claim=True, **options)
-        return await self._drive(run)
+        compiled = self.register(graph)
+        run = self._create(compiled, input, claim=True, **options)
+        # drive with the caller's graph object: another graph of the same structure
+        # (say, built by a factory with different closures) may share its version
+        return await self._drive(run, compiled)
 
     async def submit(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None = None,
                      **options: Any) -> Run:
@@ -242,11 +245,11 @@ class Runtime:
 
     # ------------------------------------------------------------------ driving
 
-    async def _drive(self, run: Run) -> Run:
-        return await self._load(run).drive()
+    async def _drive(self, run: Run, graph: ExecutableGraph | None = None) -> Run:
+        return await self._load(run, graph).drive()
 
-    def _load(self, run: Run) -> RunLoop:
-        graph = self.graph_for(run)
+    def _load(self, run: Run, graph: ExecutableGraph | None = None) -> RunLoop:
+        graph = graph or self.graph_for(run)
         lineage = self._lineage(run)
         head = self.store.checkpoints(run.id)[-1]
         attempts: dict[str, int] = {}
