@@ -1,0 +1,235 @@
+"""Shadow Harness benchmarks, side by side with LangGraph (StateGraph + SqliteSaver).
+
+    .venv/bin/python bench/run.py              # all measurements, medians of 5 repetitions
+    .venv/bin/python bench/run.py --reps 3     # fewer repetitions
+    .venv/bin/python bench/run.py --profile    # also: where the runtime spends time and bytes
+    .venv/bin/python bench/run.py --json out.json
+    .venv/bin/python bench/hotspots.py         # the profile alone
+
+Every system writes to a durable SQLite file in a fresh temp directory per
+repetition. Graph building and compiling, store creation and one warm-up run
+(in the same store) happen outside the timed region; the timed region is the
+run call alone (``Runtime.start`` / ``graph.invoke``), timed with
+``time.perf_counter``. Each case checks its outcome (run succeeded, every node
+ran exactly once, expected checkpoints) before its timing is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+for p in (HERE, ROOT):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+import cases_harness as H  # noqa: E402
+import cases_langgraph as L  # noqa: E402
+from _common import fmt_mib, fmt_ms, fmt_s, fmt_us, render_table  # noqa: E402
+
+CHAIN = 200
+FAN = 200
+PAR, PAR_MC = 50, 8
+SIZES = (50, 200, 800)
+
+TARGET_CHAIN_US = 300
+TARGET_FAN_US = 150
+TARGET_SPEEDUP = 10
+TARGET_PAR_FACTOR = 1.05
+TARGET_SIZE = 0.2 * 2**20
+TARGET_HISTORY = 0.025
+
+
+def verdict(ok: bool, detail: str = "") -> str:
+    return ("PASS" if ok else "MISS") + (f" ({detail})" if detail else "")
+
+
+def spread(sample, fmt) -> str:
+    return f"{fmt(sample.median)} [{fmt(sample.low)}–{fmt(sample.high)}]"
+
+
+def _git_revision() -> str:
+    """The commit measured, and whether runtime/ differs from it."""
+    import subprocess
+
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "runtime"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown revision (not a git checkout)"
+    return f"commit {rev}" + (" with uncommitted changes in runtime/" if dirty else "")
+
+
+def interleave(reps: int, cases: dict) -> dict:
+    """Run each case once per repetition, in turn; merge each case's samples."""
+    out: dict = {}
+    for _ in range(reps):
+        for key, case in cases.items():
+            sample = case()
+            if key not in out:
+                out[key] = sample
+            else:
+                out[key].values.extend(sample.values)
+                for k, v in sample.info.items():
+                    if isinstance(v, list):
+                        merged = out[key].info.setdefault(k, [])
+                        merged.extend(x for x in v if k == "peaks" or x not in merged)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=5, help="repetitions per measurement (median reported)")
+    ap.add_argument("--profile", action="store_true", help="also profile the runtime (hot spots, bytes per table)")
+    ap.add_argument("--json", metavar="PATH", help="write the raw figures to PATH")
+    args = ap.parse_args()
+    reps = args.reps
+
+    from importlib.metadata import version
+    started = time.perf_counter()
+    print("Shadow Harness vs LangGraph "
+          f"{version('langgraph')} (langgraph-checkpoint-sqlite {version('langgraph-checkpoint-sqlite')})")
+    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs ({platform.machine()}), "
+          f"SQLite {__import__('sqlite3').sqlite_version}, {reps} repetitions, median [min–max]")
+    print(f"runtime at {_git_revision()}")
+    load_before = os.getloadavg()
+    raw: dict[str, object] = {"reps": reps}
+
+    def step(label: str) -> None:
+        print(f"  running {label} ...", file=sys.stderr, flush=True)
+
+    # Repetitions interleave the systems (ours, LangGraph, ...; then again), so
+    # that background load on the machine hits every system alike.
+    # 1. chain
+    step(f"1. chain of {CHAIN}")
+    r = interleave(reps, {"h": lambda: H.chain(CHAIN, 1),
+                          **{m: (lambda m=m: L.chain(CHAIN, 1, m)) for m in L.MODES}})
+    h_chain, l_chain = r.pop("h"), r
+    # 2. fan-out
+    step(f"2. fan-out 1->{FAN}->1")
+    fan_nodes = FAN + 2
+    r = interleave(reps, {**{mc: (lambda mc=mc: H.fanout(FAN, 1, mc)) for mc in (8, FAN)},
+                          **{m: (lambda m=m: L.fanout(FAN, 1, m)) for m in L.MODES}})
+    h_fan, l_fan = {mc: r[mc] for mc in (8, FAN)}, {m: r[m] for m in L.MODES}
+    # 3. bounded parallelism
+    step(f"3. {PAR} parallel sleeps, max_concurrency={PAR_MC}")
+    r = interleave(reps, {"h": lambda: H.parallel(PAR, 1, PAR_MC), "l": lambda: L.parallel(PAR, 1, PAR_MC)})
+    h_par, l_par = r["h"], r["l"]
+    # 4. size
+    step("4. database size")
+    h_size = {n: H.size(n) for n in SIZES}
+    l_size = {n: L.size(n) for n in SIZES}
+    # 5. history
+    step(f"5. history of a {CHAIN}-node chain")
+    r = interleave(reps, {"h": lambda: H.history(CHAIN, 1), "l": lambda: L.history(CHAIN, 1)})
+    h_hist, l_hist = r["h"], r["l"]
+    load_after = os.getloadavg()
+
+    # ------------------------------------------------------------ main table
+    rows: list[list[str]] = []
+
+    def per_node_rows(no: str, title: str, ours, lg: dict, nodes: int, target_us: float) -> None:
+        per = ours.median / nodes
+        rows.append([no, f"{title}: per-node overhead", spread(ours, lambda s: fmt_us(s / nodes)),
+                     fmt_us(lg["default"].median / nodes), fmt_us(lg["matched"].median / nodes),
+                     f"≤ {target_us:.0f} µs",
+                     verdict(per <= target_us / 1e6,
+                             "" if per <= target_us / 1e6 else f"{per * 1e6 / target_us:.1f}× over")])
+        ups = {m: lg[m].median / ours.median for m in L.MODES}
+        rows.append([no, f"{title}: speed-up vs LangGraph", "—", f"{ups['default']:.2f}×",
+                     f"{ups['matched']:.2f}×", f"≥ {TARGET_SPEEDUP}×",
+                     verdict(min(ups.values()) >= TARGET_SPEEDUP,
+                             f"default {ups['default']:.2f}×, matched {ups['matched']:.2f}×")])
+
+    per_node_rows("1", f"chain {CHAIN}", h_chain, l_chain, CHAIN, TARGET_CHAIN_US)
+    per_node_rows("2a", f"fan-out 1→{FAN}→1, max_concurrency=8", h_fan[8], l_fan, fan_nodes, TARGET_FAN_US)
+    per_node_rows("2b", f"fan-out 1→{FAN}→1, max_concurrency={FAN}", h_fan[FAN], l_fan, fan_nodes,
+                  TARGET_FAN_US)
+
+    ideal = PAR * H.SLEEP / PAR_MC
+    waves = math.ceil(PAR / PAR_MC) * H.SLEEP
+    limit = TARGET_PAR_FACTOR * ideal
+    rows.append(["3", f"{PAR}× sleep({H.SLEEP}), max_concurrency={PAR_MC}: wall", spread(h_par, fmt_s),
+                 fmt_s(l_par.median), "—", f"≤ {limit:.4f} s (1.05 × {ideal:.4f})",
+                 verdict(h_par.median <= limit, f"{h_par.median / ideal:.3f}× ideal"
+                         + ("" if h_par.median <= limit else f"; under {waves:.2f} s = "
+                            f"ceil({PAR}/{PAR_MC})×{H.SLEEP} is impossible"))])
+    rows.append(["3", f"  same, vs wave bound ceil({PAR}/{PAR_MC})×{H.SLEEP} = {waves:.2f} s",
+                 f"{h_par.median / waves:.3f}×", f"{l_par.median / waves:.3f}×", "—", "(context)", ""])
+    peaks_ok = all(p == PAR_MC for p in h_par.info["peaks"])
+    rows.append(["3", "  peak nodes running at once (every rep)", ",".join(map(str, h_par.info["peaks"])),
+                 ",".join(map(str, l_par.info["peaks"])), "—", f"= {PAR_MC}", verdict(peaks_ok)])
+
+    s200 = h_size[CHAIN]["bytes"]
+    rows.append(["4", f"DB size after chain {CHAIN}", f"{fmt_mib(s200)} ({s200:,} B)",
+                 f"{fmt_mib(l_size[CHAIN]['bytes'])}", "—", "≤ 0.200 MiB",
+                 verdict(s200 <= TARGET_SIZE, "" if s200 <= TARGET_SIZE else
+                         f"{s200 / TARGET_SIZE:.2f}× the target, {s200 - TARGET_SIZE:,.0f} B over")])
+    rows.append(["5", f"history of chain {CHAIN} (fresh store)", spread(h_hist, fmt_ms), fmt_ms(l_hist.median),
+                 "—", f"≤ {TARGET_HISTORY * 1e3:.0f} ms",
+                 verdict(h_hist.median <= TARGET_HISTORY,
+                         f"{l_hist.median / h_hist.median:.1f}× faster than LangGraph"
+                         if h_hist.median <= TARGET_HISTORY else f"{h_hist.median / TARGET_HISTORY:.2f}× over")])
+
+    print()
+    print(render_table(["#", "measurement", "Shadow Harness", "LangGraph default", "LangGraph matched",
+                        "target", "result"], rows))
+    print("\nLangGraph default = SqliteSaver as shipped (WAL, synchronous=FULL) with invoke defaults "
+          "(durability=\"async\");\nLangGraph matched = durability=\"sync\" and synchronous=NORMAL, the "
+          "guarantee Shadow Harness gives per step.\nPer-node overhead = run wall time / nodes "
+          f"({CHAIN} for the chain, {fan_nodes} for the fan-out). Shadow Harness checkpoints: "
+          f"chain {CHAIN + 1}, fan-out {h_fan[8].info['checkpoints']} (max_concurrency=8), "
+          f"{h_fan[FAN].info['checkpoints']} (max_concurrency={FAN}); LangGraph: chain {CHAIN + 2}, fan-out 5.")
+
+    # ------------------------------------------------------------ size growth table
+    size_rows = []
+    for system, sizes in (("Shadow Harness", h_size), ("LangGraph", l_size)):
+        prev = None
+        for n in SIZES:
+            b = sizes[n]["bytes"]
+            marginal = "—" if prev is None else f"{(b - sizes[prev]['bytes']) / (n - prev):,.0f}"
+            size_rows.append([system, str(n), f"{b:,}", fmt_mib(b), f"{b / n:,.0f}", marginal,
+                              fmt_us(sizes[n]["seconds"] / n)])
+            prev = n
+    print(f"\n4. Database size after one chain run of N nodes (main file after wal_checkpoint(TRUNCATE) + WAL; "
+          f"one run per N)")
+    print(render_table(["system", "N", "bytes", "MiB", "bytes/node", "marginal bytes/node", "run µs/node (1 run, no warm-up)"],
+                       size_rows))
+    print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; "
+          f"total benchmark time {time.perf_counter() - started:.1f} s")
+
+    if args.json:
+        def dump(s):
+            return {"median": s.median, "values": s.values, **s.info}
+        raw.update({
+            "chain": {"harness": dump(h_chain), **{f"langgraph_{m}": dump(l_chain[m]) for m in L.MODES}},
+            "fanout": {**{f"harness_mc{mc}": dump(s) for mc, s in h_fan.items()},
+                       **{f"langgraph_{m}": dump(l_fan[m]) for m in L.MODES}},
+            "parallel": {"harness": dump(h_par), "langgraph": dump(l_par)},
+            "size": {"harness": h_size, "langgraph": l_size},
+            "history": {"harness": dump(h_hist), "langgraph": dump(l_hist)},
+        })
+        with open(args.json, "w") as f:
+            json.dump(raw, f, indent=2)
+
+    if args.profile:
+        import hotspots
+        print("\n== Where Shadow Harness spends its time and bytes ==")
+        print(hotspots.report(CHAIN, FAN))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
