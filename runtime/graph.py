@@ -83,15 +83,19 @@ class NodeSpec:
     location: str
 
     def structure(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "after": sorted(self.after),
-            "fn": self.fn_ref,
-            "args": dict(self.args),
-            "when": self.when_ref,
-            "timeout": self.timeout,
-            "retry": self.retry.to_json(),
-        }
+        """What identifies the node in a graph version (defaults left out, to stay small)."""
+        out: dict[str, Any] = {"name": self.name, "fn": self.fn_ref}
+        if self.after:
+            out["after"] = sorted(self.after)
+        if self.args:
+            out["args"] = dict(self.args)
+        if self.when_ref:
+            out["when"] = self.when_ref
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        if self.retry != NO_RETRY:
+            out["retry"] = self.retry.to_json()
+        return out
 
 
 class ExecutableGraph:
@@ -142,6 +146,10 @@ class ExecutableGraph:
     def is_ancestor(self, a: str, b: str) -> bool:
         """True when ``a`` must finish before ``b`` can start (transitively)."""
         return bool(self._ancestors[b] >> self.index[a] & 1)
+
+    def ancestor_mask(self, node: str) -> int:
+        """Ancestors of ``node`` as a bitmask over canonical positions."""
+        return self._ancestors[node]
 
     def ancestors(self, node: str) -> list[str]:
         """Ancestors of ``node`` in canonical order."""

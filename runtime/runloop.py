@@ -73,6 +73,7 @@ class RunLoop:
         self._stop: tuple[str, Mapping[str, JSON]] | None = None   # ("fail"|"cancel"|"interrupt", error)
         self._wake: asyncio.Future[None] | None = None
         self._next_poll = 0.0
+        self._last_flush = runtime.clock.time()
         self._starved = False
         self._usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
                        "steps": int(run.usage.get("steps", 0))}
@@ -96,7 +97,7 @@ class RunLoop:
                     self._finish()
                     self._flush(durable=True)
                     return self.run
-                self._flush()
+                self._maybe_flush()
                 await self._wait()
                 self._collect()
                 self._checkpoint_if_dirty()
@@ -157,7 +158,8 @@ class RunLoop:
         now = self.runtime.clock.time()
         while True:
             front = scheduler.frontier(self.graph, self.statuses, self._candidates)
-            self._candidates = {n for n in self._candidates if self.statuses[n] in (N.PENDING, N.RETRYING)}
+            # examined: a waiting node comes back when one of its dependencies settles
+            self._candidates = set()
             skipped = False
             for node in front.skip:
                 self._node(node, NodeEvent.SKIP, reason="every dependency was skipped")
@@ -166,6 +168,7 @@ class RunLoop:
             for node in front.ready:
                 due = self._retry_at.get(node)
                 if due is not None and due > now:
+                    self._candidates.add(node)
                     continue
                 spec = self.graph.nodes[node]
                 if spec.when is not None and self.statuses[node] == N.PENDING:
@@ -179,9 +182,10 @@ class RunLoop:
                         skipped = True
                         continue
                 ready.append(node)
-            for node in ready:
+            for i, node in enumerate(ready):
                 room = self.runtime._room(self)
                 if room <= 0:
+                    self._candidates.update(ready[i:])
                     # other runs of this Runtime hold every slot: wait for one to free up
                     self._starved = not self._in_flight
                     break
@@ -224,6 +228,8 @@ class RunLoop:
     async def _wait(self) -> None:
         now = self.runtime.clock.time()
         timeouts = [self.runtime.heartbeat]
+        if not self._batch.empty():
+            timeouts.append(self._last_flush + self.runtime.group_commit - now)
         if self._retry_at:
             timeouts.append(min(self._retry_at.values()) - now)
         deadline = self.run.limits.get("deadline_at")
@@ -388,11 +394,7 @@ class RunLoop:
 
     def _input_state(self, node: str) -> dict[str, JSON]:
         """Run input folded with the node's succeeded ancestors' writes, canonical order."""
-        mask = 0
-        for a in self.graph.ancestors(node):
-            if a in self.writes:
-                mask |= 1 << self.graph.index[a]
-        return self._fold_mask(mask)
+        return self._fold_mask(self.graph.ancestor_mask(node) & self._done_mask)
 
     def _input_model(self, node: str) -> BaseModel:
         return self.graph.state_model.model_validate(self._input_state(node))
@@ -467,9 +469,19 @@ class RunLoop:
         self.run = self.run.evolve(head_seq=cp.seq)
         self._batch.checkpoints.append(cp)
 
+    def _maybe_flush(self) -> None:
+        """Group commit: pure outcomes may wait up to ``Runtime.group_commit`` seconds to
+        share a transaction. Nothing outside the process can have seen them yet, and a
+        crash before the commit just runs those pure nodes again."""
+        if self._batch.empty():
+            return
+        if self.runtime.clock.time() - self._last_flush >= self.runtime.group_commit:
+            self._flush()
+
     def _flush(self, durable: bool = False) -> None:
         batch = self._batch
         now = self.runtime.clock.time()
+        self._last_flush = now
         lease = self.run.lease_expires_at
         if lease is not None and self.run.status == RunStatus.RUNNING and lease - now < self.runtime.lease_ttl / 2:
             self.run = self.run.evolve(lease_expires_at=now + self.runtime.lease_ttl)

@@ -41,7 +41,8 @@ class Runtime:
 
     def __init__(self, store: CheckpointStore | None = None, *, max_concurrency: int = 8,
                  graphs: Iterable[Graph | ExecutableGraph] = (), clock: Clock | None = None,
-                 ids: IdSource | None = None, lease_ttl: float = 30.0, heartbeat: float = 1.0):
+                 ids: IdSource | None = None, lease_ttl: float = 30.0, heartbeat: float = 1.0,
+                 group_commit: float = 0.005):
         if max_concurrency < 1:
             raise InvalidRequest("max_concurrency must be at least 1")
         self.store: CheckpointStore = store if store is not None else MemoryStore()
@@ -50,8 +51,11 @@ class Runtime:
         self.ids: IdSource = ids or RandomIds()
         self.lease_ttl = lease_ttl
         self.heartbeat = min(heartbeat, lease_ttl / 3)
+        #: how long pure node outcomes may wait to share a commit (0: commit every step)
+        self.group_commit = group_commit
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{self.ids.new('w')[2:10]}"
         self._graphs: dict[str, ExecutableGraph] = {}
+        self._saved: set[tuple[str, str | None]] = set()
         self._models: dict[str, type[BaseModel]] = {}
         self._active: dict[str, RunLoop] = {}
         self._in_flight = 0
@@ -65,8 +69,11 @@ class Runtime:
         """Make a graph known, so runs of its version can be resumed and inspected."""
         compiled = graph.compile() if isinstance(graph, Graph) else graph
         self._graphs[compiled.version] = compiled
-        desc = compiled.describe()
         ref = getattr(compiled, "ref", None)
+        if (compiled.version, ref) in self._saved:
+            return compiled
+        self._saved.add((compiled.version, ref))
+        desc = compiled.describe()
         if ref:
             desc["ref"] = ref
         self.store.save_graph(desc)

@@ -23,6 +23,7 @@ from ..errors import InvalidRequest, LeaseLost, NotFound
 from ..records import (Batch, Checkpoint, EffectStatus, Interrupt, InterruptKind, InterruptStatus,
                        JournalEntry, NodeAttempt, PendingWrite, Run, RunKind, TraceEvent, WriteKind)
 from ..states import NodeStatus, RunStatus
+from .writer import Writer
 from .schema import (SCHEMA_VERSION, AttemptRow, CheckpointRow, EffectRow, EventRow, GraphRow,
                      InterruptRow, RunRow, SchemaVersion, WriteRow)
 
@@ -58,6 +59,8 @@ class SqlStore:
         self._pks: dict[str, int] = {}
         self._last_states: dict[str, tuple[int, dict[str, str]]] = {}
         self._migrate()
+        self._writer = Writer(self.engine, [R, C, W, A, E, I, T])
+        self._integrity_errors: tuple[type[BaseException], ...] = _integrity_errors(self.engine)
 
     # ------------------------------------------------------------------ setup
 
@@ -81,6 +84,7 @@ class SqlStore:
                     conn.execute(insert(sv).values(version=version, applied_at=time.time()))
 
     def close(self) -> None:
+        self._writer.close()
         self.engine.dispose()
 
     # ------------------------------------------------------------------ writes
@@ -106,21 +110,25 @@ class SqlStore:
         run = batch.run
         if run is None:
             raise InvalidRequest("create_run needs batch.run")
-        with self._lock, self._tx(batch.durable) as conn:
+        with self._lock:
             try:
-                pk = conn.execute(insert(R).values(**_run_values(run), id=run.id, thread_id=run.thread_id,
-                                                   graph_name=run.graph_name, graph_version=run.graph_version,
-                                                   kind=run.kind.value, parent_run_id=run.parent_run_id,
-                                                   base_checkpoint_id=run.base_checkpoint_id, input=dict(run.input),
-                                                   limits=dict(run.limits), max_concurrency=run.max_concurrency,
-                                                   created_at=run.created_at)).inserted_primary_key[0]
-            except IntegrityError:
-                raise InvalidRequest(f"run {run.id} already exists") from None
-            self._pks[run.id] = pk
-            try:
-                self._write_children(conn, pk, batch)
+                with self._writer.transaction(batch.durable) as cur:
+                    pk = self._writer.insert_returning_pk(cur, "runs", {
+                        **_run_values(run), "id": run.id, "thread_id": run.thread_id,
+                        "graph_name": run.graph_name, "graph_version": run.graph_version,
+                        "kind": run.kind.value, "parent_run_id": run.parent_run_id,
+                        "base_checkpoint_id": run.base_checkpoint_id, "input": dict(run.input),
+                        "limits": dict(run.limits), "max_concurrency": run.max_concurrency,
+                        "created_at": run.created_at})
+                    self._pks[run.id] = pk
+                    self._write_children(cur, pk, batch)
+            except self._integrity_errors as e:
+                self._forget(run.id)  # the transaction rolled back: so must the caches
+                if "runs.id" in str(e) or "runs_id" in str(e):
+                    raise InvalidRequest(f"run {run.id} already exists") from None
+                raise InvalidRequest(f"run {run.id}: batch rejected by the database: {e}") from None
             except BaseException:
-                self._forget(run.id)  # the transaction rolls back: so must the caches
+                self._forget(run.id)
                 raise
 
     def _forget(self, run_id: str) -> None:
@@ -128,57 +136,83 @@ class SqlStore:
         self._last_states.pop(run_id, None)
 
     def commit(self, batch: Batch) -> None:
-        with self._lock, self._tx(batch.durable) as conn:
-            pk = self._pk(conn, batch.run_id)
-            if batch.run is not None or batch.fence is not None:
-                stmt = update(R).where(R.c.pk == pk)
-                if batch.fence is not None:
-                    stmt = stmt.where(R.c.fence == batch.fence)
-                values = _run_values(batch.run) if batch.run is not None else {"fence": R.c.fence}
-                if batch.run is not None and batch.run.status != RunStatus.RUNNING:
-                    values["cancel_reason"] = None
-                if conn.execute(stmt.values(**values)).rowcount != 1:
-                    raise LeaseLost(f"run {batch.run_id}: another process took it over (fence {batch.fence} is stale)")
+        with self._lock:
             try:
-                self._write_children(conn, pk, batch)
+                with self._writer.transaction(batch.durable) as cur:
+                    pk = self._pk_raw(cur, batch.run_id)
+                    if batch.run is not None:
+                        values = _run_values(batch.run)
+                        cols = list(values)
+                        params = [(_json_text(values[c]) if c in ("error", "usage") else values[c]) for c in cols]
+                        sets = ", ".join(f"{c} = ?" for c in cols)
+                        if batch.run.status != RunStatus.RUNNING:
+                            sets += ", cancel_reason = NULL"
+                        where, args = "pk = ?", [pk]
+                        if batch.fence is not None:
+                            where, args = "pk = ? AND fence = ?", [pk, batch.fence]
+                        cur.execute(self._writer.sql(f"UPDATE runs SET {sets} WHERE {where}"), [*params, *args])
+                        if cur.rowcount != 1:
+                            raise LeaseLost(f"run {batch.run_id}: another process took it over "
+                                            f"(fence {batch.fence} is stale)")
+                    elif batch.fence is not None:
+                        cur.execute(self._writer.sql("SELECT fence FROM runs WHERE pk = ?"), [pk])
+                        if cur.fetchone()[0] != batch.fence:
+                            raise LeaseLost(f"run {batch.run_id}: another process took it over "
+                                            f"(fence {batch.fence} is stale)")
+                    self._write_children(cur, pk, batch)
             except BaseException:
                 self._last_states.pop(batch.run_id, None)
                 raise
 
-    def _write_children(self, conn: Connection, pk: int, b: Batch) -> None:
+    def _write_children(self, cur: Any, pk: int, b: Batch) -> None:
+        w = self._writer
         if b.checkpoints:
-            conn.execute(insert(C), [self._checkpoint_row(conn, pk, cp) for cp in b.checkpoints])
-        if b.writes:
-            conn.execute(insert(W), [{"run_pk": pk, "checkpoint_seq": w.checkpoint_seq, "node": w.node,
-                                      "attempt": w.attempt, "kind": w.kind.value, "value": w.value,
-                                      "created_at": w.created_at} for w in b.writes])
-        if b.attempts:
-            conn.execute(insert(A), [{"run_pk": pk, "node": a.node, "attempt": a.attempt, "status": a.status.value,
-                                      "started_at": a.started_at, "ended_at": a.ended_at,
-                                      "error_class": a.error_class, "error": a.error, "decision": a.decision}
-                                     for a in b.attempts])
-        if b.effects:
-            conn.execute(insert(E), [{"run_pk": self._pk(conn, e.run_id), "node": e.node, "name": e.name,
-                                      "occurrence": e.occurrence, "attempt": e.attempt, "key": e.key,
-                                      "status": e.status.value, "request": e.request, "result": e.result,
-                                      "error": e.error, "at": e.at, "source": e.source} for e in b.effects])
+            w.insert(cur, "checkpoints", [self._checkpoint_row(cur, pk, cp) for cp in b.checkpoints])
+        w.insert(cur, "pending_writes", [{
+            "run_pk": pk, "checkpoint_seq": x.checkpoint_seq, "node": x.node, "attempt": x.attempt,
+            "kind": x.kind.value, "value": x.value, "created_at": x.created_at} for x in b.writes])
+        w.insert(cur, "node_attempts", [{
+            "run_pk": pk, "node": a.node, "attempt": a.attempt, "status": a.status.value,
+            "started_at": a.started_at, "ended_at": a.ended_at, "error_class": a.error_class,
+            "error": a.error, "decision": a.decision} for a in b.attempts])
+        w.insert(cur, "effect_journal", [{
+            "run_pk": self._pk_raw(cur, e.run_id), "node": e.node, "name": e.name, "occurrence": e.occurrence,
+            "attempt": e.attempt, "key": e.key, "status": e.status.value, "request": e.request,
+            "result": e.result, "error": e.error, "at": e.at, "source": e.source} for e in b.effects])
         for i in b.interrupts:
-            values = {"status": i.status.value, "answer": i.answer, "answered_at": i.answered_at}
-            if conn.execute(update(I).where(I.c.id == i.id).values(**values)).rowcount == 0:
-                conn.execute(insert(I).values(id=i.id, run_pk=self._pk(conn, i.run_id), node=i.node, slot=i.slot,
-                                              kind=i.kind.value, payload=i.payload,
-                                              response_schema=i.response_schema, created_at=i.created_at, **values))
-        if b.events:
-            conn.execute(insert(T), [{"run_pk": pk, "seq": e.seq, "at": e.at, "type": e.type, "node": e.node,
-                                      "attempt": e.attempt, "data": dict(e.data) or None} for e in b.events])
+            cur.execute(w.sql("UPDATE interrupts SET status = ?, answer = " + ("CAST(? AS JSONB)" if w.dialect == "postgresql" else "?")
+                              + ", answered_at = ? WHERE id = ?"),
+                        [i.status.value, _json_text(i.answer), i.answered_at, i.id])
+            if cur.rowcount == 0:
+                w.insert(cur, "interrupts", [{
+                    "id": i.id, "run_pk": self._pk_raw(cur, i.run_id), "node": i.node, "slot": i.slot,
+                    "kind": i.kind.value, "payload": i.payload, "status": i.status.value,
+                    "response_schema": i.response_schema, "answer": i.answer, "created_at": i.created_at,
+                    "answered_at": i.answered_at}])
+        w.insert(cur, "trace_events", [{
+            "run_pk": pk, "seq": e.seq, "at": e.at, "type": e.type, "node": e.node, "attempt": e.attempt,
+            "data": dict(e.data) or None} for e in b.events])
 
-    def _checkpoint_row(self, conn: Connection, pk: int, cp: Checkpoint) -> dict[str, Any]:
+    def _pk_raw(self, cur: Any, run_id: str) -> int:
+        pk = self._pks.get(run_id)
+        if pk is None:
+            cur.execute(self._writer.sql("SELECT pk FROM runs WHERE id = ?"), [run_id])
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound(f"no run with id {run_id!r}")
+            pk = self._pks[run_id] = row[0]
+        return pk
+
+    def _checkpoint_row(self, cur: Any, pk: int, cp: Checkpoint) -> dict[str, Any]:
         states = {n: s.value for n, s in cp.node_states.items()}
         last = self._last_states.get(cp.run_id)
         if last is None and cp.seq > 0:
-            prev = self._materialize(conn, pk, cp.seq - 1)
+            with self.engine.connect() as conn:
+                prev = self._materialize(conn, pk, cp.seq - 1)
             last = (cp.seq - 1, prev) if prev is not None else None
-        full = cp.snapshot is not None or last is None or last[0] != cp.seq - 1
+        # full rows only where no delta base is known (a run's first checkpoint, a new
+        # process): periodic full rows would grow with nodes × checkpoints
+        full = last is None or last[0] != cp.seq - 1
         stored = states if full else {n: s for n, s in states.items() if last[1].get(n) != s}  # type: ignore[index]
         self._last_states[cp.run_id] = (cp.seq, states)
         return {"id": cp.id, "run_pk": pk, "seq": cp.seq, "parent_id": cp.parent_id, "nodes": list(cp.nodes),
@@ -374,7 +408,21 @@ def _run(r: Any) -> Run:
                lease_expires_at=r.lease_expires_at)
 
 
+_STATUS = {s.value: s for s in NodeStatus}
+
+
 def _checkpoint(run_id: str, r: Any, states: Mapping[str, str]) -> Checkpoint:
     return Checkpoint(id=r.id, run_id=run_id, seq=r.seq, parent_id=r.parent_id, nodes=tuple(r.nodes or ()),
-                      node_states={n: NodeStatus(s) for n, s in states.items()}, event_seq=r.event_seq,
+                      node_states={n: _STATUS[s] for n, s in states.items()}, event_seq=r.event_seq,
                       created_at=r.created_at, source=r.source, snapshot=r.snapshot)
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else _dumps(value)
+
+
+def _integrity_errors(engine: Engine) -> tuple[type[BaseException], ...]:
+    """The driver's own IntegrityError (the write path bypasses SQLAlchemy's wrapping)."""
+    module = engine.dialect.dbapi
+    found = getattr(module, "IntegrityError", None)
+    return (IntegrityError, found) if isinstance(found, type) else (IntegrityError,)
