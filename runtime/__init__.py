@@ -2,9 +2,21 @@
 
 from .context import NodeContext
 from .effects import EffectInfo
-from .errors import (ErrorClass, GraphError, HarnessError, IllegalTransition, InvalidAnswer,
-                     InvalidInputError, InvalidRequest, LeaseLost, NodeError, NotFound,
-                     PermissionDeniedError, SemanticError, TransientError)
+from .errors import (
+                     ErrorClass,
+                     GraphError,
+                     HarnessError,
+                     IllegalTransition,
+                     InvalidAnswer,
+                     InvalidInputError,
+                     InvalidRequest,
+                     LeaseLost,
+                     NodeError,
+                     NotFound,
+                     PermissionDeniedError,
+                     SemanticError,
+                     TransientError,
+)
 from .graph import ExecutableGraph, Graph, RetryPolicy
 from .plan import Registry, compile_plan
 from .records import Checkpoint, Interrupt, Run, RunKind

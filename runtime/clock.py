@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import secrets
 import time
 from typing import Protocol
@@ -24,12 +25,5 @@ class IdSource(Protocol):
 class RandomIds:
     """Short, URL-safe, collision-resistant ids: ``run_`` + 16 base32 characters (80 bits)."""
 
-    _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
-
     def new(self, prefix: str) -> str:
-        n = secrets.randbits(80)
-        chars = []
-        for _ in range(16):
-            n, r = divmod(n, 32)
-            chars.append(self._ALPHABET[r])
-        return f"{prefix}_{''.join(chars)}"
+        return f"{prefix}_{base64.b32encode(secrets.token_bytes(10)).decode().lower()}"

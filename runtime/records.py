@@ -90,6 +90,8 @@ class Checkpoint:
     source: str = "step"                      # input | step | continuation | patch
     #: full state, kept on periodic snapshots only (None on delta checkpoints)
     snapshot: Mapping[str, JSON] | None = None
+    #: nodes whose status changed since the parent checkpoint (None: not known)
+    changed: tuple[str, ...] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import replace
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ValidationError
@@ -20,14 +20,39 @@ from pydantic import BaseModel, ValidationError
 from . import scheduler
 from .context import AttemptScope, NodeContext
 from .effects import to_json
-from .errors import (ErrorClass, InvalidWrites, LimitExceeded, NodeError,
-                     NodeInterrupt, WriteConflict, classify)
+from .errors import (
+    ErrorClass,
+    InvalidWrites,
+    LimitExceeded,
+    NodeError,
+    NodeInterrupt,
+    WriteConflict,
+    classify,
+)
 from .executor import Outcome, OutcomeKind, execute_attempt
 from .graph import ExecutableGraph
-from .records import (Batch, Checkpoint, Interrupt, InterruptKind, InterruptStatus, JournalEntry,
-                      NodeAttempt, PendingWrite, Run, TraceEvent, WriteKind)
+from .records import (
+    Batch,
+    Checkpoint,
+    Interrupt,
+    InterruptKind,
+    InterruptStatus,
+    JournalEntry,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    TraceEvent,
+    WriteKind,
+)
 from .reducers import fold
-from .states import NodeEvent, NodeStatus, RunEvent, RunStatus, next_node_status, next_run_status
+from .states import (
+    NodeEvent,
+    NodeStatus,
+    RunEvent,
+    RunStatus,
+    next_node_status,
+    next_run_status,
+)
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -50,9 +75,11 @@ class RunLoop:
         self.graph = graph
         self.run = run
         self.head = head
+        self._parent = head
         self.lineage = lineage
         self.key_scope = key_scope
         self.statuses: dict[str, NodeStatus] = dict(statuses)
+        self._changed = {n for n, st in self.statuses.items() if head.node_states.get(n) != st}
         self.writes = {n: w for n, w in writes.items() if self.statuses.get(n) == N.SUCCEEDED}
         self._journal: dict[tuple[str, str, int], JournalEntry] = {}
         for e in journal:  # lineage order is oldest run first, so our own entries win
@@ -73,6 +100,8 @@ class RunLoop:
         self._stop: tuple[str, Mapping[str, JSON]] | None = None   # ("fail"|"cancel"|"interrupt", error)
         self._wake: asyncio.Future[None] | None = None
         self._next_poll = 0.0
+        self._done: list[asyncio.Future[Outcome]] = []   # finished attempts not yet collected
+        self._seq = run.event_seq
         self._last_flush = runtime.clock.time()
         self._starved = False
         self._usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
@@ -221,6 +250,7 @@ class RunLoop:
         loop = asyncio.get_running_loop()
         ctx = NodeContext(self, scope, loop)
         task = asyncio.ensure_future(execute_attempt(spec, state, ctx, scope, self.runtime._pool))
+        task.add_done_callback(self._on_done)
         self._in_flight[task] = scope
         self.runtime._acquire(self)
         return True
@@ -235,11 +265,16 @@ class RunLoop:
         deadline = self.run.limits.get("deadline_at")
         if deadline is not None:
             timeouts.append(deadline - now)
-        self._wake = asyncio.get_running_loop().create_future()
-        waiting: list[asyncio.Future[Any]] = [*self._in_flight, self._wake]
-        await asyncio.wait(waiting, timeout=max(0.0, min(timeouts)),
-                           return_when=asyncio.FIRST_COMPLETED)
-        self._wake = None
+        if self._done:
+            return
+        loop = asyncio.get_running_loop()
+        self._wake = loop.create_future()
+        timer = loop.call_later(max(0.0, min(timeouts)), self.wake)
+        try:
+            await self._wake
+        finally:
+            timer.cancel()
+            self._wake = None
 
     def _poll_limits(self) -> None:
         if self._stop is not None and self._stop[0] == "cancel":
@@ -262,8 +297,12 @@ class RunLoop:
 
     # ------------------------------------------------------------------ outcomes
 
+    def _on_done(self, task: asyncio.Future[Outcome]) -> None:
+        self._done.append(task)
+        self.wake()
+
     def _collect(self) -> None:
-        done = [t for t in self._in_flight if t.done()]
+        done, self._done = self._done, []
         done.sort(key=lambda t: self.graph.index[self._in_flight[t].node])
         for task in done:
             scope = self._in_flight.pop(task)
@@ -419,15 +458,15 @@ class RunLoop:
     # ------------------------------------------------------------------ recording
 
     def _emit(self, type_: str, node: str | None = None, attempt: int | None = None, **data: Any) -> None:
-        seq = self.run.event_seq + 1
-        self.run = self.run.evolve(event_seq=seq)
-        self._batch.events.append(TraceEvent(self.run.id, seq, self.runtime.clock.time(), type_,
+        self._seq += 1  # copied into the run row when the batch commits
+        self._batch.events.append(TraceEvent(self.run.id, self._seq, self.runtime.clock.time(), type_,
                                              node, attempt, data))
 
     def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: Any) -> None:
         status = next_node_status(self.statuses[node], event)
         self.statuses[node] = status
-        self._emit(f"node.{event.value}", node, attempt, status=status.value, **data)
+        self._changed.add(node)
+        self._emit(f"node.{event.value}", node, attempt, **data)  # the status follows from the table
         if status in _SETTLED:
             self._dirty = True
             self._candidates.update(self.graph.children(node))
@@ -449,6 +488,13 @@ class RunLoop:
         if scope.tokens or scope.cost:
             self._emit("usage", scope.node, scope.attempt, tokens=scope.tokens, cost=scope.cost)
 
+    def _take_changed(self, parent: Checkpoint) -> tuple[str, ...]:
+        """Nodes whose status differs from the parent checkpoint's, canonical order."""
+        before = parent.node_states
+        changed = [n for n in self._changed if before.get(n) != self.statuses[n]]
+        self._changed = set()
+        return tuple(self.graph.canonical(changed))
+
     def _checkpoint_if_dirty(self) -> None:
         if not self._dirty:
             return
@@ -461,12 +507,12 @@ class RunLoop:
         cp = Checkpoint(
             id=self.runtime.ids.new("cp"), run_id=self.run.id, seq=self.head.seq + 1,
             parent_id=self.head.id, nodes=tuple(self.graph.canonical(self._folded_since_cp)),
-            node_states=dict(self.statuses), event_seq=self.run.event_seq,
+            node_states=dict(self.statuses), event_seq=self._seq,
             created_at=self.runtime.clock.time(), source="step", snapshot=snapshot,
+            changed=self._take_changed(self.head),
         )
         self._folded_since_cp = []
-        self.head = cp
-        self.run = self.run.evolve(head_seq=cp.seq)
+        self._parent, self.head = self.head, cp
         self._batch.checkpoints.append(cp)
 
     def _maybe_flush(self) -> None:
@@ -485,7 +531,7 @@ class RunLoop:
         lease = self.run.lease_expires_at
         if lease is not None and self.run.status == RunStatus.RUNNING and lease - now < self.runtime.lease_ttl / 2:
             self.run = self.run.evolve(lease_expires_at=now + self.runtime.lease_ttl)
-        self.run = self.run.evolve(usage=dict(self._usage))
+        self.run = self.run.evolve(usage=dict(self._usage), event_seq=self._seq, head_seq=self.head.seq)
         batch.run = self.run
         batch.durable = durable
         self.store.commit(batch)
@@ -533,8 +579,9 @@ class RunLoop:
         self._since_snapshot = SNAPSHOT_EVERY
         if self._batch.checkpoints:
             last = self._batch.checkpoints.pop()
-            self.head = replace(last, node_states=dict(self.statuses), event_seq=self.run.event_seq,
-                                snapshot=self.head_state())
+            self._changed |= set(last.changed or ())
+            self.head = replace(last, node_states=dict(self.statuses), event_seq=self._seq,
+                                snapshot=self.head_state(), changed=self._take_changed(self._parent))
             self._batch.checkpoints.append(self.head)
             self._dirty = False
             return

@@ -20,11 +20,28 @@ from .clock import Clock, IdSource, RandomIds, SystemClock
 from .errors import InvalidAnswer, InvalidRequest, NotFound
 from .graph import ExecutableGraph, Graph
 from .loader import resolve_model, resolve_ref
-from .records import (Batch, Checkpoint, Interrupt, InterruptKind, InterruptStatus, NodeAttempt,
-                      PendingWrite, Run, RunKind, TraceEvent)
+from .records import (
+    Batch,
+    Checkpoint,
+    Interrupt,
+    InterruptKind,
+    InterruptStatus,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    RunKind,
+    TraceEvent,
+)
 from .reducers import fold
 from .runloop import RunLoop
-from .states import TERMINAL_RUN, NodeEvent, NodeStatus, RunEvent, RunStatus, next_node_status
+from .states import (
+    TERMINAL_RUN,
+    NodeEvent,
+    NodeStatus,
+    RunEvent,
+    RunStatus,
+    next_node_status,
+)
 from .store.base import CheckpointStore
 from .store.memory import MemoryStore
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import heapq
-import re
 import inspect
+import re
 import typing
 from collections.abc import Sequence
 

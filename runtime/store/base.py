@@ -11,8 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..records import (Batch, Checkpoint, Interrupt, InterruptStatus, JournalEntry, NodeAttempt,
-                       PendingWrite, Run, TraceEvent)
+from ..records import (
+    Batch,
+    Checkpoint,
+    Interrupt,
+    InterruptStatus,
+    JournalEntry,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    TraceEvent,
+)
 from ..states import RunStatus
 
 JSON = Any

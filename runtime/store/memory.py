@@ -8,8 +8,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidRequest, LeaseLost, NotFound
-from ..records import (Batch, Checkpoint, Interrupt, InterruptStatus, JournalEntry, NodeAttempt,
-                       PendingWrite, Run, TraceEvent, WriteKind)
+from ..records import (
+    Batch,
+    Checkpoint,
+    Interrupt,
+    InterruptStatus,
+    JournalEntry,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    TraceEvent,
+    WriteKind,
+)
 from ..states import RunStatus
 
 JSON = Any

@@ -8,24 +8,47 @@ last few, which is safe because nothing outside saw them), and batches marked
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic_core import to_json
 from sqlalchemy import Engine, create_engine, event, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel
 
 from ..errors import InvalidRequest, LeaseLost, NotFound
-from ..records import (Batch, Checkpoint, EffectStatus, Interrupt, InterruptKind, InterruptStatus,
-                       JournalEntry, NodeAttempt, PendingWrite, Run, RunKind, TraceEvent, WriteKind)
+from ..records import (
+    Batch,
+    Checkpoint,
+    EffectStatus,
+    Interrupt,
+    InterruptKind,
+    InterruptStatus,
+    JournalEntry,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    RunKind,
+    TraceEvent,
+    WriteKind,
+)
 from ..states import NodeStatus, RunStatus
+from .schema import (
+    SCHEMA_VERSION,
+    AttemptRow,
+    CheckpointRow,
+    EffectRow,
+    EventRow,
+    GraphRow,
+    InterruptRow,
+    RunRow,
+    SchemaVersion,
+    WriteRow,
+)
 from .writer import Writer
-from .schema import (SCHEMA_VERSION, AttemptRow, CheckpointRow, EffectRow, EventRow, GraphRow,
-                     InterruptRow, RunRow, SchemaVersion, WriteRow)
 
 JSON = Any
 
@@ -38,7 +61,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = []
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return to_json(value).decode()
 
 
 class SqlStore:
@@ -57,7 +80,7 @@ class SqlStore:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._lock = threading.RLock()
         self._pks: dict[str, int] = {}
-        self._last_states: dict[str, tuple[int, dict[str, str]]] = {}
+        self._last_states: dict[str, tuple[int, Mapping[str, str]]] = {}
         self._migrate()
         self._writer = Writer(self.engine, [R, C, W, A, E, I, T])
         self._integrity_errors: tuple[type[BaseException], ...] = _integrity_errors(self.engine)
@@ -204,7 +227,7 @@ class SqlStore:
         return pk
 
     def _checkpoint_row(self, cur: Any, pk: int, cp: Checkpoint) -> dict[str, Any]:
-        states = {n: s.value for n, s in cp.node_states.items()}
+        states = cp.node_states  # StrEnum values: they compare and serialise as plain strings
         last = self._last_states.get(cp.run_id)
         if last is None and cp.seq > 0:
             with self.engine.connect() as conn:
@@ -213,7 +236,12 @@ class SqlStore:
         # full rows only where no delta base is known (a run's first checkpoint, a new
         # process): periodic full rows would grow with nodes × checkpoints
         full = last is None or last[0] != cp.seq - 1
-        stored = states if full else {n: s for n, s in states.items() if last[1].get(n) != s}  # type: ignore[index]
+        if full:
+            stored = dict(states)
+        elif cp.changed is not None:
+            stored = {n: states[n] for n in cp.changed}
+        else:
+            stored = {n: s for n, s in states.items() if last[1].get(n) != s}  # type: ignore[index]
         self._last_states[cp.run_id] = (cp.seq, states)
         return {"id": cp.id, "run_pk": pk, "seq": cp.seq, "parent_id": cp.parent_id, "nodes": list(cp.nodes),
                 "states": stored, "full": full, "snapshot": dict(cp.snapshot) if cp.snapshot is not None else None,
@@ -280,8 +308,9 @@ class SqlStore:
         out: list[Checkpoint] = []
         states: dict[str, str] = {}
         for row in rows:
+            changed = None if not out else tuple(n for n, st in row.states.items() if states.get(n) != st)
             states = dict(row.states) if row.full else {**states, **row.states}
-            out.append(_checkpoint(run_id, row, states))
+            out.append(_checkpoint(run_id, row, states, changed))
         return out
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
@@ -411,10 +440,10 @@ def _run(r: Any) -> Run:
 _STATUS = {s.value: s for s in NodeStatus}
 
 
-def _checkpoint(run_id: str, r: Any, states: Mapping[str, str]) -> Checkpoint:
+def _checkpoint(run_id: str, r: Any, states: Mapping[str, str], changed: tuple[str, ...] | None = None) -> Checkpoint:
     return Checkpoint(id=r.id, run_id=run_id, seq=r.seq, parent_id=r.parent_id, nodes=tuple(r.nodes or ()),
                       node_states={n: _STATUS[s] for n, s in states.items()}, event_seq=r.event_seq,
-                      created_at=r.created_at, source=r.source, snapshot=r.snapshot)
+                      created_at=r.created_at, source=r.source, snapshot=r.snapshot, changed=changed)
 
 
 def _json_text(value: Any) -> str | None:

@@ -7,16 +7,16 @@ definitions in ``schema.py``; reads keep using SQLAlchemy Core.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from pydantic_core import to_json
 from sqlalchemy import JSON, Engine, Table
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else to_json(value).decode()
 
 
 class Statements:
