@@ -519,9 +519,11 @@ class RunLoop:
         """Group commit: pure outcomes may wait up to ``Runtime.group_commit`` seconds to
         share a transaction. Nothing outside the process can have seen them yet, and a
         crash before the commit just runs those pure nodes again."""
-        if self._batch.empty():
-            return
-        if self.runtime.clock.time() - self._last_flush >= self.runtime.group_commit:
+        now = self.runtime.clock.time()
+        lease = self.run.lease_expires_at
+        if lease is not None and lease - now < self.runtime.lease_ttl / 2:
+            self._flush()  # heartbeat: renew the lease even when nothing else happened
+        elif not self._batch.empty() and now - self._last_flush >= self.runtime.group_commit:
             self._flush()
 
     def _flush(self, durable: bool = False) -> None:

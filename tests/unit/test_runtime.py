@@ -542,3 +542,32 @@ async def test_a_failure_does_not_wait_for_a_sibling_backoff(rt: Runtime):
     assert run.status == RunStatus.FAILED and run.error["node"] == "broken"
     assert time.monotonic() - t0 < 5
     assert await node_status(rt, run.id, "flaky") == NodeStatus.FAILED
+
+
+async def test_a_long_node_keeps_its_run_leased_so_no_other_process_takes_it_over(tmp_path):
+    from runtime import SqlStore
+
+    url = f"sqlite:///{tmp_path / 'lease.db'}"
+    owner = Runtime(store=SqlStore(url), lease_ttl=0.3, heartbeat=0.05)
+    other = Runtime(store=SqlStore(url), lease_ttl=0.3)
+    g = Graph("g", state=S)
+    started = asyncio.Event()
+
+    @g.node()
+    async def long(state):
+        started.set()
+        await asyncio.sleep(1.0)
+        return {"n": 1}
+
+    other.register(g)
+    task = asyncio.create_task(owner.start(g, {}))
+    await started.wait()
+    run_id = (await owner.runs())[0].id
+    for _ in range(8):  # well past the 0.3 s lease: the heartbeat must have renewed it
+        await asyncio.sleep(0.1)
+        with pytest.raises(InvalidRequest, match="is running"):
+            await other.resume(run_id)
+    run = await task
+    assert run.status == RunStatus.SUCCEEDED and run.fence == 1
+    owner.close()
+    other.close()
