@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import secrets
 import time
 from typing import Protocol
@@ -23,7 +22,7 @@ class IdSource(Protocol):
 
 
 class RandomIds:
-    """Short, URL-safe, collision-resistant ids: ``run_`` + 16 base32 characters (80 bits)."""
+    """Short, URL-safe, collision-resistant ids: ``run_`` + 20 hex characters (80 bits)."""
 
     def new(self, prefix: str) -> str:
-        return f"{prefix}_{base64.b32encode(secrets.token_bytes(10)).decode().lower()}"
+        return f"{prefix}_{secrets.token_hex(10)}"

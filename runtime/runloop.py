@@ -449,8 +449,13 @@ class RunLoop:
         # Reuse the cache when the new set extends it with nodes later in canonical order.
         if cached >= 0 and mask & cached == cached and (mask ^ cached) >> cached.bit_length() << cached.bit_length() == mask ^ cached:
             base, start = self._state_cache, cached.bit_length()
-        order = self.graph.order
-        items = [(order[i], self.writes[order[i]]) for i in range(start, len(order)) if mask >> i & 1]
+        order, items = self.graph.order, []
+        rest = mask >> start << start
+        while rest:  # visit set bits only, lowest (earliest in canonical order) first
+            low = rest & -rest
+            name = order[low.bit_length() - 1]
+            items.append((name, self.writes[name]))
+            rest ^= low
         state = fold(base, items, self.graph.reducers)
         self._state_cache, self._state_mask = state, mask
         return state

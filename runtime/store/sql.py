@@ -48,13 +48,20 @@ from .schema import (
     SchemaVersion,
     WriteRow,
 )
-from .writer import Writer
+from .writer import Writer, dumps
 
 JSON = Any
 
 R, C, W, A, E, I, T = (t.__table__ for t in (RunRow, CheckpointRow, WriteRow, AttemptRow,  # type: ignore[attr-defined,union-attr]
                                              EffectRow, InterruptRow, EventRow))
 G = GraphRow.__table__  # type: ignore[attr-defined,union-attr]
+
+_CP_COLS = ("id", "run_pk", "seq", "parent_id", "nodes", "states", "full", "snapshot", "event_seq",
+            "created_at", "source")
+_WRITE_COLS = ("run_pk", "checkpoint_seq", "node", "attempt", "kind", "value", "created_at")
+_ATTEMPT_COLS = ("run_pk", "node", "attempt", "status", "started_at", "ended_at", "error_class", "error",
+                 "decision")
+_EVENT_COLS = ("run_pk", "seq", "at", "type", "node", "attempt", "data")
 
 #: ordered migrations: (version, statements). Version 1 is the create_all() schema.
 MIGRATIONS: list[tuple[int, list[str]]] = []
@@ -189,15 +196,14 @@ class SqlStore:
 
     def _write_children(self, cur: Any, pk: int, b: Batch) -> None:
         w = self._writer
+        # the three per-step tables are built as tuples in column order: this is the hot path
         if b.checkpoints:
-            w.insert(cur, "checkpoints", [self._checkpoint_row(cur, pk, cp) for cp in b.checkpoints])
-        w.insert(cur, "pending_writes", [{
-            "run_pk": pk, "checkpoint_seq": x.checkpoint_seq, "node": x.node, "attempt": x.attempt,
-            "kind": x.kind.value, "value": x.value, "created_at": x.created_at} for x in b.writes])
-        w.insert(cur, "node_attempts", [{
-            "run_pk": pk, "node": a.node, "attempt": a.attempt, "status": a.status.value,
-            "started_at": a.started_at, "ended_at": a.ended_at, "error_class": a.error_class,
-            "error": a.error, "decision": a.decision} for a in b.attempts])
+            w.insert_tuples(cur, "checkpoints", _CP_COLS, [self._checkpoint_row(cur, pk, cp) for cp in b.checkpoints])
+        w.insert_tuples(cur, "pending_writes", _WRITE_COLS, [
+            (pk, x.checkpoint_seq, x.node, x.attempt, x.kind, dumps(x.value), x.created_at) for x in b.writes])
+        w.insert_tuples(cur, "node_attempts", _ATTEMPT_COLS, [
+            (pk, a.node, a.attempt, a.status, a.started_at, a.ended_at, a.error_class, a.error, a.decision)
+            for a in b.attempts])
         w.insert(cur, "effect_journal", [{
             "run_pk": self._pk_raw(cur, e.run_id), "node": e.node, "name": e.name, "occurrence": e.occurrence,
             "attempt": e.attempt, "key": e.key, "status": e.status.value, "request": e.request,
@@ -212,9 +218,8 @@ class SqlStore:
                     "kind": i.kind.value, "payload": i.payload, "status": i.status.value,
                     "response_schema": i.response_schema, "answer": i.answer, "created_at": i.created_at,
                     "answered_at": i.answered_at}])
-        w.insert(cur, "trace_events", [{
-            "run_pk": pk, "seq": e.seq, "at": e.at, "type": e.type, "node": e.node, "attempt": e.attempt,
-            "data": dict(e.data) or None} for e in b.events])
+        w.insert_tuples(cur, "trace_events", _EVENT_COLS, [
+            (pk, e.seq, e.at, e.type, e.node, e.attempt, dumps(e.data) if e.data else None) for e in b.events])
 
     def _pk_raw(self, cur: Any, run_id: str) -> int:
         pk = self._pks.get(run_id)
@@ -226,7 +231,7 @@ class SqlStore:
             pk = self._pks[run_id] = row[0]
         return pk
 
-    def _checkpoint_row(self, cur: Any, pk: int, cp: Checkpoint) -> dict[str, Any]:
+    def _checkpoint_row(self, cur: Any, pk: int, cp: Checkpoint) -> tuple[Any, ...]:
         states = cp.node_states  # StrEnum values: they compare and serialise as plain strings
         last = self._last_states.get(cp.run_id)
         if last is None and cp.seq > 0:
@@ -243,9 +248,8 @@ class SqlStore:
         else:
             stored = {n: s for n, s in states.items() if last[1].get(n) != s}  # type: ignore[index]
         self._last_states[cp.run_id] = (cp.seq, states)
-        return {"id": cp.id, "run_pk": pk, "seq": cp.seq, "parent_id": cp.parent_id, "nodes": list(cp.nodes),
-                "states": stored, "full": full, "snapshot": dict(cp.snapshot) if cp.snapshot is not None else None,
-                "event_seq": cp.event_seq, "created_at": cp.created_at, "source": cp.source}
+        return (cp.id, pk, cp.seq, cp.parent_id, dumps(list(cp.nodes)), dumps(stored), full,
+                None if cp.snapshot is None else dumps(dict(cp.snapshot)), cp.event_seq, cp.created_at, cp.source)
 
     def acquire_lease(self, run_id: str, owner: str, expires_at: float, expected_fence: int) -> Run:
         with self._lock, self._tx(True) as conn:

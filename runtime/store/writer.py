@@ -15,7 +15,7 @@ from pydantic_core import to_json
 from sqlalchemy import JSON, Engine, Table
 
 
-def _dumps(value: Any) -> str | None:
+def dumps(value: Any) -> str | None:
     return None if value is None else to_json(value).decode()
 
 
@@ -23,7 +23,7 @@ class Statements:
     """INSERT statements for a table, in the driver's parameter style."""
 
     def __init__(self, table: Table, dialect: str):
-        cols = [c for c in table.columns if not (c.primary_key and c.autoincrement is True and c.name == "pk")]
+        cols = [c for c in table.columns if not (c.primary_key and c.name == "pk")]  # pk: assigned by the database
         self.columns = [c.name for c in cols]
         self.json = [isinstance(c.type, JSON) for c in cols]
         mark = "?" if dialect == "sqlite" else "%s"
@@ -32,7 +32,7 @@ class Statements:
         self.insert = f"INSERT INTO {table.name} ({', '.join(self.columns)}) VALUES ({values})"
 
     def row(self, values: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(_dumps(values.get(c)) if j else values.get(c) for c, j in zip(self.columns, self.json))
+        return tuple(dumps(values.get(c)) if j else values.get(c) for c, j in zip(self.columns, self.json))
 
 
 class Writer:
@@ -70,6 +70,14 @@ class Writer:
         if rows:
             st = self.stmts[table]
             cur.executemany(st.insert, [st.row(r) for r in rows])
+
+    def insert_tuples(self, cur: Any, table: str, columns: tuple[str, ...], rows: Sequence[tuple[Any, ...]]) -> None:
+        """Hot-path insert of rows already in column order (JSON columns as text)."""
+        if rows:
+            st = self.stmts[table]
+            if tuple(st.columns) != columns:
+                raise AssertionError(f"{table}: columns {st.columns} != {columns}")
+            cur.executemany(st.insert, rows)
 
     def insert_returning_pk(self, cur: Any, table: str, values: dict[str, Any]) -> int:
         st = self.stmts[table]
