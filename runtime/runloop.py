@@ -101,6 +101,7 @@ class RunLoop:
         self._wake: asyncio.Future[None] | None = None
         self._next_poll = 0.0
         self._done: list[asyncio.Future[Outcome]] = []   # finished attempts not yet collected
+        self._timer: asyncio.TimerHandle | None = None
         self._seq = run.event_seq
         self._last_flush = runtime.clock.time()
         self._starved = False
@@ -135,6 +136,8 @@ class RunLoop:
                 task.cancel()
             raise
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
             self.runtime._detach(self)
 
     def begin(self, event: RunEvent, answered: Mapping[str, JSON]) -> None:
@@ -256,6 +259,10 @@ class RunLoop:
         return True
 
     async def _wait(self) -> None:
+        """Sleep until an attempt finishes, a wake-up is requested, or the next timed
+        duty: heartbeat, group-commit deadline, retry backoff, run deadline."""
+        if self._done:
+            return
         now = self.runtime.clock.time()
         timeouts = [self.runtime.heartbeat]
         if not self._batch.empty():
@@ -265,16 +272,22 @@ class RunLoop:
         deadline = self.run.limits.get("deadline_at")
         if deadline is not None:
             timeouts.append(deadline - now)
-        if self._done:
-            return
         loop = asyncio.get_running_loop()
+        due = loop.time() + max(0.0, min(timeouts))
+        # one timer serves many waits: only move it when the next duty comes sooner
+        if self._timer is None or self._timer.when() > due + 1e-4:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(due, self._on_timer)
         self._wake = loop.create_future()
-        timer = loop.call_later(max(0.0, min(timeouts)), self.wake)
         try:
             await self._wake
         finally:
-            timer.cancel()
             self._wake = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.wake()
 
     def _poll_limits(self) -> None:
         if self._stop is not None and self._stop[0] == "cancel":
