@@ -37,6 +37,8 @@ class AttemptScope:
     clock: Callable[[], float]
     started_at: float = 0.0
     abandoned: bool = False
+    #: set when the attempt raised an interrupt, even if node code caught the signal
+    interrupt_id: str | None = None
     occurrences: dict[str, int] = field(default_factory=dict)
     interrupts: int = 0
     tokens: int = 0

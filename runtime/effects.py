@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
-from .errors import ErrorClass, InvalidAnswer, NodeError
+from .errors import DeadlineExceeded, ErrorClass, InvalidAnswer, NodeError
 from .records import EffectStatus, Interrupt, InterruptKind, JournalEntry
 
 if TYPE_CHECKING:
@@ -120,7 +120,8 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
             raise EffectDivergence(node, name, occurrence, req, latest.request)
         return latest.result
     if latest is not None and latest.status == EffectStatus.STARTED and not idempotent:
-        slot = f"effect:{name}#{occurrence}"
+        # bound to this STARTED entry: an answer settles it alone, never a later doubt
+        slot = f"effect:{name}#{occurrence}@{latest.run_id}/{latest.attempt}"
         settled = host.find_interrupt(node, slot, InterruptKind.IN_DOUBT)
         if settled is None or settled.answer is None:
             host.raise_interrupt(scope, InterruptKind.IN_DOUBT, {
@@ -140,6 +141,9 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
             return decision.result
         key = latest.key  # retry: same key, so the external system can deduplicate
 
+    remaining = scope.remaining()
+    if remaining is not None and remaining <= 0:  # never started: nothing can be in doubt
+        raise DeadlineExceeded(f"the deadline passed before effect {name!r} could start")
     started = JournalEntry(run_id=scope.run_id, node=node, name=name, occurrence=occurrence,
                            attempt=attempt, key=key, status=EffectStatus.STARTED, request=req,
                            at=host.now())

@@ -135,15 +135,17 @@ class InvalidWrites(NodeError):
     error_class = ErrorClass.INVALID_INPUT
 
 
-class NodeInterrupt(Exception):
-    """Control-flow signal: the node asked a person (or the runtime) a question."""
+class NodeInterrupt(BaseException):
+    """Control-flow signal: the node asked a person (or the runtime) a question.
+
+    A ``BaseException`` so that node code's ``except Exception`` does not swallow it."""
 
     def __init__(self, interrupt_id: str):
         self.interrupt_id = interrupt_id
         super().__init__(interrupt_id)
 
 
-class AttemptCancelled(Exception):
+class AttemptCancelled(BaseException):
     """Control-flow signal: the attempt was abandoned (run cancelled, timed out)."""
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from .context import AttemptScope, NodeContext
-from .errors import DeadlineExceeded, NodeInterrupt
+from .errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
 from .graph import NodeSpec
 
 
@@ -35,10 +36,10 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
     args = (state, ctx) if spec.wants_ctx else (state,)
     try:
         if spec.is_async:
-            work = spec.fn(*args, **spec.args)
+            work = spec.fn(*args, **spec.bound)
         else:
             loop = asyncio.get_running_loop()
-            work = loop.run_in_executor(pool, functools.partial(spec.fn, *args, **spec.args))
+            work = loop.run_in_executor(pool, functools.partial(spec.fn, *args, **spec.bound))
         remaining = scope.remaining()
         if remaining is None:
             result = await work
@@ -52,13 +53,19 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
                     f"node {spec.name!r} attempt {scope.attempt} passed its deadline"
                     + (f" (timeout {spec.timeout}s)" if spec.timeout else "")
                 ) from None
+        if inspect.isawaitable(result):  # a sync wrapper around an async function
+            result = await result
+        if scope.interrupt_id is not None:  # node code caught the signal; the pause stands
+            return Outcome(OutcomeKind.INTERRUPTED, interrupt_id=scope.interrupt_id)
         return Outcome(OutcomeKind.SUCCEEDED, value=result)
     except NodeInterrupt as signal:
         return Outcome(OutcomeKind.INTERRUPTED, interrupt_id=signal.interrupt_id)
     except asyncio.CancelledError:
         scope.abandoned = True
         raise
-    except Exception as e:
+    except (Exception, AttemptCancelled) as e:
+        if scope.interrupt_id is not None:
+            return Outcome(OutcomeKind.INTERRUPTED, interrupt_id=scope.interrupt_id)
         return Outcome(OutcomeKind.FAILED, error=e)
     finally:
         if scope.deadline is not None and (scope.remaining() or 0) <= 0:

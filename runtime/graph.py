@@ -75,7 +75,8 @@ class NodeSpec:
     retry: RetryPolicy
     timeout: float | None
     when: Callable[[Any], bool] | None
-    args: Mapping[str, Any]
+    args: Mapping[str, Any]        # as declared (JSON, part of the structure)
+    bound: Mapping[str, Any]       # converted to the function's annotated types, passed on call
     is_async: bool
     wants_ctx: bool
     fn_ref: str

@@ -65,7 +65,7 @@ class _Plan(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     state: str | None = None
-    nodes: list[_Node]
+    nodes: list[Any]     # each checked on its own, so one bad node hides no other problem
 
 
 def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> ExecutableGraph:
@@ -86,7 +86,16 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
             problems.append(Problem("state", f"{doc.state!r} is not a pydantic model"))
 
     decls: list[NodeDecl] = []
-    for i, node in enumerate(doc.nodes):
+    for i, raw in enumerate(doc.nodes):
+        try:
+            node = _Node.model_validate(raw)
+        except ValidationError as e:
+            problems.extend(Problem(_loc(("nodes", i, *err["loc"]), plan), err["msg"]) for err in e.errors())
+            node_id = raw.get("id") if isinstance(raw, dict) else None
+            if isinstance(node_id, str):  # keep the id known, so its dependents are not misreported
+                decls.append(NodeDecl(name=node_id, fn=_unresolved, location=f"nodes[{i}] ({node_id!r})",
+                                      retry=NO_RETRY))
+            continue
         where = f"nodes[{i}] ({node.id!r})"
         fn = _lookup(node.fn, registry.functions, f"{where}.fn", problems, "function")
         when = _lookup(node.when, registry.functions, f"{where}.when", problems, "predicate") if node.when else None

@@ -16,13 +16,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json, to_json
 
 from . import scheduler
 from .context import AttemptScope, NodeContext
-from .effects import to_json
 from .errors import (
     ErrorClass,
     InvalidWrites,
+    LeaseLost,
     LimitExceeded,
     NodeError,
     NodeInterrupt,
@@ -59,7 +60,8 @@ if TYPE_CHECKING:
 
 JSON = Any
 N = NodeStatus
-SNAPSHOT_EVERY = 50
+SNAPSHOT_EVERY = 200
+SNAPSHOT_MIN_BYTES = 4096
 #: statuses that a checkpoint must capture (the node's outcome is known)
 _SETTLED = frozenset({N.SUCCEEDED, N.FAILED, N.SKIPPED, N.INTERRUPTED, N.CANCELLED})
 
@@ -108,6 +110,9 @@ class RunLoop:
         self._usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
                        "steps": int(run.usage.get("steps", 0))}
         self._usage_lock = threading.Lock()
+        self._bytes_since_snapshot = 0
+        self._snapshot_bytes = 0
+        self._over_budget: str | None = None
         self._state_cache: dict[str, JSON] = {}
         self._state_mask = -1     # which succeeded nodes the cache folds (-1: none cached)
         self._done_mask = 0
@@ -131,14 +136,39 @@ class RunLoop:
                 await self._wait()
                 self._collect()
                 self._checkpoint_if_dirty()
-        except BaseException:
-            for task in self._in_flight:
+        except LeaseLost:
+            for task in self._in_flight:  # another process owns the run now: write nothing
                 task.cancel()
+            raise
+        except asyncio.CancelledError:
+            self._abort("cancel", {"class": ErrorClass.CANCELLED.value,
+                                   "message": "the caller stopped waiting for the run"})
+            raise
+        except BaseException as e:
+            self._abort("fail", {"class": ErrorClass.INTERNAL.value, "message": f"{type(e).__name__}: {e}"})
             raise
         finally:
             if self._timer is not None:
                 self._timer.cancel()
             self.runtime._detach(self)
+
+    def _abort(self, kind: str, error: Mapping[str, JSON]) -> None:
+        """The driver itself is stopping (its caller was cancelled, or an unexpected
+        error): end the run here rather than leave it RUNNING until its lease expires."""
+        try:
+            for task, scope in list(self._in_flight.items()):
+                scope.abandoned = True
+                task.cancel()
+                self.runtime._release(self)
+                self._attempt(scope, N.CANCELLED if kind == "cancel" else N.FAILED,
+                              ErrorClass(error["class"]), error["message"], "abandoned with the run")
+                self._node(scope.node, NodeEvent.CANCEL if kind == "cancel" else NodeEvent.FAIL)
+            self._in_flight.clear()
+            self._stop = (kind, error)
+            self._finish()
+            self._flush(durable=True)
+        except Exception:  # recording failed too: the lease will expire and resume recovers
+            pass
 
     def begin(self, event: RunEvent, answered: Mapping[str, JSON]) -> None:
         """Record why this process took the run over: claim, resume with answers, recovery."""
@@ -301,6 +331,8 @@ class RunLoop:
         if reason is not None:
             self.request_cancel(reason)
             return
+        if self._over_budget is not None and (self._stop is None or self._stop[0] == "interrupt"):
+            self._stop_with("fail", ErrorClass.LIMIT_EXCEEDED, self._over_budget)
         deadline = self.run.limits.get("deadline_at")
         if deadline is not None and self.runtime.clock.time() >= deadline and self._stop is None:
             self._stop_with("fail", ErrorClass.DEADLINE, "run deadline exceeded")
@@ -409,29 +441,54 @@ class RunLoop:
     def _check_writes(self, node: str, value: Any) -> dict[str, JSON]:
         if value is None:
             return {}
+        model = self.graph.state_model
+        if isinstance(value, model):
+            raise InvalidWrites(f"node {node!r} returned the whole state; return a dict of only the "
+                                f"fields it writes (reducers would apply every field again)")
         if isinstance(value, BaseModel):
             value = value.model_dump(exclude_unset=True)
         if not isinstance(value, Mapping):
             raise InvalidWrites(f"node {node!r} returned {type(value).__name__}; a node returns a "
                                 f"dict of state fields to write, or None")
-        model = self.graph.state_model
         extra_ok = model.model_config.get("extra") == "allow"
         unknown = sorted(k for k in value if k not in model.model_fields)
         if unknown and not extra_ok:
             raise InvalidWrites(f"node {node!r} wrote unknown state field(s) {', '.join(map(repr, unknown))}; "
                                 f"fields are: {', '.join(model.model_fields)}")
-        writes = to_json(dict(value), f"writes of node {node!r}")
+        # a JSON round trip: the stored writes share nothing with objects the node keeps
+        raw = _to_json_bytes(dict(value), node)
+        self._bytes_since_snapshot += len(raw)
+        writes: dict[str, JSON] = from_json(raw)
         for field in writes:
             prev = self._last_writer(field, node)
             if prev is not None:
                 raise WriteConflict(field, prev, node)
+        base = self._input_state(node)
         try:
-            model.model_validate(fold(self._input_state(node), [(node, writes)], self.graph.reducers))
+            folded = fold(base, [(node, writes)], self.graph.reducers)
+        except Exception:
+            self._name_reducer_failure(node, base, writes)
+            raise
+        try:
+            checked = model.model_validate(folded)
         except ValidationError as e:
             err = e.errors()[0]
             field = ".".join(map(str, err["loc"]))
             raise InvalidWrites(f"node {node!r} wrote an invalid value for field {field!r}: {err['msg']}") from None
+        dumped = checked.model_dump(mode="json")
+        for field in writes:  # store last-value writes as the model coerced them ("3" -> 3)
+            if self.graph.reducer(field).conflicts and field in dumped:
+                writes[field] = dumped[field]
         return writes
+
+    def _name_reducer_failure(self, node: str, base: Mapping[str, JSON], writes: Mapping[str, JSON]) -> None:
+        """Raise ``InvalidWrites`` naming the field whose reducer could not fold the write."""
+        for field, value in writes.items():
+            try:
+                fold(base, [(node, {field: value})], self.graph.reducers)
+            except Exception as e:
+                raise InvalidWrites(f"node {node!r} field {field!r}: reducer {self.graph.reducer(field).name!r} "
+                                    f"failed: {type(e).__name__}: {e}") from None
 
     def _last_writer(self, field: str, node: str) -> str | None:
         """A completed node that wrote ``field`` (last-value) and is not ordered before ``node``."""
@@ -449,7 +506,8 @@ class RunLoop:
         return self._fold_mask(self.graph.ancestor_mask(node) & self._done_mask)
 
     def _input_model(self, node: str) -> BaseModel:
-        return self.graph.state_model.model_validate(self._input_state(node))
+        # built from JSON, so nothing a node changes in place reaches other nodes or the store
+        return self.graph.state_model.model_validate_json(to_json(self._input_state(node)))
 
     def head_state(self) -> dict[str, JSON]:
         return self._fold_mask(self._done_mask)
@@ -519,9 +577,14 @@ class RunLoop:
         self._dirty = False
         self._since_snapshot += 1
         snapshot = None
-        if self._since_snapshot >= SNAPSHOT_EVERY or self.run.status != RunStatus.RUNNING:
+        # A full snapshot once the writes since the last one outweigh it (or after
+        # SNAPSHOT_EVERY steps): snapshots then cost at most about as much as the
+        # writes themselves, so storage stays linear even when the state keeps growing.
+        if (self._since_snapshot >= SNAPSHOT_EVERY or self.run.status != RunStatus.RUNNING
+                or self._bytes_since_snapshot >= max(self._snapshot_bytes, SNAPSHOT_MIN_BYTES)):
             snapshot = self.head_state()
-            self._since_snapshot = 0
+            self._since_snapshot = self._bytes_since_snapshot = 0
+            self._snapshot_bytes = len(to_json(snapshot))
         cp = Checkpoint(
             id=self.runtime.ids.new("cp"), run_id=self.run.id, seq=self.head.seq + 1,
             parent_id=self.head.id, nodes=tuple(self.graph.canonical(self._folded_since_cp)),
@@ -562,6 +625,11 @@ class RunLoop:
             self._stop = (kind, {"class": cls.value, "message": message})
 
     def _finish(self) -> None:
+        if (self._stop is None or self._stop[0] == "interrupt") and self.store.durable:
+            reason = self.store.cancel_request(self.run.id)
+            if reason is not None and N.INTERRUPTED in self.statuses.values():
+                # asked to cancel while it was running: do not leave it paused instead
+                self._stop = ("cancel", {"class": ErrorClass.CANCELLED.value, "message": reason})
         stop = self._stop
         kind = stop[0] if stop else None
         if kind == "cancel" or kind == "fail":
@@ -571,6 +639,8 @@ class RunLoop:
                     self._node(node, event)
                 elif self.statuses[node] == N.INTERRUPTED and kind == "cancel":
                     self._node(node, NodeEvent.CANCEL)
+        pausing = kind == "interrupt" or (kind is None and N.INTERRUPTED in self.statuses.values())
+        if not pausing:  # an ending run leaves no question open
             for key, intr in list(self._interrupts.items()):
                 if intr.run_id == self.run.id and intr.status == InterruptStatus.PENDING:
                     closed = replace(intr, status=InterruptStatus.CANCELLED)
@@ -625,7 +695,10 @@ class RunLoop:
         self._flush(durable=durable)
 
     def find_interrupt(self, node: str, slot: str, kind: InterruptKind) -> Interrupt | None:
-        return self._interrupts.get((node, slot, kind.value))  # type: ignore[arg-type]
+        found = self._interrupts.get((node, slot, kind.value))  # type: ignore[arg-type]
+        if found is not None and kind == InterruptKind.IN_DOUBT and found.run_id != self.run.id:
+            return None  # a continuation asks again: whoever continues the run decides afresh
+        return found
 
     def raise_interrupt(self, scope: AttemptScope, kind: InterruptKind, payload: JSON, *, slot: str,
                         response_schema: JSON = None, response_ref: str | None = None) -> NoReturn:
@@ -641,6 +714,7 @@ class RunLoop:
             self._batch.interrupts.append(existing)
             self._emit("interrupt.created", scope.node, scope.attempt, interrupt_id=existing.id,
                        kind=kind.value, slot=slot)
+        scope.interrupt_id = existing.id
         raise NodeInterrupt(existing.id)
 
     def add_usage(self, scope: AttemptScope, tokens: int, cost: float) -> None:
@@ -656,7 +730,9 @@ class RunLoop:
         if limits.get("max_cost") is not None and self._usage["cost"] > limits["max_cost"]:
             over.append(f"cost {self._usage['cost']:g} > max_cost {limits['max_cost']:g}")
         if over:
-            raise LimitExceeded("run budget exceeded: " + "; ".join(over))
+            # the run ends even if node code catches this
+            self._over_budget = "run budget exceeded: " + "; ".join(over)
+            raise LimitExceeded(self._over_budget)
 
 
 
@@ -667,3 +743,10 @@ class _StopError(NodeError):
     def __init__(self, error: Mapping[str, JSON]):
         self.error_class = ErrorClass(error.get("class", ErrorClass.INTERNAL.value))
         super().__init__(error.get("message", "run stopped"))
+
+
+def _to_json_bytes(value: Any, node: str) -> bytes:
+    try:
+        return to_json(value)
+    except Exception as e:
+        raise InvalidWrites(f"writes of node {node!r} are not JSON-serialisable: {e}") from None

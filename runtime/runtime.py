@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .clock import Clock, IdSource, RandomIds, SystemClock
-from .errors import InvalidAnswer, InvalidRequest, NotFound
+from .errors import GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
 from .graph import ExecutableGraph, Graph
 from .loader import resolve_model, resolve_ref
 from .records import (
@@ -72,11 +72,16 @@ class Runtime:
         self.group_commit = group_commit
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{self.ids.new('w')[2:10]}"
         self._graphs: dict[str, ExecutableGraph] = {}
+        #: the graph object each run was started with here (factories may build several
+        #: graphs of one structure and version that differ in their closures)
+        self._run_graphs: dict[str, ExecutableGraph] = {}
         self._saved: set[tuple[str, str | None]] = set()
         self._models: dict[str, type[BaseModel]] = {}
         self._active: dict[str, RunLoop] = {}
         self._in_flight = 0
-        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="harness-node")
+        # more threads than slots: a timed-out sync node keeps its thread until it returns,
+        # and must not starve the attempts that follow (the scheduler bounds concurrency)
+        self._pool = ThreadPoolExecutor(max_workers=max(32, 4 * max_concurrency), thread_name_prefix="harness-node")
         for g in graphs:
             self.register(g)
 
@@ -122,6 +127,7 @@ class Runtime:
         """Create a run and execute it here until it ends or pauses."""
         compiled = self.register(graph)
         run = self._create(compiled, input, claim=True, **options)
+        self._run_graphs[run.id] = compiled
         # drive with the caller's graph object: another graph of the same structure
         # (say, built by a factory with different closures) may share its version
         return await self._drive(run, compiled)
@@ -168,10 +174,20 @@ class Runtime:
     # ------------------------------------------------------------------ resuming
 
     async def resume(self, run_id: str, answer: JSON = _MISSING, *,
-                     answers: Mapping[str, JSON] | None = None) -> Run:
+                     answers: Mapping[str, JSON] | None = None,
+                     graph: Graph | ExecutableGraph | None = None) -> Run:
         """Continue a run: answer its interrupts, continue it after failure or
-        cancellation (as a new continuation run), or recover it after a crash."""
+        cancellation (as a new continuation run), or recover it after a crash.
+
+        ``graph`` names the graph object to run with (it must have the run's version);
+        by default the one the run was started with here, else the registered one."""
         run = self.store.get_run(run_id)
+        if graph is not None:
+            compiled = self.register(graph)
+            if compiled.version != run.graph_version:
+                raise InvalidRequest(f"run {run_id} was made by graph version {run.graph_version}; "
+                                     f"the graph given is version {compiled.version}")
+            self._run_graphs[run_id] = compiled
         if run.status == RunStatus.INTERRUPTED:
             return await self._answer(run, answer, answers)
         if answer is not _MISSING or answers:
@@ -231,6 +247,12 @@ class Runtime:
 
     def _continuation(self, parent: Run) -> Run:
         graph = self.graph_for(parent)
+        self._check_not_continued(parent)
+        try:  # claiming the parent's fence makes a concurrent second resume fail here
+            self.store.acquire_lease(parent.id, self.owner, self.clock.time(), parent.fence)
+        except LeaseLost:
+            raise InvalidRequest(f"run {parent.id} is being continued by another caller") from None
+        self._check_not_continued(parent)
         head = self.store.checkpoints(parent.id)[-1]
         keep = (NodeStatus.SUCCEEDED, NodeStatus.SKIPPED)
         statuses = {n: (s if s in keep else NodeStatus.PENDING) for n, s in head.node_states.items()}
@@ -243,12 +265,21 @@ class Runtime:
                   input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
                   base_checkpoint_id=head.id, limits=limits, max_concurrency=parent.max_concurrency)
         inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
+        self._run_graphs[run.id] = self._run_graphs.get(parent.id, graph)
         return self._insert(run, statuses, snapshot=self._state_json(head), claim=True,
                             source="continuation", inherited=inherited)
+
+    def _check_not_continued(self, parent: Run) -> None:
+        done = [c for c in self.store.child_runs(parent.id) if c.kind == RunKind.CONTINUATION]
+        if done:
+            raise InvalidRequest(f"run {parent.id} was already continued by {done[-1].id}; "
+                                 f"resume that run instead")
 
     def _lease_expired(self, run: Run) -> bool:
         if run.lease_expires_at is None or run.lease_expires_at <= self.clock.time():
             return True
+        if run.lease_owner == self.owner and run.id not in self._active:
+            return True  # ours, and nothing here drives it any more
         host, _, rest = (run.lease_owner or "").partition(":")
         pid = rest.partition(":")[0]
         if host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid():
@@ -273,7 +304,7 @@ class Runtime:
         return await self._load(run, graph).drive()
 
     def _load(self, run: Run, graph: ExecutableGraph | None = None) -> RunLoop:
-        graph = graph or self.graph_for(run)
+        graph = graph or self._run_graphs.get(run.id) or self.graph_for(run)
         lineage = self._lineage(run)
         head = self.store.checkpoints(run.id)[-1]
         attempts: dict[str, int] = {}
@@ -338,17 +369,21 @@ class Runtime:
             return await self._wait_terminal(run_id, wait)
         if run.status == RunStatus.RUNNING and not self._lease_expired(run):
             self.store.request_cancel(run_id, reason)
-            return await self._wait_terminal(run_id, wait)
+            run = await self._wait_terminal(run_id, wait)
+            if run.status in TERMINAL_RUN or (run.status == RunStatus.RUNNING and not self._lease_expired(run)):
+                return run
+            # it paused (or its owner died) before seeing the request: cancel it here
         run = self.store.acquire_lease(run.id, self.owner, self.clock.time() + self.lease_ttl, run.fence)
         loop = self._load(run)
         loop.begin_cancel(reason)
         return await loop.drive()
 
     async def _wait_terminal(self, run_id: str, wait: float) -> Run:
+        """Poll until the run ends or stops being RUNNING (or ``wait`` seconds pass)."""
         step, waited = 0.02, 0.0
         while True:
             run = self.store.get_run(run_id)
-            if run.status in TERMINAL_RUN or waited >= wait:
+            if run.status != RunStatus.RUNNING or waited >= wait:
                 return run
             await asyncio.sleep(step)
             waited += step
@@ -359,6 +394,9 @@ class Runtime:
         return self.store.get_run(run_id)
 
     async def runs(self, status: RunStatus | str | None = None, limit: int = 100) -> list[Run]:
+        """Runs, newest first, optionally of one status."""
+        if status is not None and status not in set(RunStatus):
+            raise InvalidRequest(f"unknown status {status!r}; one of: {', '.join(RunStatus)}")
         return self.store.list_runs(RunStatus(status) if status else None, limit=limit)
 
     async def history(self, run_id: str) -> list[Checkpoint]:
@@ -370,7 +408,7 @@ class Runtime:
         state = self._state_json(cp)
         try:
             model = self.graph_for(self.store.get_run(cp.run_id)).state_model
-        except (NotFound, InvalidRequest):
+        except (NotFound, InvalidRequest, GraphError):  # the code is not importable here
             from .graph import AnyState
             model = AnyState
         return model.model_validate(state)
@@ -422,7 +460,7 @@ def _validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseMode
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'input'}: {err['msg']}" for err in e.errors())
         raise InvalidRequest(f"input does not fit {graph.state_model.__name__}: {problems}") from None
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise InvalidRequest(f"input must be an object of state fields: {e}") from None
 
 

@@ -14,7 +14,7 @@ from .errors import GraphError, Problem
 from .graph import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 _CTX_NAMES = {"ctx", "context"}
-_ID = re.compile(r"[A-Za-z0-9_.-]+")
+_ID = re.compile(r"[\w.-]+")  # letters (any script), digits, _ . -
 
 
 def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> ExecutableGraph:
@@ -84,33 +84,46 @@ def _check_node(d: NodeDecl, problems: list[Problem]) -> NodeSpec | None:
         problems.append(Problem(d.location, f"timeout must be a positive number of seconds, got {d.timeout!r}"))
     if d.when is not None and not callable(d.when):
         problems.append(Problem(d.location, f"when= must be a callable taking the state, got {d.when!r}"))
+    elif d.when is not None and _is_async(d.when):
+        problems.append(Problem(d.location, "when= must be a plain function, not async: it decides "
+                                            "from the state alone"))
     retry = d.retry
     if not isinstance(retry, RetryPolicy) or retry.max_attempts < 1 or retry.initial_interval < 0:
         problems.append(Problem(d.location, f"retry must be a RetryPolicy with max_attempts >= 1, got {retry!r}"))
-    wants_ctx = _check_signature(d, problems)
+    wants_ctx, bound = _check_signature(d, problems)
     if len(problems) > before:
         return None
     return NodeSpec(
         name=d.name, fn=d.fn, after=tuple(d.after), retry=retry, timeout=d.timeout, when=d.when,
-        args=dict(d.args), is_async=inspect.iscoroutinefunction(d.fn), wants_ctx=wants_ctx,
+        args=dict(d.args), bound=bound, is_async=_is_async(d.fn), wants_ctx=wants_ctx,
         fn_ref=d.fn_ref, when_ref=d.when_ref, location=d.location,
     )
 
 
-def _check_signature(d: NodeDecl, problems: list[Problem]) -> bool:
-    """Check that ``fn(state[, ctx], **args)`` can be called with the node's args."""
+def _is_async(fn: object) -> bool:
+    """Async functions, async callable objects, and partials of either."""
+    target = getattr(fn, "func", fn)  # functools.partial
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(getattr(target, "__call__", None))
+
+
+def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, dict[str, object]]:
+    """Check that ``fn(state[, ctx], **args)`` can be called with the node's args; return
+    whether it takes ``ctx`` and the args converted to the annotated types."""
+    bound: dict[str, object] = dict(d.args) if isinstance(d.args, dict) else {}
     try:
         sig = inspect.signature(d.fn)
     except (TypeError, ValueError):
-        return True
+        return True, bound
     if not isinstance(d.args, dict):
         problems.append(Problem(d.location, f"args must be an object, got {d.args!r}"))
-        return False
+        return False, bound
     params = list(sig.parameters.values())
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not positional:
+        if any(p.kind == p.VAR_POSITIONAL for p in params):  # a generic wrapper(*a, **k)
+            return True, bound
         problems.append(Problem(d.location, "node function must take the state as its first parameter"))
-        return False
+        return False, bound
     rest = positional[1:]
     wants_ctx = bool(rest) and rest[0].name in _CTX_NAMES
     if wants_ctx:
@@ -131,16 +144,17 @@ def _check_signature(d: NodeDecl, problems: list[Problem]) -> bool:
             continue
         if key in hints:
             try:
-                TypeAdapter(hints[key]).validate_python(value)
+                bound[key] = TypeAdapter(hints[key]).validate_python(value)
             except ValidationError as e:
-                msg = e.errors()[0]["msg"]
-                problems.append(Problem(f"{d.location} args.{key}", f"{msg} (got {value!r})"))
+                for err in e.errors():
+                    where = ".".join(map(str, (key, *err["loc"])))
+                    problems.append(Problem(f"{d.location} args.{where}", f"{err['msg']} (got {err['input']!r})"))
             except Exception:  # a type pydantic cannot check: leave it to run time
                 pass
     for key, p in keywords.items():
         if p.default is p.empty and key not in d.args:
             problems.append(Problem(f"{d.location} args", f"missing required argument {key!r}"))
-    return wants_ctx
+    return wants_ctx, bound
 
 
 def _cycles(deps: dict[str, list[str]]) -> list[list[str]]:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic_core import to_json
 from sqlalchemy import Engine, create_engine, event, insert, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import ArgumentError, IntegrityError
 from sqlmodel import SQLModel
 
 from ..errors import InvalidRequest, LeaseLost, NotFound
@@ -82,7 +82,13 @@ class SqlStore:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
             kwargs["pool_pre_ping"] = True
-        self.engine: Engine = create_engine(url, **kwargs)
+        try:
+            self.engine: Engine = create_engine(url, **kwargs)
+        except ModuleNotFoundError as e:
+            raise InvalidRequest(f"the database driver for {url.split(':', 1)[0]} is not installed "
+                                 f"(missing module {e.name!r})") from None
+        except ArgumentError as e:
+            raise InvalidRequest(f"not a database URL: {url!r} ({e})") from None
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._lock = threading.RLock()

@@ -107,6 +107,8 @@ def test_cancel_a_paused_run(workdir: Path, capsys: pytest.CaptureFixture[str]):
     (["run", "MODULE:graph", "--input", "{oops"], "--input is not valid JSON"),
     (["run", "MODULE:graph", "--input", '{"order_id": "x"}'], "order_id: Input should be a valid integer"),
     (["run", "plan.json"], "cannot read plan plan.json"),
+    (["run", "MODULE:graph", "--input", '"abc"'], "input must be an object"),
+    (["runs", "--db", "postgresql://u@localhost/x"], "database"),
 ])
 def test_user_mistakes_are_one_line_and_exit_2(workdir: Path, capsys: pytest.CaptureFixture[str],
                                               args: list[str], message: str):

@@ -1,0 +1,324 @@
+"""Edge cases a user hits in practice: each test pins one fixed behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import (Graph, GraphError, InvalidRequest, MemoryStore, Registry, RetryPolicy, Runtime,
+                     RunStatus, SqlStore, add, append, compile_plan)
+from runtime.records import InterruptKind, InterruptStatus
+
+FAST = dict(initial_interval=0.001, backoff=1.0)
+
+
+class S(BaseModel):
+    log: Annotated[list[str], append] = []
+    total: Annotated[int, add] = 0
+    value: str = ""
+    doc: dict = {}
+
+
+async def final(rt: Runtime, run_id: str) -> BaseModel:
+    return await rt.state_at((await rt.history(run_id))[-1].id)
+
+
+async def test_an_in_doubt_answer_settles_only_the_entry_it_was_given_for(rt: Runtime):
+    calls: list[str] = []
+    g = Graph("g", state=S)
+
+    async def pay(info):
+        calls.append(info.key)
+        if len(calls) <= 2:
+            await asyncio.sleep(5)  # outlives the attempt: outcome unknown
+        return "paid"
+
+    @g.node(timeout=0.1, retry=RetryPolicy(max_attempts=10, **FAST))
+    async def charge(state, ctx):
+        return {"value": await ctx.effect("pay", pay)}
+
+    run = await rt.start(g, {})
+    [first] = await rt.interrupts(run.id)
+    run = await rt.resume(run.id, {"action": "retry"})  # the retried call is in doubt again
+    assert run.status == RunStatus.INTERRUPTED and len(calls) == 2
+    [second] = await rt.interrupts(run.id)
+    assert second.id != first.id and second.kind == InterruptKind.IN_DOUBT
+    run = await rt.resume(run.id, {"action": "result", "result": "settled by hand"})
+    assert run.status == RunStatus.SUCCEEDED and len(calls) == 2
+
+
+async def test_a_continuation_asks_again_about_an_aborted_in_doubt_effect(rt: Runtime):
+    calls: list[str] = []
+    g = Graph("g", state=S)
+
+    async def pay(info):
+        calls.append(info.key)
+        if len(calls) == 1:
+            await asyncio.sleep(5)
+        return "paid"
+
+    @g.node(timeout=0.1, retry=RetryPolicy(max_attempts=2, **FAST))
+    async def charge(state, ctx):
+        return {"value": await ctx.effect("pay", pay)}
+
+    run = await rt.start(g, {})
+    failed = await rt.resume(run.id, {"action": "abort"})
+    assert failed.status == RunStatus.FAILED
+    cont = await rt.resume(failed.id)
+    assert cont.status == RunStatus.INTERRUPTED
+    assert [i.kind for i in await rt.interrupts(cont.id)] == [InterruptKind.IN_DOUBT]
+
+
+async def test_a_failed_run_is_continued_only_once(rt: Runtime):
+    g = Graph("g", state=S)
+    charges: list[str] = []
+    fail = [True]
+
+    @g.node()
+    def b(state):
+        if fail[0]:
+            fail[0] = False
+            raise ValueError("first time")
+        return {"value": "b"}
+
+    @g.node(after=["b"])
+    async def c(state, ctx):
+        await ctx.effect("charge", lambda info: charges.append(info.key) or "ok")
+        return {"log": ["c"]}
+
+    failed = await rt.start(g, {})
+    cont = await rt.resume(failed.id)
+    assert cont.status == RunStatus.SUCCEEDED
+    with pytest.raises(InvalidRequest, match=f"already continued by {cont.id}"):
+        await rt.resume(failed.id)
+    assert len(charges) == 1 and len(rt.store.child_runs(failed.id)) == 1
+
+
+async def test_a_reducer_that_cannot_fold_a_write_fails_the_node_naming_the_field(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("n", lambda s: {"total": "3"})
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED and run.error["class"] == "invalid_input"
+    assert "field 'total': reducer 'add' failed" in run.error["message"]
+
+
+async def test_last_value_writes_are_stored_as_the_model_coerced_them(rt: Runtime):
+    class T(BaseModel):
+        n: int = 0
+
+    g = Graph("g", state=T)
+    g.add_node("n", lambda s: {"n": "3"})
+    run = await rt.start(g, {})
+    assert [w.value for w in await rt.pending_writes(run.id)] == [{"n": 3}]
+
+
+async def test_cancelling_the_caller_of_start_ends_the_run_cancelled(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node()
+    async def slow(state):
+        await asyncio.sleep(5)
+
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(rt.start(g, {}), 0.2)
+    run = (await rt.runs())[0]
+    assert run.status == RunStatus.CANCELLED and "stopped waiting" in run.error["message"]
+    assert (await rt.history(run.id))[-1].node_states["slow"] == "cancelled"
+
+
+async def test_node_code_cannot_swallow_an_interrupt(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node()
+    async def careless(state, ctx):
+        try:
+            answer = await ctx.interrupt({"q": "go?"})
+        except Exception as e:  # noqa: BLE001 - the point of the test
+            return {"value": f"swallowed {type(e).__name__}"}
+        return {"value": answer}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.INTERRUPTED
+    run = await rt.resume(run.id, "yes")
+    assert run.status == RunStatus.SUCCEEDED and (await final(rt, run.id)).value == "yes"
+
+
+async def test_budget_ends_the_run_even_if_node_code_catches_the_error(rt: Runtime):
+    g = Graph("g", state=S)
+
+    @g.node()
+    async def llm(state, ctx):
+        try:
+            ctx.usage(tokens=500)
+        except Exception:  # noqa: BLE001
+            pass
+        return {"value": "a"}
+
+    g.add_node("more", lambda s: {"log": ["more"]}, after=["llm"])
+    run = await rt.start(g, {}, max_tokens=100)
+    assert run.status == RunStatus.FAILED and run.error["class"] == "limit_exceeded"
+    assert (await rt.history(run.id))[-1].node_states["more"] == "pending"
+
+
+class Cfg(BaseModel):
+    n: int
+
+
+PLAN_REG = Registry()
+
+
+@PLAN_REG.function()
+def doubled(state, cfg: Cfg, times: int = 1):
+    return {"total": cfg.n * 2 * times}
+
+
+async def test_plan_args_are_converted_to_the_annotated_types(rt: Runtime):
+    plan = {"name": "p", "nodes": [{"id": "a", "fn": "doubled", "args": {"cfg": {"n": 21}, "times": "1"}}]}
+    graph = compile_plan(plan, PLAN_REG)
+    run = await rt.start(graph, {})
+    assert run.status == RunStatus.SUCCEEDED and (await final(rt, run.id)).total == 42
+
+
+def test_a_bad_nested_plan_arg_names_its_path():
+    plan = {"name": "p", "nodes": [{"id": "a", "fn": "doubled", "args": {"cfg": {"n": "x"}}}]}
+    with pytest.raises(GraphError, match=r"args\.cfg\.n: Input should be a valid integer"):
+        compile_plan(plan, PLAN_REG)
+
+
+async def test_async_callable_objects_run_as_async_nodes(rt: Runtime):
+    class Tool:
+        async def __call__(self, state):
+            return {"value": "tool"}
+
+    g = Graph("g", state=S)
+    g.add_node("tool", Tool())
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.SUCCEEDED and (await final(rt, run.id)).value == "tool"
+
+
+def test_an_async_when_predicate_is_rejected():
+    async def never(state):
+        return False
+
+    g = Graph("g")
+    g.add_node("a", lambda s: None, when=never)
+    with pytest.raises(GraphError, match="when= must be a plain function"):
+        g.compile()
+
+
+async def test_runs_use_the_graph_object_they_were_started_with(rt: Runtime):
+    def build(model: str) -> Graph:
+        g = Graph("agent", state=S)
+
+        @g.node()
+        async def ask(state, ctx):
+            return {"log": [await ctx.interrupt("go?")]}
+
+        @g.node(after=["ask"])
+        async def call_llm(state):
+            return {"value": model}
+
+        return g
+
+    small = await rt.start(build("small"), {})
+    await rt.start(build("big"), {})
+    small = await rt.resume(small.id, "go")
+    assert (await final(rt, small.id)).value == "small"
+
+
+async def test_changing_the_state_in_place_does_not_leak_into_other_nodes_or_the_store(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: {"doc": {"tags": ["x"]}})
+
+    def b(state):
+        state.doc["tags"].append("changed-by-b")
+        return {}
+
+    g.add_node("b", b, after=["a"])
+    g.add_node("c", lambda s: {"log": list(s.doc["tags"])}, after=["a"])
+    run = await rt.start(g, {})
+    assert (await final(rt, run.id)).log == ["x"]
+    assert [w.value for w in await rt.pending_writes(run.id) if w.node == "a"] == [{"doc": {"tags": ["x"]}}]
+
+
+async def test_returning_the_whole_state_model_is_rejected(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: {"log": ["a"]})
+    g.add_node("b", lambda s: s.model_copy(update={"value": "b"}), after=["a"])
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED and "returned the whole state" in run.error["message"]
+
+
+async def test_an_effect_whose_deadline_passed_is_not_left_in_doubt(rt: Runtime):
+    g = Graph("g", state=S)
+    calls = []
+    slow = [True]
+
+    @g.node(timeout=0.2)
+    def n(state, ctx):
+        if slow[0]:
+            slow[0] = False
+            time.sleep(0.3)
+        return {"value": ctx.effect("charge", lambda: calls.append(1) or "charged")}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED and calls == []
+    assert [e.status for e in rt.store.journal([run.id])] == []
+    cont = await rt.resume(run.id)
+    assert cont.status == RunStatus.SUCCEEDED and calls == [1]
+
+
+async def test_a_timed_out_sync_node_does_not_starve_its_retries():
+    rt = Runtime(MemoryStore(), max_concurrency=1)
+    g = Graph("g", state=S)
+    ran = []
+
+    @g.node(timeout=0.2, retry=RetryPolicy(max_attempts=3, **FAST))
+    def n(state, ctx):
+        ran.append(ctx.attempt)
+        if ctx.attempt == 1:
+            time.sleep(1)
+        return {"value": str(ctx.attempt)}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.SUCCEEDED and ran == [1, 2]
+
+
+async def test_a_cancel_from_another_runtime_reaches_a_run_that_pauses_first(tmp_path):
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    owner, other = Runtime(SqlStore(url)), Runtime(SqlStore(url))
+    g = Graph("g", state=S)
+    asked = asyncio.Event()
+
+    @g.node()
+    async def ask(state, ctx):
+        asked.set()
+        await asyncio.sleep(0.2)
+        return {"value": await ctx.interrupt("approve?")}
+
+    other.register(g)
+    task = asyncio.create_task(owner.start(g, {}))
+    await asked.wait()
+    run_id = (await other.runs())[0].id
+    cancelled = await other.cancel(run_id, "user pressed cancel", wait=3)
+    await task
+    assert cancelled.status == RunStatus.CANCELLED
+    assert (await other.get_run(run_id)).status == RunStatus.CANCELLED
+    assert [i.status for i in await other.interrupts(run_id, pending=False)] in ([], [InterruptStatus.CANCELLED])
+    owner.close()
+    other.close()
+
+
+async def test_an_unknown_status_filter_is_a_clear_error(rt: Runtime):
+    with pytest.raises(InvalidRequest, match="unknown status 'bogus'"):
+        await rt.runs(status="bogus")
+
+
+def test_node_ids_may_use_any_script():
+    g = Graph("g")
+    g.add_node("café", lambda s: None)
+    assert g.compile().order == ("café",)
