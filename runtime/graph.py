@@ -7,6 +7,7 @@ import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -106,7 +107,7 @@ class ExecutableGraph:
     """
 
     __slots__ = ("name", "state_model", "nodes", "order", "index", "reducers", "version", "ref",
-                 "_ancestors", "_children")
+                 "_ancestors", "_children", "_frozen")
 
     def __init__(self, name: str, state_model: type[BaseModel], nodes: Sequence[NodeSpec],
                  order: Sequence[str]):
@@ -121,7 +122,8 @@ class ExecutableGraph:
         for n in nodes:
             for d in n.after:
                 children[d].append(n.name)
-        self._children = {k: tuple(sorted(v, key=self.index.__getitem__)) for k, v in children.items()}
+        self._children: Mapping[str, tuple[str, ...]] = {
+            k: tuple(sorted(v, key=self.index.__getitem__)) for k, v in children.items()}
         # Ancestor sets as bitmasks over canonical positions: cheap to test and to iterate.
         anc: dict[str, int] = {}
         for name in self.order:
@@ -129,8 +131,20 @@ class ExecutableGraph:
             for d in self.nodes[name].after:
                 mask |= anc[d] | (1 << self.index[d])
             anc[name] = mask
-        self._ancestors = anc
+        self._ancestors: Mapping[str, int] = anc
         self.version = self._structural_hash()
+        self.nodes = MappingProxyType(dict(self.nodes))
+        self.index = MappingProxyType(dict(self.index))
+        self.reducers = MappingProxyType(dict(self.reducers))
+        self._children = MappingProxyType(self._children)
+        self._ancestors = MappingProxyType(self._ancestors)
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # compiled graphs are values: only ``ref`` (where it can be imported from) is settable
+        if getattr(self, "_frozen", False) and name != "ref":
+            raise AttributeError(f"ExecutableGraph is immutable; cannot set {name!r}")
+        object.__setattr__(self, name, value)
 
     def _structural_hash(self) -> str:
         doc = {

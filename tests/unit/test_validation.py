@@ -166,3 +166,13 @@ def test_malformed_plan_names_the_field():
 def test_plan_can_name_functions_by_import_path():
     plan = {"name": "p", "nodes": [{"id": "f", "fn": "examples.steps:fetch", "args": {"source": "s"}}]}
     assert compile_plan(plan).order == ("f",)
+
+
+def test_a_compiled_graph_cannot_be_changed():
+    g = Graph("g")
+    g.add_node("a", noop)
+    compiled = g.compile()
+    with pytest.raises(AttributeError, match="immutable"):
+        compiled.order = ("b",)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        compiled.nodes["b"] = compiled.nodes["a"]  # type: ignore[index]
