@@ -69,6 +69,7 @@ _SETTLED = frozenset({N.SUCCEEDED, N.FAILED, N.SKIPPED, N.INTERRUPTED, N.CANCELL
 class RunLoop:
     def __init__(self, runtime: Runtime, graph: ExecutableGraph, run: Run, *,
                  head: Checkpoint, statuses: Mapping[str, NodeStatus], writes: dict[str, JSON],
+                 failures: Mapping[str, int],
                  lineage: list[str], key_scope: str,
                  journal: list[JournalEntry], interrupts: list[Interrupt],
                  attempts: Mapping[str, int]):
@@ -91,7 +92,7 @@ class RunLoop:
             if i.run_id == run.id or i.status == InterruptStatus.ANSWERED:
                 self._interrupts[(i.node, i.slot, i.kind)] = i
         self._attempt_no: dict[str, int] = dict(attempts)
-        self._failures: dict[str, int] = {}
+        self._failures: dict[str, int] = dict(failures)
         self._retry_at: dict[str, float] = {}
         self._in_flight: dict[asyncio.Future[Outcome], AttemptScope] = {}
         self._candidates: set[str] = set(graph.order)

@@ -316,7 +316,12 @@ class Runtime:
                 # started after the last checkpoint (a crash came before the next one)
                 statuses[ev.node] = next_node_status(statuses[ev.node], NodeEvent(ev.type[5:]))
         interrupts = [i for rid in reversed(lineage) for i in self.store.interrupts(rid)]
+        failures: dict[str, int] = {}
+        for attempt in self.store.node_attempts(run.id):  # retry budgets hold across resumes
+            if attempt.status == NodeStatus.FAILED:
+                failures[attempt.node] = failures.get(attempt.node, 0) + 1
         return RunLoop(self, graph, run, head=head, statuses=statuses, writes=self.store.node_writes(lineage),
+                       failures=failures,
                        lineage=lineage, key_scope=self._key_scope(run),
                        journal=self.store.journal(list(reversed(lineage))), interrupts=interrupts,
                        attempts=attempts)

@@ -571,3 +571,23 @@ async def test_a_long_node_keeps_its_run_leased_so_no_other_process_takes_it_ove
     assert run.status == RunStatus.SUCCEEDED and run.fence == 1
     owner.close()
     other.close()
+
+
+async def test_a_retry_budget_holds_across_a_pause(rt: Runtime):
+    g = Graph("g", state=S)
+    tries = []
+
+    @g.node(retry=RetryPolicy(max_attempts=2, **FAST))
+    async def flaky(state, ctx):
+        tries.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise TransientError("blip")
+        if ctx.attempt == 2:
+            await ctx.interrupt("check?")
+        raise TransientError("again")
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.INTERRUPTED
+    run = await rt.resume(run.id, "ok")
+    assert run.status == RunStatus.FAILED and tries == [1, 2, 3]
+    assert (await rt.attempts(run.id))[-1].decision == "fail: 2 failure(s), max_attempts=2"
