@@ -245,13 +245,12 @@ class RunLoop:
                         skipped = True
                         continue
                 ready.append(node)
-            for i, node in enumerate(ready):
-                room = self.runtime._room(self)
-                if room <= 0:
-                    self._candidates.update(ready[i:])
-                    # other runs of this Runtime hold every slot: wait for one to free up
-                    self._starved = not self._in_flight
-                    break
+            launch = scheduler.admit(ready, 0, self.runtime._room(self))
+            if len(launch) < len(ready):  # the rest wait in the queue for a free slot
+                self._candidates.update(ready[len(launch):])
+                # a run with nothing in flight waits for other runs of this Runtime to free one
+                self._starved = not self._in_flight and not launch
+            for node in launch:
                 if not self._launch(node):
                     return
             if not skipped:
