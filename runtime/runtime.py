@@ -47,6 +47,7 @@ from .store.memory import MemoryStore
 
 JSON = Any
 _MISSING: Any = object()
+_RUN_GRAPHS_KEPT = 10_000
 
 
 class Runtime:
@@ -75,6 +76,7 @@ class Runtime:
         #: the graph object each run was started with here (factories may build several
         #: graphs of one structure and version that differ in their closures)
         self._run_graphs: dict[str, ExecutableGraph] = {}
+        self._fresh: dict[str, Checkpoint] = {}   # first checkpoint of runs created here, not yet driven
         self._saved: set[tuple[str, str | None]] = set()
         self._models: dict[str, type[BaseModel]] = {}
         self._active: dict[str, RunLoop] = {}
@@ -117,6 +119,11 @@ class Runtime:
         raise NotFound(f"graph {run.graph_name!r} version {run.graph_version} is not registered with "
                        f"this Runtime; pass it in Runtime(graphs=[...])")
 
+    def _remember_graph(self, run_id: str, graph: ExecutableGraph) -> None:
+        self._run_graphs[run_id] = graph
+        if len(self._run_graphs) > _RUN_GRAPHS_KEPT:  # bounded: oldest runs fall back to the registry
+            del self._run_graphs[next(iter(self._run_graphs))]
+
     def remember_model(self, ref: str, model: type[BaseModel]) -> None:
         self._models[ref] = model
 
@@ -127,7 +134,7 @@ class Runtime:
         """Create a run and execute it here until it ends or pauses."""
         compiled = self.register(graph)
         run = self._create(compiled, input, claim=True, **options)
-        self._run_graphs[run.id] = compiled
+        self._remember_graph(run.id, compiled)
         # drive with the caller's graph object: another graph of the same structure
         # (say, built by a factory with different closures) may share its version
         return await self._drive(run, compiled)
@@ -168,7 +175,11 @@ class Runtime:
                         nodes=(), node_states=dict(statuses), event_seq=len(events), created_at=now,
                         source=source, snapshot=dict(snapshot))
         run = run.evolve(event_seq=len(events), head_seq=0)
-        self.store.create_run(Batch(run_id=run.id, run=run, checkpoints=[cp], events=events, durable=True))
+        # not forced to disk: nothing outside has seen the run yet (output-commit rule);
+        # the first effect, a pause or the end of the run forces it
+        self.store.create_run(Batch(run_id=run.id, run=run, checkpoints=[cp], events=events))
+        if claim and run.parent_run_id is None:
+            self._fresh[run.id] = cp  # _load needs no reads for a run with no history
         return run
 
     # ------------------------------------------------------------------ resuming
@@ -187,7 +198,7 @@ class Runtime:
             if compiled.version != run.graph_version:
                 raise InvalidRequest(f"run {run_id} was made by graph version {run.graph_version}; "
                                      f"the graph given is version {compiled.version}")
-            self._run_graphs[run_id] = compiled
+            self._remember_graph(run_id, compiled)
         if run.status == RunStatus.INTERRUPTED:
             return await self._answer(run, answer, answers)
         if answer is not _MISSING or answers:
@@ -265,7 +276,7 @@ class Runtime:
                   input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
                   base_checkpoint_id=head.id, limits=limits, max_concurrency=parent.max_concurrency)
         inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
-        self._run_graphs[run.id] = self._run_graphs.get(parent.id, graph)
+        self._remember_graph(run.id, self._run_graphs.get(parent.id, graph))
         return self._insert(run, statuses, snapshot=self._state_json(head), claim=True,
                             source="continuation", inherited=inherited)
 
@@ -305,6 +316,10 @@ class Runtime:
 
     def _load(self, run: Run, graph: ExecutableGraph | None = None) -> RunLoop:
         graph = graph or self._run_graphs.get(run.id) or self.graph_for(run)
+        fresh = self._fresh.pop(run.id, None)
+        if fresh is not None and fresh.run_id == run.id:
+            return RunLoop(self, graph, run, head=fresh, statuses=fresh.node_states, writes={}, failures={},
+                           lineage=[run.id], key_scope=run.id, journal=[], interrupts=[], attempts={})
         lineage = self._lineage(run)
         head = self.store.checkpoints(run.id)[-1]
         attempts: dict[str, int] = {}
