@@ -21,6 +21,8 @@ def _import(ref: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
         raise InvalidRequest(f"cannot import {module_name!r} (from {ref!r}): {e}") from None
+    except Exception as e:  # the module itself is broken: say where, in one line
+        raise InvalidRequest(f"importing {module_name!r} failed: {type(e).__name__}: {e}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

@@ -13,6 +13,7 @@ result is validated into the model only when a node or a caller needs it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,8 @@ class Reducer:
     fn: Callable[[JSON, JSON], JSON]
     #: last-value fields are the only ones where two unordered writers conflict
     conflicts: bool = False
+    #: built-in reducers never change their inputs; custom ones get a copy to change
+    pure: bool = False
 
     def __call__(self, current: JSON, update: JSON) -> JSON:
         return self.fn(current, update)
@@ -50,10 +53,10 @@ def _add(current: JSON, update: JSON) -> JSON:
     return (current or 0) + update
 
 
-last_value = Reducer("last_value", lambda _current, update: update, conflicts=True)
-append = Reducer("append", _append)
-merge = Reducer("merge", _merge)
-add = Reducer("add", _add)
+last_value = Reducer("last_value", lambda _current, update: update, conflicts=True, pure=True)
+append = Reducer("append", _append, pure=True)
+merge = Reducer("merge", _merge, pure=True)
+add = Reducer("add", _add, pure=True)
 
 
 def reducer(fn: Callable[[JSON, JSON], JSON], name: str | None = None) -> Reducer:
@@ -91,5 +94,8 @@ def fold(
                 if prev is not None and not ordered(prev, node):
                     raise WriteConflict(field, prev, node)
                 writer[field] = node
-            state[field] = red(state.get(field), value)
+            current = state.get(field)
+            if not red.pure:  # a custom reducer may change its input in place: never the shared one
+                current = copy.deepcopy(current)
+            state[field] = red(current, value)
     return state

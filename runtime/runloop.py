@@ -198,9 +198,22 @@ class RunLoop:
         self._stop = ("cancel", {"class": ErrorClass.CANCELLED.value, "message": reason})
 
     def _lose_in_flight(self) -> None:
+        # RETRYING nodes were waiting, not running: they keep their backoff (see restore)
         for node in self.graph.order:
-            if self.statuses[node] in (N.RUNNING, N.RETRYING):
+            if self.statuses[node] == N.RUNNING:
                 self._node(node, NodeEvent.LOST, reason="the process running it stopped")
+
+    def restore(self, retry_at: Mapping[str, float], stopping: tuple[str, Mapping[str, JSON]] | None) -> None:
+        """What a run taken over mid-way was doing: backoffs in progress, and whether it
+        had already begun to stop (a failure or cancel waiting for siblings)."""
+        self._retry_at.update(retry_at)
+        if stopping is not None:
+            self._stop = stopping
+        limits, usage = self.run.limits, self._usage
+        over = [f"{k} {usage[k]:g} > max_{k} {limits['max_' + k]:g}" for k in ("tokens", "cost")
+                if limits.get("max_" + k) is not None and usage[k] > limits["max_" + k]]
+        if over:
+            self._over_budget = "run budget exceeded: " + "; ".join(over)
 
     def request_cancel(self, reason: str) -> None:
         if self._stop is None or self._stop[0] != "cancel":

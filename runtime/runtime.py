@@ -31,6 +31,7 @@ from .records import (
     Run,
     RunKind,
     TraceEvent,
+    WriteKind,
 )
 from .reducers import fold
 from .runloop import RunLoop
@@ -201,6 +202,11 @@ class Runtime:
             self._remember_graph(run_id, compiled)
         if run.status == RunStatus.INTERRUPTED:
             return await self._answer(run, answer, answers)
+        if (answer is not _MISSING or answers) and run.status == RunStatus.RUNNING and self.orphaned(run):
+            # its process died while a question was open: recover it (it pauses again), then answer
+            run = await self._take_lease(run, RunEvent.RECOVER).drive()
+            if run.status == RunStatus.INTERRUPTED:
+                return await self._answer(run, answer, answers)
         if answer is not _MISSING or answers:
             raise InvalidRequest(f"run {run_id} is {run.status.value}, not interrupted: there is nothing to answer")
         if run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
@@ -286,6 +292,10 @@ class Runtime:
             raise InvalidRequest(f"run {parent.id} was already continued by {done[-1].id}; "
                                  f"resume that run instead")
 
+    def orphaned(self, run: Run) -> bool:
+        """A RUNNING run whose process is gone (lease expired or its PID dead here)."""
+        return run.status == RunStatus.RUNNING and run.id not in self._active and self._lease_expired(run)
+
     def _lease_expired(self, run: Run) -> bool:
         if run.lease_expires_at is None or run.lease_expires_at <= self.clock.time():
             return True
@@ -323,23 +333,44 @@ class Runtime:
         lineage = self._lineage(run)
         head = self.store.checkpoints(run.id)[-1]
         attempts: dict[str, int] = {}
+        retry_at: dict[str, float] = {}
         statuses = dict(head.node_states)
         for ev in self.store.events(run.id):
             if ev.type == "node.start" and ev.node and ev.attempt:
                 attempts[ev.node] = max(attempts.get(ev.node, 0), ev.attempt)
+            if ev.type == "node.retry" and ev.node:  # a backoff survives a crash
+                retry_at[ev.node] = ev.at + float(ev.data.get("retry_in", 0.0))
             if ev.seq > head.event_seq and ev.type.startswith("node.") and ev.node:
                 # started after the last checkpoint (a crash came before the next one)
                 statuses[ev.node] = next_node_status(statuses[ev.node], NodeEvent(ev.type[5:]))
+        retry_at = {n: t for n, t in retry_at.items() if statuses.get(n) == NodeStatus.RETRYING}
         interrupts = [i for rid in reversed(lineage) for i in self.store.interrupts(rid)]
         failures: dict[str, int] = {}
         for attempt in self.store.node_attempts(run.id):  # retry budgets hold across resumes
             if attempt.status == NodeStatus.FAILED:
                 failures[attempt.node] = failures.get(attempt.node, 0) + 1
-        return RunLoop(self, graph, run, head=head, statuses=statuses, writes=self.store.node_writes(lineage),
+        loop = RunLoop(self, graph, run, head=head, statuses=statuses, writes=self.store.node_writes(lineage),
                        failures=failures,
                        lineage=lineage, key_scope=self._key_scope(run),
                        journal=self.store.journal(list(reversed(lineage))), interrupts=interrupts,
                        attempts=attempts)
+        loop.restore(retry_at, self._stopping_reason(run, statuses))
+        return loop
+
+    def _stopping_reason(self, run: Run, statuses: Mapping[str, NodeStatus]) -> tuple[str, dict[str, JSON]] | None:
+        """Whether a run taken over mid-way had already begun to stop, and why: a crash
+        while siblings of a failure were finishing must not start anything new."""
+        if run.status != RunStatus.RUNNING:
+            return None
+        if NodeStatus.FAILED in statuses.values():
+            errors = {w.node: w.value for w in self.store.pending_writes(run.id) if w.kind == WriteKind.ERROR}
+            graph_order = [n for n in statuses if statuses[n] == NodeStatus.FAILED]
+            first = next((n for n in graph_order if n in errors), graph_order[0])
+            error = dict(errors.get(first) or {"class": "internal", "message": "failed before a crash"})
+            return ("fail", {**error, "node": first})
+        if NodeStatus.CANCELLED in statuses.values():
+            return ("cancel", {"class": "cancelled", "message": "cancelled before its process stopped"})
+        return None
 
     def _lineage(self, run: Run) -> list[str]:
         """The run and the runs it inherits outcomes from, nearest first."""

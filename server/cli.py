@@ -100,6 +100,8 @@ async def _show(rt: Runtime, args: argparse.Namespace, run_id: str) -> None:
     state = (await rt.state_at(cps[-1].id)).model_dump(mode="json") if cps else {}
     lines = [_run_line(run), f"checkpoints ({len(cps)}):", *map(_checkpoint_line, cps),
              f"state: {json.dumps(state)}"]
+    if rt.orphaned(run):
+        lines.append(f"its process is gone: recover it with  harness resume {run.id}")
     for i in pending:
         value = (i.payload or {}).get("value")
         lines.append(f"waiting: interrupt {i.id} from node {i.node!r} ({i.kind.value}): {json.dumps(value)}")

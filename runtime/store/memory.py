@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidRequest, LeaseLost, NotFound
@@ -17,6 +17,7 @@ from ..records import (
     NodeAttempt,
     PendingWrite,
     Run,
+    RunKind,
     TraceEvent,
     WriteKind,
 )
@@ -57,6 +58,7 @@ class MemoryStore:
         with self._lock:
             if run.id in self._runs:
                 raise InvalidRequest(f"run {run.id} already exists")
+            _check_single_continuation(run, self._runs.values())
             self._runs[run.id] = run
             self._order.append(run.id)
             for table in (self._checkpoints, self._writes, self._attempts, self._journal, self._events):
@@ -178,3 +180,12 @@ class MemoryStore:
 
     def close(self) -> None:
         pass
+
+
+def _check_single_continuation(run: Run, existing: Iterable[Run]) -> None:
+    if run.kind != RunKind.CONTINUATION:
+        return
+    for other in existing:
+        if other.parent_run_id == run.parent_run_id and other.kind == RunKind.CONTINUATION:
+            raise InvalidRequest(f"run {run.parent_run_id} was already continued by {other.id}; "
+                                 f"resume that run instead")

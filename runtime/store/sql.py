@@ -16,7 +16,7 @@ from typing import Any
 from pydantic_core import to_json
 from sqlalchemy import Engine, create_engine, event, insert, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import ArgumentError, IntegrityError
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlmodel import SQLModel
 
 from ..errors import InvalidRequest, LeaseLost, NotFound
@@ -101,6 +101,17 @@ class SqlStore:
     # ------------------------------------------------------------------ setup
 
     def _migrate(self) -> None:
+        # several processes may open a brand-new file at once: the losers of a
+        # create-table race see "already exists" and simply try again
+        for attempt in range(10):
+            try:
+                return self._migrate_once()
+            except (OperationalError, IntegrityError) as e:
+                if attempt == 9 or not any(w in str(e) for w in ("already exists", "locked", "UNIQUE")):
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+
+    def _migrate_once(self) -> None:
         SQLModel.metadata.create_all(self.engine, tables=[t.__table__ for t in (  # type: ignore[attr-defined,union-attr]
             SchemaVersion, GraphRow, RunRow, CheckpointRow, WriteRow, AttemptRow, EffectRow,
             InterruptRow, EventRow)])
@@ -149,6 +160,13 @@ class SqlStore:
         with self._lock:
             try:
                 with self._writer.transaction(batch.durable) as cur:
+                    if run.kind == RunKind.CONTINUATION:  # one per parent, checked under the write lock
+                        cur.execute(self._writer.sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
+                                    [run.parent_run_id, RunKind.CONTINUATION.value])
+                        found = cur.fetchone()
+                        if found is not None:
+                            raise InvalidRequest(f"run {run.parent_run_id} was already continued by "
+                                                 f"{found[0]}; resume that run instead")
                     pk = self._writer.insert_returning_pk(cur, "runs", {
                         **_run_values(run), "id": run.id, "thread_id": run.thread_id,
                         "graph_name": run.graph_name, "graph_version": run.graph_version,

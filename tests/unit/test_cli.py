@@ -128,3 +128,10 @@ def test_installed_console_script_runs_a_plan(tmp_path: Path):
     doc = json.loads(proc.stdout)
     assert doc["run"]["status"] == "succeeded"
     assert doc["state"]["report"] == "3 items; urgent: inbox-0"
+
+
+def test_a_module_that_fails_to_import_is_one_line(workdir: Path, capsys: pytest.CaptureFixture[str]):
+    (workdir / "broken_mod.py").write_text("raise NameError('oops in module')\n")
+    code, out, err = harness(capsys, "run", "broken_mod:graph")
+    assert code == 2 and "importing 'broken_mod' failed: NameError: oops in module" in err
+    assert err.count("\n") == 1

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from runtime import (Graph, GraphError, InvalidRequest, MemoryStore, Registry, RetryPolicy, Runtime,
                      RunStatus, SqlStore, add, append, compile_plan)
-from runtime.records import InterruptKind, InterruptStatus
+from runtime.records import Batch, InterruptKind, InterruptStatus
 
 FAST = dict(initial_interval=0.001, backoff=1.0)
 
@@ -322,3 +322,41 @@ def test_node_ids_may_use_any_script():
     g = Graph("g")
     g.add_node("café", lambda s: None)
     assert g.compile().order == ("café",)
+
+
+async def test_a_store_accepts_only_one_continuation_per_run(rt: Runtime):
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: (_ for _ in ()).throw(ValueError("x")))
+    failed = await rt.start(g, {})
+    first = rt._continuation(failed)  # two callers racing past the runtime's own checks
+    with pytest.raises(InvalidRequest, match=f"already continued by {first.id}"):
+        rt.store.create_run(Batch(run_id="run_second", run=first.evolve(id="run_second")))
+
+
+async def test_a_custom_reducer_that_changes_its_input_cannot_corrupt_state(rt: Runtime):
+    from runtime import reducer
+
+    def extend_in_place(current, update):
+        current = current if current is not None else []
+        current.extend(update)
+        return current
+
+    class T(BaseModel):
+        items: Annotated[list[str], reducer(extend_in_place)] = []
+
+    g = Graph("g", state=T)
+    seen = {}
+
+    def step(name):
+        def fn(state):
+            seen[name] = list(state.items)
+            return {"items": [name]}
+        return fn
+
+    g.add_node("a", step("a"))
+    g.add_node("b", step("b"), after=["a"])
+    g.add_node("c", step("c"), after=["b"])
+    run = await rt.start(g, {})
+    assert seen == {"a": [], "b": ["a"], "c": ["a", "b"]}
+    assert (await final(rt, run.id)).items == ["a", "b", "c"]
+    assert (await rt.get_run(run.id)).input == {"items": []}

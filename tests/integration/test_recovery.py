@@ -1,0 +1,121 @@
+"""Recovery of a run whose process was SIGKILLed while it was stopping or backing off."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime import Runtime, RunStatus, SqlStore
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+GRAPHS = textwrap.dedent('''
+    import asyncio, os, signal, sys
+    from pathlib import Path
+    from runtime import Graph, RetryPolicy, TransientError
+
+    HERE = Path(__file__).parent
+    def mark(name):
+        with open(HERE / "marks.log", "a") as f:
+            f.write(name + "\\n")
+
+    stopping = Graph("stopping")
+
+    @stopping.node()
+    async def bad(state):
+        raise ValueError("bad input")
+
+    @stopping.node()
+    async def sibling(state):
+        await asyncio.sleep(0.5)
+        if os.environ.get("DIE"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {}
+
+    @stopping.node(after=["sibling"])
+    async def later(state):
+        mark("later")
+        return {}
+
+    backoff = Graph("backoff")
+
+    @backoff.node(retry=RetryPolicy(max_attempts=2, initial_interval=3.0))
+    async def flaky(state, ctx):
+        mark(f"flaky {ctx.attempt}")
+        if ctx.attempt == 1:
+            raise TransientError("rate limited")
+        return {}
+
+    @backoff.node()
+    async def killer(state):
+        await asyncio.sleep(0.5)
+        if os.environ.get("DIE"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {}
+
+    if __name__ == "__main__":  # import ourselves by name: node refs must match the test's
+        import importlib
+        from runtime import Runtime, SqlStore
+        sys.path.insert(0, str(HERE))
+        me = importlib.import_module(Path(__file__).stem)
+        graph = {"stopping": me.stopping, "backoff": me.backoff}[sys.argv[2]]
+        asyncio.run(Runtime(SqlStore(sys.argv[1])).start(graph, {}))
+''')
+
+
+@pytest.fixture
+def graphs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    name = f"recovery_graphs_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(GRAPHS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path, name, importlib.import_module(name)
+
+
+def run_until_killed(tmp_path: Path, module: str, url: str, graph: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "DIE": "1"}
+    proc = subprocess.run([sys.executable, str(tmp_path / f"{module}.py"), url, graph], env=env,
+                          cwd=tmp_path, timeout=60, capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr  # SIGKILLed, as planned
+
+
+def marks(tmp_path: Path) -> list[str]:
+    path = tmp_path / "marks.log"
+    return path.read_text().split() if path.exists() else []
+
+
+async def test_a_run_killed_while_stopping_after_a_failure_ends_failed_without_new_work(graphs):
+    tmp_path, module, mod = graphs
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    run_until_killed(tmp_path, module, url, "stopping")
+    rt = Runtime(SqlStore(url), graphs=[mod.stopping])
+    run = (await rt.runs())[0]
+    assert run.status == RunStatus.RUNNING
+    run = await rt.resume(run.id)
+    assert run.status == RunStatus.FAILED
+    assert run.error["class"] == "invalid_input" and run.error["node"] == "bad"
+    assert "later" not in " ".join(marks(tmp_path))
+    rt.close()
+
+
+async def test_a_retry_backoff_survives_a_crash(graphs):
+    tmp_path, module, mod = graphs
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    t0 = time.time()
+    run_until_killed(tmp_path, module, url, "backoff")
+    rt = Runtime(SqlStore(url), graphs=[mod.backoff])
+    run_id = (await rt.runs())[0].id
+    retry_event = next(e for e in await rt.events(run_id) if e.type == "node.retry")
+    run = await rt.resume(run_id)
+    assert run.status == RunStatus.SUCCEEDED
+    second = next(e for e in await rt.events(run_id) if e.type == "node.start" and e.node == "flaky"
+                  and e.attempt == 2)
+    assert second.at - retry_event.at >= 2.9  # the 3 s backoff was kept, not restarted or skipped
+    assert marks(tmp_path).count("flaky") == 2 and time.time() - t0 < 30
+    rt.close()
