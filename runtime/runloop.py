@@ -218,10 +218,14 @@ class RunLoop:
     def request_cancel(self, reason: str) -> None:
         if self._stop is None or self._stop[0] != "cancel":
             self._stop = ("cancel", {"class": ErrorClass.CANCELLED.value, "message": reason})
-            for task, scope in self._in_flight.items():
-                scope.abandoned = True
-                task.cancel()
+            self._stop_in_flight()
             self.wake()
+
+    def _stop_in_flight(self) -> None:
+        """Cancel every running attempt; their outcomes arrive through ``_collect``."""
+        for task, scope in self._in_flight.items():
+            scope.abandoned = True
+            task.cancel()
 
     def wake(self) -> None:
         if self._wake is not None and not self._wake.done():
@@ -349,9 +353,7 @@ class RunLoop:
         deadline = self.run.limits.get("deadline_at")
         if deadline is not None and self.runtime.clock.time() >= deadline and self._stop is None:
             self._stop_with("fail", ErrorClass.DEADLINE, "run deadline exceeded")
-            for task, scope in self._in_flight.items():
-                scope.abandoned = True
-                task.cancel()
+            self._stop_in_flight()
 
     # ------------------------------------------------------------------ outcomes
 

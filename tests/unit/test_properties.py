@@ -192,6 +192,15 @@ def run_bounded(coro: Any) -> Any:
 
     return asyncio.run(bounded())
 
+async def start_and_last_checkpoint(g):
+    """Run ``g`` on a fresh MemoryStore (bound 2); return the run and its last checkpoint."""
+    rt = Runtime(MemoryStore(), max_concurrency=2)
+    try:
+        run = await rt.start(g, {})
+        return run, (await rt.history(run.id))[-1]
+    finally:
+        rt.close()
+
 
 def base_state(run_input: Mapping[str, Any]) -> dict[str, Any]:
     return S.model_validate(dict(run_input)).model_dump(mode="json")
@@ -506,15 +515,7 @@ def test_join_after_failed_branch_never_runs_and_run_fails():
     g.add_node("bad", bad)
     g.add_node("join", join, after=["ok", "bad"])
 
-    async def go():
-        rt = Runtime(MemoryStore(), max_concurrency=2)
-        try:
-            run = await rt.start(g, {})
-            return run, (await rt.history(run.id))[-1]
-        finally:
-            rt.close()
-
-    run, cp = run_bounded(go())
+    run, cp = run_bounded(start_and_last_checkpoint(g))
     assert run.status == RunStatus.FAILED
     assert run.error["class"] == "invalid_input"
     assert cp.node_states["bad"] == N.FAILED
@@ -697,15 +698,7 @@ def test_unordered_writers_of_a_last_value_field_fail_the_run_naming_both_and_th
     g.add_node("left", left, after=["root"])
     g.add_node("right", right, after=["root"])
 
-    async def go():
-        rt = Runtime(MemoryStore(), max_concurrency=2)
-        try:
-            run = await rt.start(g, {})
-            return run, (await rt.history(run.id))[-1]
-        finally:
-            rt.close()
-
-    run, cp = run_bounded(go())
+    run, cp = run_bounded(start_and_last_checkpoint(g))
     assert run.status == RunStatus.FAILED
     message = run.error["message"]
     assert "'left'" in message and "'right'" in message and "'answer'" in message
