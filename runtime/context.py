@@ -95,12 +95,14 @@ class NodeContext:
 
         ``fn()`` (or ``fn(info)`` to read ``info.key`` and ``info.deadline``) may be sync or
         async. Its JSON result is recorded and served on every later execution.
+        ``compensate(info)`` undoes it (``info.result`` is the recorded result) when
+        ``Runtime.compensate`` runs; define it at module level so another process can run it.
         """
         from .effects import perform_effect
 
         self._check_alive()
         return self._dispatch(perform_effect(self._runloop, self._scope, name, fn, request, key,
-                                             idempotent))
+                                             idempotent, compensate))
 
     def interrupt(self, payload: JSON, response: type[BaseModel] | None = None) -> Any:
         """Pause the run and ask a person; returns their answer once the run is resumed.

@@ -12,6 +12,15 @@ SUCCEEDED / MOCKED  return the recorded result; ``fn`` is not called
 STARTED only        in doubt: call again with the same key if ``idempotent``,
                     else interrupt the run for a person (result / retry / abort)
 ==================  ===========================================================
+
+In a run whose effects are mocked (forks by default, replays always) an identity
+with nothing of its own is looked up in the *source lineage's* journal (the runs
+the fork or replay came from): a record with the same request is served and
+journaled as MOCKED, linked to it. With no such record nothing is executed
+silently: a ``mocks`` entry for the name is served, or the run pauses with an
+*unrecorded effect* interrupt (answer: mock a result / allow live / abort).
+A replay, which exists to compare, serves the recorded result of the same
+identity even when the request changed, and its report shows the change.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
 from .errors import DeadlineExceeded, ErrorClass, InvalidAnswer, NodeError
-from .records import EffectStatus, Interrupt, InterruptKind, JournalEntry
+from .records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
 
 if TYPE_CHECKING:
     from .context import AttemptScope
@@ -57,6 +66,8 @@ class EffectInfo:
     request: JSON
     deadline: float | None
     attempt: int
+    #: the effect's recorded result; set only when a compensation is called
+    result: JSON = None
 
 
 class InDoubtAnswer(BaseModel):
@@ -66,8 +77,19 @@ class InDoubtAnswer(BaseModel):
     result: JSON = None
 
 
+class UnrecordedAnswer(BaseModel):
+    """How a person settles an effect that a mocked run has no record of."""
+
+    action: Literal["mock", "live", "abort"]
+    result: JSON = None
+
+
 class InDoubtEffectError(NodeError):
     error_class = ErrorClass.IN_DOUBT_EFFECT
+
+
+class UnrecordedEffectError(NodeError):
+    error_class = ErrorClass.UNRECORDED_EFFECT
 
 
 class EffectDivergence(NodeError):
@@ -87,7 +109,14 @@ class JournalHost(Protocol):
     """What the run loop offers the effect protocol (all called on the loop thread)."""
 
     key_scope: str
+    effects_mode: EffectsMode
+    #: replay: serve the recorded result of an identity whose request changed (and report it)
+    serve_changed: bool
 
+    def source_entry(self, node: str, name: str, occurrence: int, request: JSON) -> JournalEntry | None:
+        """The source lineage's record of this identity: one with this request if any, else any."""
+    def mock_result(self, name: str) -> tuple[bool, JSON]: ...
+    def compensation_ref(self, key: str, fn: Callable[..., Any] | None) -> str | None: ...
     def journal_latest(self, node: str, name: str, occurrence: int) -> JournalEntry | None: ...
     def record_effect(self, entry: JournalEntry, durable: bool) -> None: ...
     def find_interrupt(self, node: str, slot: str, kind: InterruptKind) -> Interrupt | None: ...
@@ -95,6 +124,19 @@ class JournalHost(Protocol):
                         slot: str, response_schema: JSON = None,
                         response_ref: str | None = None) -> NoReturn: ...
     def now(self) -> float: ...
+
+
+def validate_unrecorded_answer(answer: JSON) -> UnrecordedAnswer:
+    try:
+        decided = UnrecordedAnswer.model_validate(answer)
+    except ValidationError as e:
+        raise InvalidAnswer(
+            "an unrecorded effect needs {\"action\": \"mock\", \"result\": ...}, "
+            f"{{\"action\": \"live\"}} or {{\"action\": \"abort\"}}: {e.errors()[0]['msg']}"
+        ) from None
+    if decided.action == "mock" and "result" not in (answer or {}):
+        raise InvalidAnswer('a "mock" answer needs the "result" the effect should return')
+    return decided
 
 
 def validate_in_doubt_answer(answer: JSON) -> InDoubtAnswer:
@@ -109,11 +151,12 @@ def validate_in_doubt_answer(answer: JSON) -> InDoubtAnswer:
 
 async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
                          fn: Callable[..., Any], request: JSON, key: str | None,
-                         idempotent: bool) -> JSON:
+                         idempotent: bool, compensate: Callable[..., Any] | None = None) -> JSON:
     node, attempt = scope.node, scope.attempt
     occurrence = scope.next_occurrence(name)
     req = to_json(request, f"effect {name!r} request")
     key = key or effect_key(host.key_scope, node, name, occurrence)
+    undo = host.compensation_ref(key, compensate)
     latest = host.journal_latest(node, name, occurrence)
     if latest is not None and latest.status in (EffectStatus.SUCCEEDED, EffectStatus.MOCKED):
         if latest.request != req:
@@ -140,17 +183,22 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
             ), durable=False)
             return decision.result
         key = latest.key  # retry: same key, so the external system can deduplicate
+    elif latest is None or latest.status == EffectStatus.FAILED:
+        if host.effects_mode == EffectsMode.MOCK:
+            served = _mocked(host, scope, name, occurrence, req, key)
+            if served is not _LIVE:
+                return served
 
     remaining = scope.remaining()
     if remaining is not None and remaining <= 0:  # never started: nothing can be in doubt
         raise DeadlineExceeded(f"the deadline passed before effect {name!r} could start")
     started = JournalEntry(run_id=scope.run_id, node=node, name=name, occurrence=occurrence,
                            attempt=attempt, key=key, status=EffectStatus.STARTED, request=req,
-                           at=host.now())
+                           at=host.now(), compensate=undo)
     host.record_effect(started, durable=True)
     info = EffectInfo(key=key, name=name, request=req, deadline=scope.deadline, attempt=attempt)
     try:
-        result = await _call(fn, info, scope.remaining())
+        result = await call_effect_fn(fn, info, scope.remaining())
     except (asyncio.CancelledError, TimeoutError):
         # Outcome unknown: leave the entry STARTED, so recovery treats it as in doubt.
         raise
@@ -164,14 +212,54 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
     return result_json
 
 
+_LIVE: Any = object()
+
+
+def _mocked(host: JournalHost, scope: AttemptScope, name: str, occurrence: int, req: JSON,
+            key: str) -> JSON:
+    """Serve a mocked effect, or return ``_LIVE`` when a person allowed it to run for real."""
+    node = scope.node
+
+    def serve(result: JSON, source: str, entry_key: str) -> JSON:
+        host.record_effect(JournalEntry(
+            run_id=scope.run_id, node=node, name=name, occurrence=occurrence, attempt=scope.attempt,
+            key=entry_key, status=EffectStatus.MOCKED, request=req, result=result, at=host.now(),
+            source=source), durable=False)
+        return result
+
+    recorded = host.source_entry(node, name, occurrence, req)
+    if recorded is not None and (recorded.request == req or host.serve_changed):
+        return serve(recorded.result, f"run:{recorded.run_id}", recorded.key)
+    found, value = host.mock_result(name)
+    if found:
+        return serve(to_json(value, f"mock for effect {name!r}"), "mocks", key)
+    slot = f"unrecorded:{name}#{occurrence}"
+    settled = host.find_interrupt(node, slot, InterruptKind.UNRECORDED)
+    if settled is None or settled.answer is None:
+        host.raise_interrupt(scope, InterruptKind.UNRECORDED, {
+            "effect": name, "occurrence": occurrence, "request": req,
+            "recorded_request": None if recorded is None else recorded.request,
+            "question": ("this run mocks its effects and has no record of this one with this request; "
+                         "give a mock result, allow it to run live, or abort the branch"),
+            "answers": ["mock", "live", "abort"],
+        }, slot=slot, response_schema=UnrecordedAnswer.model_json_schema())
+    decision = validate_unrecorded_answer(settled.answer)  # type: ignore[union-attr]
+    if decision.action == "abort":
+        raise UnrecordedEffectError(f"effect {name!r} had no recorded result and the branch was told to abort")
+    if decision.action == "mock":
+        return serve(to_json(decision.result, "mock result"), f"answer:{settled.id}", key)  # type: ignore[union-attr]
+    return _LIVE
+
+
 def _outcome(started: JournalEntry, status: EffectStatus, at: float, *, result: JSON = None,
              error: str | None = None) -> JournalEntry:
     return JournalEntry(run_id=started.run_id, node=started.node, name=started.name,
                         occurrence=started.occurrence, attempt=started.attempt, key=started.key,
-                        status=status, request=started.request, result=result, error=error, at=at)
+                        status=status, request=started.request, result=result, error=error, at=at,
+                        compensate=started.compensate)
 
 
-async def _call(fn: Callable[..., Any], info: EffectInfo, remaining: float | None) -> Any:
+async def call_effect_fn(fn: Callable[..., Any], info: EffectInfo, remaining: float | None) -> Any:
     args = (info,) if _takes_arg(fn) else ()
     if inspect.iscoroutinefunction(fn):
         coro = fn(*args)

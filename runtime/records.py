@@ -34,6 +34,20 @@ class EffectStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     MOCKED = "mocked"
+    # compensation of a succeeded effect, journaled like an effect (same identity)
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+
+
+#: journal statuses that belong to compensation, not to the effect's own execution
+COMPENSATION_STATUSES = frozenset({EffectStatus.COMPENSATING, EffectStatus.COMPENSATED,
+                                   EffectStatus.COMPENSATION_FAILED})
+
+
+class EffectsMode(StrEnum):
+    LIVE = "live"      # effects call the outside world (main runs; forks on request)
+    MOCK = "mock"      # effects are served from the source lineage's journal, or the run pauses
 
 
 class InterruptKind(StrEnum):
@@ -70,6 +84,13 @@ class Run:
     fence: int = 0
     lease_owner: str | None = None
     lease_expires_at: float | None = None
+    #: how the run treats effects and what it does on failure: "effects" (EffectsMode),
+    #: "mocks" ({effect name: result}), "compensate_on" ([statuses]), "source" (replay/fork origin)
+    options: Mapping[str, JSON] = field(default_factory=dict)
+
+    @property
+    def effects_mode(self) -> EffectsMode:
+        return EffectsMode(self.options.get("effects", EffectsMode.LIVE))
 
     def evolve(self, **changes: Any) -> Run:
         return replace(self, **changes)
@@ -135,7 +156,10 @@ class JournalEntry:
     result: JSON = None
     error: str | None = None
     at: float = 0.0
-    source: str | None = None   # for MOCKED entries: the run whose record was served
+    #: for MOCKED entries: where the result came from ("run:<id>", "mocks", "answer:<interrupt id>")
+    source: str | None = None
+    #: the effect's compensation: "module:qualname", "<local>" (in-process only), or None
+    compensate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,10 @@ from .errors import (
 from .executor import Outcome, OutcomeKind, execute_attempt
 from .graph import ExecutableGraph
 from .records import (
+    COMPENSATION_STATUSES,
     Batch,
     Checkpoint,
+    EffectStatus,
     Interrupt,
     InterruptKind,
     InterruptStatus,
@@ -42,6 +44,7 @@ from .records import (
     NodeAttempt,
     PendingWrite,
     Run,
+    RunKind,
     TraceEvent,
     WriteKind,
 )
@@ -72,7 +75,7 @@ class RunLoop:
                  failures: Mapping[str, int],
                  lineage: list[str], key_scope: str,
                  journal: list[JournalEntry], interrupts: list[Interrupt],
-                 attempts: Mapping[str, int]):
+                 attempts: Mapping[str, int], source_journal: list[JournalEntry] = ()):  # type: ignore[assignment]
         self.runtime = runtime
         self.store = runtime.store
         self.graph = graph
@@ -86,7 +89,19 @@ class RunLoop:
         self.writes = {n: w for n, w in writes.items() if self.statuses.get(n) == N.SUCCEEDED}
         self._journal: dict[tuple[str, str, int], JournalEntry] = {}
         for e in journal:  # lineage order is oldest run first, so our own entries win
-            self._journal[(e.node, e.name, e.occurrence)] = e
+            if e.status not in COMPENSATION_STATUSES:
+                self._journal[(e.node, e.name, e.occurrence)] = e
+        self.effects_mode = run.effects_mode
+        self.serve_changed = run.kind == RunKind.REPLAY
+        self._mocks: Mapping[str, JSON] = run.options.get("mocks") or {}
+        #: mocked runs: the source lineage's served records per identity, nearest run first
+        self._source: dict[tuple[str, str, int], list[JournalEntry]] = {}
+        latest: dict[tuple[str, str, str, int], JournalEntry] = {}
+        for e in source_journal:  # nearest run first, each run's entries in the order recorded
+            if e.status in (EffectStatus.SUCCEEDED, EffectStatus.MOCKED):
+                latest[(e.run_id, e.node, e.name, e.occurrence)] = e
+        for (_, node, name, occ), e in latest.items():
+            self._source.setdefault((node, name, occ), []).append(e)
         self._interrupts: dict[tuple[str, str, str], Interrupt] = {}
         for i in interrupts:
             if i.run_id == run.id or i.status == InterruptStatus.ANSWERED:
@@ -700,19 +715,42 @@ class RunLoop:
     def journal_latest(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
         return self._journal.get((node, name, occurrence))
 
+    def source_entry(self, node: str, name: str, occurrence: int, request: JSON) -> JournalEntry | None:
+        found = self._source.get((node, name, occurrence))
+        if not found:
+            return None
+        return next((e for e in found if e.request == request), found[0])
+
+    def mock_result(self, name: str) -> tuple[bool, JSON]:
+        return (name in self._mocks, self._mocks.get(name))
+
+    def compensation_ref(self, key: str, fn: Any) -> str | None:
+        if fn is None:
+            return None
+        self.runtime._compensations[key] = fn  # this process can always run it
+        qualname = getattr(fn, "__qualname__", "")
+        module = getattr(fn, "__module__", None)
+        if not module or "<" in qualname:  # a lambda or a closure: not importable elsewhere
+            return "<local>"
+        return f"{module}:{qualname}"
+
     def record_effect(self, entry: JournalEntry, durable: bool) -> None:
         self._journal[(entry.node, entry.name, entry.occurrence)] = entry
         self._batch.effects.append(entry)
+        extra = {"source": entry.source} if entry.source else {}
         self._emit(f"effect.{entry.status.value}", entry.node, entry.attempt, name=entry.name,
-                   occurrence=entry.occurrence, key=entry.key)
+                   occurrence=entry.occurrence, key=entry.key, **extra)
         # STARTED is forced to disk before the call; outcomes are committed at once
         # (a process crash keeps them) so that recovery never repeats the effect.
         self._flush(durable=durable)
 
     def find_interrupt(self, node: str, slot: str, kind: InterruptKind) -> Interrupt | None:
         found = self._interrupts.get((node, slot, kind.value))  # type: ignore[arg-type]
-        if found is not None and kind == InterruptKind.IN_DOUBT and found.run_id != self.run.id:
+        if found is not None and kind != InterruptKind.USER and found.run_id != self.run.id:
             return None  # a continuation asks again: whoever continues the run decides afresh
+        if found is not None and found.run_id != self.run.id and found.answer is not None:
+            # an answer recorded by an earlier run (a continued run, or the run a replay re-executes)
+            self._emit("interrupt.reused", node, interrupt_id=found.id, source_run_id=found.run_id, slot=slot)
         return found
 
     def raise_interrupt(self, scope: AttemptScope, kind: InterruptKind, payload: JSON, *, slot: str,

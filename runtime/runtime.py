@@ -23,6 +23,8 @@ from .loader import resolve_model, resolve_ref
 from .records import (
     Batch,
     Checkpoint,
+    EffectsMode,
+    EffectStatus,
     Interrupt,
     InterruptKind,
     InterruptStatus,
@@ -33,8 +35,14 @@ from .records import (
     TraceEvent,
     WriteKind,
 )
+from .branches import new_fork, new_replay
+from .compensation import CompensationReport, compensate
+from .diff import Change, diff
+from .views import CheckpointView, build_report, checkpoint_view
 from .reducers import fold
+from .report import ReplayReport
 from .runloop import RunLoop
+from .transfer import export_thread, import_thread
 from .states import (
     TERMINAL_RUN,
     NodeEvent,
@@ -80,6 +88,9 @@ class Runtime:
         self._fresh: dict[str, Checkpoint] = {}   # first checkpoint of runs created here, not yet driven
         self._saved: set[tuple[str, str | None]] = set()
         self._models: dict[str, type[BaseModel]] = {}
+        #: compensation functions of effects run here, by effect key (lambdas and closures
+        #: can only be compensated by the process that ran them)
+        self._compensations: dict[str, Any] = {}
         self._active: dict[str, RunLoop] = {}
         self._in_flight = 0
         # more threads than slots: a timed-out sync node keeps its thread until it returns,
@@ -148,21 +159,28 @@ class Runtime:
     def _create(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None, *,
                 claim: bool, thread_id: str | None = None, deadline: float | None = None,
                 max_steps: int | None = None, max_tokens: int | None = None,
-                max_cost: float | None = None, max_concurrency: int | None = None) -> Run:
+                max_cost: float | None = None, max_concurrency: int | None = None,
+                compensate_on: Iterable[str] = ()) -> Run:
         compiled = self.register(graph)
         state = _validate_input(compiled, input)
+        policy = sorted(set(compensate_on))
+        wrong = [s for s in policy if s not in (RunStatus.FAILED.value, RunStatus.CANCELLED.value)]
+        if wrong or isinstance(compensate_on, str):
+            raise InvalidRequest(f"compensate_on takes a list of 'failed' and/or 'cancelled', got {compensate_on!r}")
         now = self.clock.time()
         limits = _limits(now, deadline, max_steps, max_tokens, max_cost, max_concurrency)
         run_id = self.ids.new("run")
         run = Run(id=run_id, thread_id=thread_id or run_id, graph_name=compiled.name,
                   graph_version=compiled.version, status=RunStatus.QUEUED, kind=RunKind.MAIN,
                   input=state, created_at=now, updated_at=now, limits=limits,
-                  max_concurrency=max_concurrency or self.max_concurrency)
+                  max_concurrency=max_concurrency or self.max_concurrency,
+                  options={"compensate_on": policy} if policy else {})
         statuses = {n: NodeStatus.PENDING for n in compiled.order}
         return self._insert(run, statuses, snapshot=state, claim=claim, source="input")
 
     def _insert(self, run: Run, statuses: Mapping[str, NodeStatus], *, snapshot: Mapping[str, JSON],
-                claim: bool, source: str, inherited: Mapping[str, str] | None = None) -> Run:
+                claim: bool, source: str, inherited: Mapping[str, str] | None = None,
+                patch: Mapping[str, JSON] | None = None) -> Run:
         now = self.clock.time()
         events = [TraceEvent(run.id, 1, now, "run.created", data={
             "status": RunStatus.QUEUED.value, "kind": run.kind.value, "parent_run_id": run.parent_run_id,
@@ -172,15 +190,20 @@ class Runtime:
                              lease_expires_at=now + self.lease_ttl, fence=1)
             events.append(TraceEvent(run.id, 2, now, "run.claim", data={"status": RunStatus.RUNNING.value,
                                                                         "owner": self.owner}))
-        cp = Checkpoint(id=self.ids.new("cp"), run_id=run.id, seq=0, parent_id=run.base_checkpoint_id,
-                        nodes=(), node_states=dict(statuses), event_seq=len(events), created_at=now,
-                        source=source, snapshot=dict(snapshot))
-        run = run.evolve(event_seq=len(events), head_seq=0)
+        cps = [Checkpoint(id=self.ids.new("cp"), run_id=run.id, seq=0, parent_id=run.base_checkpoint_id,
+                          nodes=(), node_states=dict(statuses), event_seq=len(events), created_at=now,
+                          source=source, snapshot=dict(snapshot))]
+        if patch is not None:  # the person's edit is a checkpoint of its own: diffable, undoable by a fork
+            events.append(TraceEvent(run.id, len(events) + 1, now, "state.patched", data={"patch": dict(patch)}))
+            cps.append(Checkpoint(id=self.ids.new("cp"), run_id=run.id, seq=1, parent_id=cps[0].id, nodes=(),
+                                  node_states=dict(statuses), event_seq=len(events), created_at=now,
+                                  source="patch", snapshot=dict(run.input), changed=()))
+        run = run.evolve(event_seq=len(events), head_seq=cps[-1].seq)
         # not forced to disk: nothing outside has seen the run yet (output-commit rule);
         # the first effect, a pause or the end of the run forces it
-        self.store.create_run(Batch(run_id=run.id, run=run, checkpoints=[cp], events=events))
-        if claim and run.parent_run_id is None:
-            self._fresh[run.id] = cp  # _load needs no reads for a run with no history
+        self.store.create_run(Batch(run_id=run.id, run=run, checkpoints=cps, events=events))
+        if claim:
+            self._fresh[run.id] = cps[-1]  # _load needs no reads of its own history
         return run
 
     # ------------------------------------------------------------------ resuming
@@ -204,7 +227,7 @@ class Runtime:
             return await self._answer(run, answer, answers)
         if (answer is not _MISSING or answers) and run.status == RunStatus.RUNNING and self.orphaned(run):
             # its process died while a question was open: recover it (it pauses again), then answer
-            run = await self._take_lease(run, RunEvent.RECOVER).drive()
+            run = await self._finished(await self._take_lease(run, RunEvent.RECOVER).drive())
             if run.status == RunStatus.INTERRUPTED:
                 return await self._answer(run, answer, answers)
         if answer is not _MISSING or answers:
@@ -214,18 +237,18 @@ class Runtime:
         if run.status == RunStatus.SUCCEEDED:
             raise InvalidRequest(f"run {run_id} already succeeded; a succeeded run never changes")
         if run.status == RunStatus.QUEUED:
-            return await self._take_lease(run, RunEvent.CLAIM).drive()
+            return await self._finished(await self._take_lease(run, RunEvent.CLAIM).drive())
         if run_id in self._active:
             _raise_busy(run, "in this process")
         if not self._lease_expired(run):
             _raise_busy(run, f"by {run.lease_owner} until its lease expires")
-        return await self._take_lease(run, RunEvent.RECOVER).drive()
+        return await self._finished(await self._take_lease(run, RunEvent.RECOVER).drive())
 
     async def _answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None) -> Run:
         pending = self.store.interrupts(run.id, InterruptStatus.PENDING)
         given = self._match_answers(run, pending, answer, answers)
         checked = {i.id: self._validate_answer(i, value) for i, value in given}
-        return await self._take_lease(run, RunEvent.RESUME, answered=checked).drive()
+        return await self._finished(await self._take_lease(run, RunEvent.RESUME, answered=checked).drive())
 
     def _match_answers(self, run: Run, pending: list[Interrupt], answer: JSON,
                        answers: Mapping[str, JSON] | None) -> list[tuple[Interrupt, JSON]]:
@@ -244,10 +267,12 @@ class Runtime:
         return [(pending[0], answer)]
 
     def _validate_answer(self, interrupt: Interrupt, value: JSON) -> JSON:
-        from .effects import to_json, validate_in_doubt_answer
+        from .effects import to_json, validate_in_doubt_answer, validate_unrecorded_answer
 
         if interrupt.kind == InterruptKind.IN_DOUBT:
             return validate_in_doubt_answer(value).model_dump(mode="json")
+        if interrupt.kind == InterruptKind.UNRECORDED:
+            return validate_unrecorded_answer(value).model_dump(mode="json")
         ref = (interrupt.payload or {}).get("response_ref")
         if not ref:
             return to_json(value, "answer")
@@ -265,6 +290,9 @@ class Runtime:
     def _continuation(self, parent: Run) -> Run:
         graph = self.graph_for(parent)
         self._check_not_continued(parent)
+        if any(e.status == EffectStatus.COMPENSATED for e in self.store.journal(self._lineage(parent))):
+            raise InvalidRequest(f"run {parent.id} was compensated (its effects were undone); it cannot "
+                                 f"be continued; fork it to try again")
         try:  # claiming the parent's fence makes a concurrent second resume fail here
             self.store.acquire_lease(parent.id, self.owner, self.clock.time(), parent.fence)
         except LeaseLost:
@@ -280,7 +308,8 @@ class Runtime:
         run = Run(id=self.ids.new("run"), thread_id=parent.thread_id, graph_name=graph.name,
                   graph_version=graph.version, status=RunStatus.QUEUED, kind=RunKind.CONTINUATION,
                   input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
-                  base_checkpoint_id=head.id, limits=limits, max_concurrency=parent.max_concurrency)
+                  base_checkpoint_id=head.id, limits=limits, max_concurrency=parent.max_concurrency,
+                  options=parent.options)
         inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
         self._remember_graph(run.id, self._run_graphs.get(parent.id, graph))
         return self._insert(run, statuses, snapshot=self._state_json(head), claim=True,
@@ -322,14 +351,28 @@ class Runtime:
     # ------------------------------------------------------------------ driving
 
     async def _drive(self, run: Run, graph: ExecutableGraph | None = None) -> Run:
-        return await self._load(run, graph).drive()
+        return await self._finished(await self._load(run, graph).drive())
+
+    async def _finished(self, run: Run) -> Run:
+        """A run's opt-in policy: compensate its effects when it ends failed or cancelled."""
+        if run.status.value in (run.options.get("compensate_on") or ()):
+            await compensate(self, run.id)
+            run = self.store.get_run(run.id)
+        return run
 
     def _load(self, run: Run, graph: ExecutableGraph | None = None) -> RunLoop:
         graph = graph or self._run_graphs.get(run.id) or self.graph_for(run)
         fresh = self._fresh.pop(run.id, None)
-        if fresh is not None and fresh.run_id == run.id:
-            return RunLoop(self, graph, run, head=fresh, statuses=fresh.node_states, writes={}, failures={},
-                           lineage=[run.id], key_scope=run.id, journal=[], interrupts=[], attempts={})
+        sources = self._sources(run)
+        source_journal = self.store.journal(sources) if sources and run.effects_mode == EffectsMode.MOCK else []
+        # a replay re-uses the answers people gave to the run it re-executes
+        source_interrupts = ([i for rid in reversed(sources) for i in self.store.interrupts(rid)]
+                             if run.kind == RunKind.REPLAY else [])
+        if fresh is not None and fresh.run_id == run.id and run.kind != RunKind.CONTINUATION:
+            writes = self.store.node_writes(self._writes_lineage(run)[1:]) if run.kind == RunKind.REPLAY else {}
+            return RunLoop(self, graph, run, head=fresh, statuses=fresh.node_states, writes=writes, failures={},
+                           lineage=[run.id], key_scope=run.id, journal=[], interrupts=source_interrupts,
+                           attempts={}, source_journal=source_journal)
         lineage = self._lineage(run)
         head = self.store.checkpoints(run.id)[-1]
         attempts: dict[str, int] = {}
@@ -344,16 +387,16 @@ class Runtime:
                 # started after the last checkpoint (a crash came before the next one)
                 statuses[ev.node] = next_node_status(statuses[ev.node], NodeEvent(ev.type[5:]))
         retry_at = {n: t for n, t in retry_at.items() if statuses.get(n) == NodeStatus.RETRYING}
-        interrupts = [i for rid in reversed(lineage) for i in self.store.interrupts(rid)]
+        interrupts = source_interrupts + [i for rid in reversed(lineage) for i in self.store.interrupts(rid)]
         failures: dict[str, int] = {}
         for attempt in self.store.node_attempts(run.id):  # retry budgets hold across resumes
             if attempt.status == NodeStatus.FAILED:
                 failures[attempt.node] = failures.get(attempt.node, 0) + 1
-        loop = RunLoop(self, graph, run, head=head, statuses=statuses, writes=self.store.node_writes(lineage),
-                       failures=failures,
+        loop = RunLoop(self, graph, run, head=head, statuses=statuses,
+                       writes=self.store.node_writes(self._writes_lineage(run)), failures=failures,
                        lineage=lineage, key_scope=self._key_scope(run),
                        journal=self.store.journal(list(reversed(lineage))), interrupts=interrupts,
-                       attempts=attempts)
+                       attempts=attempts, source_journal=source_journal)
         loop.restore(retry_at, self._stopping_reason(run, statuses))
         return loop
 
@@ -376,6 +419,27 @@ class Runtime:
         """The run and the runs it inherits outcomes from, nearest first."""
         out = [run.id]
         while run.parent_run_id is not None and run.kind == RunKind.CONTINUATION:
+            run = self.store.get_run(run.parent_run_id)
+            out.append(run.id)
+        return out
+
+    def _writes_lineage(self, run: Run) -> list[str]:
+        """The runs whose node writes a run's state folds, nearest first: continuations
+        and replays inherit the outcomes of the nodes they did not re-execute; a fork
+        does not (its base state, patched, is its input)."""
+        out = [run.id]
+        while run.parent_run_id is not None and run.kind in (RunKind.CONTINUATION, RunKind.REPLAY):
+            run = self.store.get_run(run.parent_run_id)
+            out.append(run.id)
+        return out
+
+    def _sources(self, run: Run) -> list[str]:
+        """The source lineage of a fork or replay: every ancestor past its own
+        continuation chain, nearest first (their journals serve its mocked effects)."""
+        while run.kind == RunKind.CONTINUATION and run.parent_run_id is not None:
+            run = self.store.get_run(run.parent_run_id)
+        out: list[str] = []
+        while run.parent_run_id is not None:
             run = self.store.get_run(run.parent_run_id)
             out.append(run.id)
         return out
@@ -427,7 +491,7 @@ class Runtime:
         run = self.store.acquire_lease(run.id, self.owner, self.clock.time() + self.lease_ttl, run.fence)
         loop = self._load(run)
         loop.begin_cancel(reason)
-        return await loop.drive()
+        return await self._finished(await loop.drive())
 
     async def _wait_terminal(self, run_id: str, wait: float) -> Run:
         """Poll until the run ends or stops being RUNNING (or ``wait`` seconds pass)."""
@@ -438,6 +502,62 @@ class Runtime:
                 return run
             await asyncio.sleep(step)
             waited += step
+
+    # ------------------------------------------------------------------ time travel
+
+    async def fork(self, checkpoint_id: str, patch: Mapping[str, JSON] | None = None, *,
+                   effects: str = "mock", mocks: Mapping[str, JSON] | None = None,
+                   graph: Graph | ExecutableGraph | None = None) -> Run:
+        """Branch off at a checkpoint: a new run in the same thread whose input is the
+        state there with ``patch`` applied; nodes finished there are not run again.
+
+        ``effects="mock"`` serves effects from the source lineage's journal and pauses
+        on any it has no record of; ``mocks={name: result}`` answers those up front;
+        ``effects="live"`` runs them for real with keys of this branch."""
+        compiled = self.register(graph) if graph is not None else None
+        run, compiled = new_fork(self, checkpoint_id, patch, effects, mocks, compiled)
+        self._remember_graph(run.id, compiled)
+        return await self._drive(run, compiled)
+
+    async def replay(self, run_or_checkpoint_id: str, graph: Graph | ExecutableGraph | None = None, *,
+                     mocks: Mapping[str, JSON] | None = None) -> ReplayReport:
+        """Re-execute a recorded run (or everything after a checkpoint) with every effect
+        mocked — with the same code, or ``graph`` (a new version) — and report per node
+        what differs from the recording."""
+        compiled = self.register(graph) if graph is not None else None
+        run, compiled, _ = new_replay(self, run_or_checkpoint_id, compiled, mocks)
+        self._remember_graph(run.id, compiled)
+        await self._drive(run, compiled)
+        return await self.replay_report(run.id)
+
+    async def replay_report(self, replay_run_id: str) -> ReplayReport:
+        """The report of a replay run (again after resuming one that paused)."""
+        return build_report(self, self.store.get_run(replay_run_id))
+
+    async def diff(self, checkpoint_a: str, checkpoint_b: str) -> list[Change]:
+        """Field-level changes from the state at ``checkpoint_a`` to the state at
+        ``checkpoint_b`` (any two checkpoints: of one run, or of sibling branches)."""
+        a = self._state_json(self.store.get_checkpoint(checkpoint_a))
+        b = self._state_json(self.store.get_checkpoint(checkpoint_b))
+        return diff(a, b)
+
+    async def checkpoint(self, checkpoint_id: str) -> CheckpointView:
+        """One checkpoint with its state, the outcomes recorded against it, and what
+        would be ready to run next from it."""
+        return checkpoint_view(self, self.store.get_checkpoint(checkpoint_id))
+
+    async def compensate(self, run_id: str, *, retry_in_doubt: bool = False) -> CompensationReport:
+        """Undo the run's live, succeeded effects that registered a ``compensate``,
+        newest first, each once; see ``runtime.compensation``."""
+        return await compensate(self, run_id, retry_in_doubt)
+
+    async def export_thread(self, run_id: str) -> dict[str, JSON]:
+        """The whole thread of ``run_id`` as one versioned, JSON-serialisable document."""
+        return export_thread(self.store, run_id)
+
+    async def import_thread(self, document: Mapping[str, JSON]) -> list[Run]:
+        """Load an exported thread into this store (its ids must be new here)."""
+        return import_thread(self.store, document)
 
     # ------------------------------------------------------------------ reading
 
@@ -470,7 +590,7 @@ class Runtime:
         run = self.store.get_run(cp.run_id)
         graph = self.graph_for(run)
         done = [n for n in graph.order if cp.node_states.get(n) == NodeStatus.SUCCEEDED]
-        writes = self.store.node_writes(self._lineage(run))
+        writes = self.store.node_writes(self._writes_lineage(run))
         base: Mapping[str, JSON] = run.input
         snap = next((c for c in reversed(self.store.checkpoints(run.id))
                      if c.seq < cp.seq and c.snapshot is not None), None)
@@ -480,7 +600,8 @@ class Runtime:
             extra = [n for n in done if n not in had]
             if had <= set(done) and all(graph.index[n] > top for n in extra):
                 base, done = snap.snapshot or {}, extra
-        return fold(base, [(n, writes[n]) for n in done], graph.reducers)
+        # nodes a fork inherited have no writes of its own: their writes are in its input
+        return fold(base, [(n, writes[n]) for n in done if n in writes], graph.reducers)
 
     async def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
         return self.store.events(run_id, after_seq)

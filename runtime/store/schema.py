@@ -15,7 +15,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
 #: bumped by each entry of MIGRATIONS in sql.py
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Json = JSON().with_variant(JSONB(), "postgresql")
 
@@ -61,6 +61,7 @@ class RunRow(SQLModel, table=True):
     lease_owner: str | None = None
     lease_expires_at: float | None = None
     cancel_reason: str | None = None
+    options: Any = _json()
     created_at: float
     updated_at: float
 
@@ -127,6 +128,7 @@ class EffectRow(SQLModel, table=True):
     error: str | None = None
     at: float
     source: str | None = None
+    compensate: str | None = None
 
 
 class InterruptRow(SQLModel, table=True):

@@ -63,8 +63,12 @@ _ATTEMPT_COLS = ("run_pk", "node", "attempt", "status", "started_at", "ended_at"
                  "decision")
 _EVENT_COLS = ("run_pk", "seq", "at", "type", "node", "attempt", "data")
 
-#: ordered migrations: (version, statements). Version 1 is the create_all() schema.
-MIGRATIONS: list[tuple[int, list[str]]] = []
+#: ordered migrations: (version, statements); ``{json}`` is the dialect's JSON type.
+#: A new database gets the current schema from create_all() and skips them all.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (2, ["ALTER TABLE runs ADD COLUMN options {json}",
+         "ALTER TABLE effect_journal ADD COLUMN compensate VARCHAR"]),
+]
 
 
 def _dumps(value: Any) -> str:
@@ -126,8 +130,9 @@ class SqlStore:
                                      f"Shadow Harness understands ({SCHEMA_VERSION}); upgrade it")
             for version, statements in MIGRATIONS:
                 if version > current:
+                    json_type = "JSONB" if conn.dialect.name == "postgresql" else "JSON"
                     for stmt in statements:
-                        conn.exec_driver_sql(stmt)
+                        conn.exec_driver_sql(stmt.format(json=json_type))
                     conn.execute(insert(sv).values(version=version, applied_at=time.time()))
 
     def close(self) -> None:
@@ -173,7 +178,7 @@ class SqlStore:
                         "kind": run.kind.value, "parent_run_id": run.parent_run_id,
                         "base_checkpoint_id": run.base_checkpoint_id, "input": dict(run.input),
                         "limits": dict(run.limits), "max_concurrency": run.max_concurrency,
-                        "created_at": run.created_at})
+                        "options": dict(run.options), "created_at": run.created_at})
                     self._pks[run.id] = pk
                     self._write_children(cur, pk, batch)
             except self._integrity_errors as e:
@@ -231,7 +236,8 @@ class SqlStore:
         w.insert(cur, "effect_journal", [{
             "run_pk": self._pk_raw(cur, e.run_id), "node": e.node, "name": e.name, "occurrence": e.occurrence,
             "attempt": e.attempt, "key": e.key, "status": e.status.value, "request": e.request,
-            "result": e.result, "error": e.error, "at": e.at, "source": e.source} for e in b.effects])
+            "result": e.result, "error": e.error, "at": e.at, "source": e.source,
+            "compensate": e.compensate} for e in b.effects])
         for i in b.interrupts:
             cur.execute(w.sql("UPDATE interrupts SET status = ?, answer = " + ("CAST(? AS JSONB)" if w.dialect == "postgresql" else "?")
                               + ", answered_at = ? WHERE id = ?"),
@@ -393,7 +399,8 @@ class SqlStore:
                 pk = self._pk(conn, rid)
                 for r in conn.execute(select(E).where(E.c.run_pk == pk).order_by(E.c.pk)):
                     out.append(JournalEntry(rid, r.node, r.name, r.occurrence, r.attempt, r.key,
-                                            EffectStatus(r.status), r.request, r.result, r.error, r.at, r.source))
+                                            EffectStatus(r.status), r.request, r.result, r.error, r.at, r.source,
+                                            r.compensate))
         return out
 
     def interrupts(self, run_id: str | None = None,
@@ -462,7 +469,7 @@ def _run(r: Any) -> Run:
                updated_at=r.updated_at, parent_run_id=r.parent_run_id, base_checkpoint_id=r.base_checkpoint_id,
                error=r.error, limits=r.limits or {}, usage=r.usage or {}, max_concurrency=r.max_concurrency,
                head_seq=r.head_seq, event_seq=r.event_seq, fence=r.fence, lease_owner=r.lease_owner,
-               lease_expires_at=r.lease_expires_at)
+               lease_expires_at=r.lease_expires_at, options=r.options or {})
 
 
 _STATUS = {s.value: s for s in NodeStatus}

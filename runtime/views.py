@@ -1,0 +1,104 @@
+"""Read models built from the store: a checkpoint with its context, a replay's report.
+
+These gather records; the decisions (readiness, comparison) live in the pure
+modules ``scheduler`` and ``report``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import scheduler
+from .errors import GraphError, InvalidRequest, NotFound
+from .records import (
+    Checkpoint,
+    EffectStatus,
+    InterruptKind,
+    InterruptStatus,
+    JournalEntry,
+    PendingWrite,
+    Run,
+    WriteKind,
+)
+from .report import Recording, ReplayReport, compare, effective_effects
+from .states import NodeStatus
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+JSON = Any
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointView:
+    checkpoint: Checkpoint
+    state: Mapping[str, JSON]
+    #: node outcomes recorded while this checkpoint was the run's head (folded into the next one)
+    pending_writes: list[PendingWrite]
+    #: nodes whose dependencies are satisfied here and that have not run yet, canonical order
+    ready: list[str]
+    #: nodes paused on a question here
+    interrupted: list[str]
+
+    def to_json(self) -> dict[str, JSON]:
+        cp = self.checkpoint
+        return {"id": cp.id, "run_id": cp.run_id, "seq": cp.seq, "parent_id": cp.parent_id,
+                "source": cp.source, "nodes": list(cp.nodes), "created_at": cp.created_at,
+                "node_states": {n: s.value for n, s in cp.node_states.items()}, "state": dict(self.state),
+                "pending_writes": [{"node": w.node, "attempt": w.attempt, "kind": w.kind.value, "value": w.value}
+                                   for w in self.pending_writes],
+                "ready": self.ready, "interrupted": self.interrupted}
+
+
+def checkpoint_view(rt: Runtime, cp: Checkpoint) -> CheckpointView:
+    writes = [w for w in rt.store.pending_writes(cp.run_id) if w.checkpoint_seq == cp.seq]
+    try:
+        graph = rt.graph_for(rt.store.get_run(cp.run_id))
+        ready = list(scheduler.frontier(graph, cp.node_states).ready)
+    except (NotFound, InvalidRequest, GraphError):  # the graph's code is not importable here
+        ready = []
+    interrupted = [n for n, s in cp.node_states.items() if s == NodeStatus.INTERRUPTED]
+    return CheckpointView(cp, rt._state_json(cp), writes, ready, interrupted)
+
+
+def build_report(rt: Runtime, replay: Run) -> ReplayReport:
+    source_info = replay.options.get("source") or {}
+    source = rt.store.get_run(source_info.get("run_id") or replay.parent_run_id or replay.id)
+    recorded = _recording(rt, source, rt._lineage(source))
+    replayed = _recording(rt, replay, rt._lineage(replay))
+    first = rt.store.checkpoints(replay.id)[0]
+    inherited = frozenset(n for n, s in first.node_states.items() if s != NodeStatus.PENDING)
+    reused: dict[str, list[str]] = {}
+    for ev in rt.store.events(replay.id):
+        if ev.type == "interrupt.reused" and ev.node:
+            reused.setdefault(ev.node, []).append(str(ev.data.get("interrupt_id")))
+    order = rt.graph_for(replay).order
+    nodes = compare(order, recorded, replayed, inherited=inherited, reused=reused)
+    return ReplayReport(run_id=replay.id, source_run_id=source.id,
+                        base_checkpoint_id=replay.base_checkpoint_id or first.id, status=replay.status.value,
+                        nodes=tuple(nodes), graph_version=replay.graph_version,
+                        recorded_graph_version=source.graph_version, run=replay)
+
+
+def _recording(rt: Runtime, run: Run, lineage: list[str]) -> Recording:
+    """What a run and the runs it continued recorded, per node."""
+    statuses = dict(rt.store.checkpoints(run.id)[-1].node_states)
+    writes: dict[str, JSON] = {}
+    errors: dict[str, str] = {}
+    for rid in reversed(lineage):  # oldest first: a later run's outcome replaces an earlier one
+        for w in rt.store.pending_writes(rid):
+            if w.kind == WriteKind.WRITES:
+                writes[w.node] = w.value
+            elif w.kind == WriteKind.ERROR:
+                errors[w.node] = str((w.value or {}).get("message", w.value))
+    entries = rt.store.journal(list(reversed(lineage)))
+    effects = effective_effects(entries)
+    for intr in rt.store.interrupts(run.id, InterruptStatus.PENDING):
+        if intr.kind == InterruptKind.UNRECORDED:  # asked for, not yet served: still a request to compare
+            value = (intr.payload or {}).get("value") or {}
+            effects.setdefault(intr.node, []).append(JournalEntry(
+                run.id, intr.node, value.get("effect", "?"), int(value.get("occurrence", 0)), 0, "",
+                EffectStatus.STARTED, value.get("request")))
+    return Recording(statuses, writes, errors, effects)
