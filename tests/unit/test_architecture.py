@@ -9,7 +9,7 @@ import pytest
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 PURE = ["states.py", "scheduler.py", "reducers.py", "graph.py", "validate.py", "trace.py", "records.py",
-        "errors.py"]
+        "errors.py", "diff.py", "report.py"]
 FORBIDDEN = {"sqlalchemy", "sqlmodel", "sqlite3", "psycopg", "http", "httpx", "litestar", "time",
              "datetime", "socket", "threading"}
 
