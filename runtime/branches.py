@@ -111,7 +111,7 @@ def new_replay(rt: Runtime, target_id: str, graph: ExecutableGraph | None,
     for n, s in cp.node_states.items():
         if n in statuses and s in _KEEP:
             statuses[n] = s
-    options: dict[str, JSON] = {"effects": EffectsMode.MOCK.value, "mocks": mocks_json,
+    options: dict[str, JSON] = {"effects": EffectsMode.MOCK.value, "mocks": mocks_json, "compare": True,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
     # its parent is the run asked for: that lineage's journal serves the mocks
     run = _new_run(rt, compiled, source, cp, RunKind.REPLAY, dict(base_run.input), options)

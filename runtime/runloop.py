@@ -44,7 +44,6 @@ from .records import (
     NodeAttempt,
     PendingWrite,
     Run,
-    RunKind,
     TraceEvent,
     WriteKind,
 )
@@ -92,7 +91,8 @@ class RunLoop:
             if e.status not in COMPENSATION_STATUSES:
                 self._journal[(e.node, e.name, e.occurrence)] = e
         self.effects_mode = run.effects_mode
-        self.serve_changed = run.kind == RunKind.REPLAY
+        # a replay compares: it serves an identity's record even when the request changed
+        self.serve_changed = bool(run.options.get("compare"))
         self._mocks: Mapping[str, JSON] = run.options.get("mocks") or {}
         #: mocked runs: the source lineage's served records per identity, nearest run first
         self._source: dict[tuple[str, str, int], list[JournalEntry]] = {}
