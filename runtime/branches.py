@@ -4,9 +4,12 @@ Everything a caller gives (the checkpoint, the patch, the effects mode, mocks, a
 new graph) is checked here before anything is written, so a rejected fork or
 replay leaves the store exactly as it was.
 
-* A **fork** starts from the state at its base checkpoint with the patch applied:
-  that state is its input, the nodes that had finished there (succeeded or
-  skipped) are not run again, and the rest run. Effects are mocked by default.
+* A **fork** continues from its base checkpoint: the nodes that had finished there
+  (succeeded or skipped) are not run again, and the rest run. Without a patch it
+  inherits their writes exactly as a continuation does, so every node sees what it
+  would have seen in the source run. With a patch, the patched state at the base is
+  the fork's input (a person authored it), and nodes see it plus their ancestors'
+  writes in the fork. Effects are mocked by default.
 * A **replay** re-executes recorded nodes with every effect mocked, to compare:
   from a run (its first checkpoint: everything runs again) or from a checkpoint
   (the nodes finished there keep their recorded writes). It may use new code.
@@ -77,16 +80,19 @@ def new_fork(rt: Runtime, checkpoint_id: str, patch: Mapping[str, JSON] | None, 
     source = rt.store.get_run(cp.run_id)
     compiled = _same_version(rt, source, graph)
     base = rt._state_json(cp)
-    state = apply_patch(compiled, base, patch) if patch is not None else base
+    patched = apply_patch(compiled, base, patch) if patch else None
     statuses = {n: (s if s in _KEEP else NodeStatus.PENDING) for n, s in cp.node_states.items()}
     options: dict[str, JSON] = {"effects": mode.value, "mocks": mocks_json,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
     if source.options.get("compensate_on"):
         options["compensate_on"] = source.options["compensate_on"]
-    run = _new_run(rt, compiled, source, cp, RunKind.FORK, state, options)
+    if patched is not None:
+        options["patched"] = True   # its input is the patched state; it inherits no writes
+    run = _new_run(rt, compiled, source, cp, RunKind.FORK, patched if patched is not None else source.input,
+                   options)
     inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
     run = rt._insert(run, statuses, snapshot=base, claim=True, source="fork", inherited=inherited,
-                     patch=dict(patch) if patch is not None else None)
+                     patch=dict(patch) if patched is not None else None)
     return run, compiled
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .effects import EffectInfo, call_effect_fn, to_json
 from .errors import InvalidRequest, LeaseLost
 from .loader import resolve_callable
-from .records import Batch, EffectStatus, JournalEntry, Run, TraceEvent
+from .records import COMPENSATION_STATUSES, Batch, EffectStatus, JournalEntry, Run, RunKind, TraceEvent
 from .states import RunStatus
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def compensable(entries: list[JournalEntry]) -> tuple[list[JournalEntry], dict[t
         ident = (e.node, e.name, e.occurrence)
         if e.status == EffectStatus.SUCCEEDED and e.compensate:
             done[ident] = e
-        elif e.status in (EffectStatus.COMPENSATING, EffectStatus.COMPENSATED, EffectStatus.COMPENSATION_FAILED):
+        elif e.status in COMPENSATION_STATUSES:
             undo[ident] = e
         elif e.status == EffectStatus.MOCKED:
             done.pop(ident, None)
@@ -78,22 +78,34 @@ async def compensate(rt: Runtime, run_id: str, retry_in_doubt: bool = False) -> 
     if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SUCCEEDED):
         raise InvalidRequest(f"run {run_id} is {run.status.value}; only an ended run is compensated "
                              f"(cancel it first)")
-    lineage = rt._lineage(run)
-    effects, undo = compensable(rt.store.journal(list(reversed(lineage))))
+    continued = [c.id for c in rt.store.child_runs(run.id) if c.kind == RunKind.CONTINUATION]
+    if continued:
+        raise InvalidRequest(f"run {run_id} was continued by {continued[-1]}, which relies on its effects; "
+                             f"compensate the last run of the chain")
+    busy = f"run {run_id} is being compensated by another caller"
+    # an unexpired lease of a live holder means someone is compensating it now
+    if run.id in rt._compensating or (run.lease_owner is not None and not rt._lease_expired(run)):
+        raise InvalidRequest(busy)
+    rt._compensating.add(run.id)
     try:
-        run = rt.store.acquire_lease(run.id, rt.owner, rt.clock.time() + rt.lease_ttl, run.fence)
-    except LeaseLost:
-        raise InvalidRequest(f"run {run_id} is being compensated by another caller") from None
-    steps: list[CompensationStep] = []
-    writer = _Recorder(rt, run)
-    try:
-        for e in reversed(effects):  # newest first: later effects may depend on earlier ones
-            step = await _one(rt, writer, e, undo.get((e.node, e.name, e.occurrence)), retry_in_doubt)
-            steps.append(step)
-            if step.status not in (_DONE, "already"):
-                break  # keep the order: nothing older is undone while a newer one is not
+        try:
+            run = rt.store.acquire_lease(run.id, rt.owner, rt.clock.time() + rt.lease_ttl, run.fence)
+        except LeaseLost:
+            raise InvalidRequest(busy) from None
+        # read after taking the lease: what an earlier caller recorded is all there
+        effects, undo = compensable(rt.store.journal(list(reversed(rt._lineage(run)))))
+        steps: list[CompensationStep] = []
+        writer = _Recorder(rt, run)
+        try:
+            for e in reversed(effects):  # newest first: later effects may depend on earlier ones
+                step = await _one(rt, writer, e, undo.get((e.node, e.name, e.occurrence)), retry_in_doubt)
+                steps.append(step)
+                if step.status not in (_DONE, "already"):
+                    break  # keep the order: nothing older is undone while a newer one is not
+        finally:
+            writer.release()
     finally:
-        writer.release()
+        rt._compensating.discard(run.id)
     return CompensationReport(run_id, steps)
 
 

@@ -21,10 +21,10 @@ from .errors import GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFou
 from .graph import ExecutableGraph, Graph
 from .loader import resolve_model, resolve_ref
 from .records import (
+    COMPENSATION_STATUSES,
     Batch,
     Checkpoint,
     EffectsMode,
-    EffectStatus,
     Interrupt,
     InterruptKind,
     InterruptStatus,
@@ -91,6 +91,7 @@ class Runtime:
         #: compensation functions of effects run here, by effect key (lambdas and closures
         #: can only be compensated by the process that ran them)
         self._compensations: dict[str, Any] = {}
+        self._compensating: set[str] = set()   # runs being compensated by this Runtime
         self._active: dict[str, RunLoop] = {}
         self._in_flight = 0
         # more threads than slots: a timed-out sync node keeps its thread until it returns,
@@ -290,9 +291,9 @@ class Runtime:
     def _continuation(self, parent: Run) -> Run:
         graph = self.graph_for(parent)
         self._check_not_continued(parent)
-        if any(e.status == EffectStatus.COMPENSATED for e in self.store.journal(self._lineage(parent))):
-            raise InvalidRequest(f"run {parent.id} was compensated (its effects were undone); it cannot "
-                                 f"be continued; fork it to try again")
+        if any(e.status in COMPENSATION_STATUSES for e in self.store.journal(self._lineage(parent))):
+            raise InvalidRequest(f"run {parent.id} was compensated (its effects were undone, or may have "
+                                 f"been); it cannot be continued; fork it to try again")
         try:  # claiming the parent's fence makes a concurrent second resume fail here
             self.store.acquire_lease(parent.id, self.owner, self.clock.time(), parent.fence)
         except LeaseLost:
@@ -369,7 +370,8 @@ class Runtime:
         source_interrupts = ([i for rid in reversed(sources) for i in self.store.interrupts(rid)]
                              if run.kind == RunKind.REPLAY else [])
         if fresh is not None and fresh.run_id == run.id and run.kind != RunKind.CONTINUATION:
-            writes = self.store.node_writes(self._writes_lineage(run)[1:]) if run.kind == RunKind.REPLAY else {}
+            lineage = self._writes_lineage(run)[1:]
+            writes = self.store.node_writes(lineage) if lineage else {}
             return RunLoop(self, graph, run, head=fresh, statuses=fresh.node_states, writes=writes, failures={},
                            lineage=[run.id], key_scope=run.id, journal=[], interrupts=source_interrupts,
                            attempts={}, source_journal=source_journal)
@@ -424,11 +426,11 @@ class Runtime:
         return out
 
     def _writes_lineage(self, run: Run) -> list[str]:
-        """The runs whose node writes a run's state folds, nearest first: continuations
-        and replays inherit the outcomes of the nodes they did not re-execute; a fork
-        does not (its base state, patched, is its input)."""
+        """The runs whose node writes a run's state folds, nearest first: continuations,
+        replays and forks inherit the outcomes of the nodes they did not re-execute; a
+        patched fork does not (the patched state at its base is its input)."""
         out = [run.id]
-        while run.parent_run_id is not None and run.kind in (RunKind.CONTINUATION, RunKind.REPLAY):
+        while run.parent_run_id is not None and run.kind != RunKind.MAIN and not run.options.get("patched"):
             run = self.store.get_run(run.parent_run_id)
             out.append(run.id)
         return out
@@ -600,7 +602,7 @@ class Runtime:
             extra = [n for n in done if n not in had]
             if had <= set(done) and all(graph.index[n] > top for n in extra):
                 base, done = snap.snapshot or {}, extra
-        # nodes a fork inherited have no writes of its own: their writes are in its input
+        # nodes a patched fork inherited have no writes: their writes are in its input
         return fold(base, [(n, writes[n]) for n in done if n in writes], graph.reducers)
 
     async def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:

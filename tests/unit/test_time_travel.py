@@ -505,3 +505,61 @@ async def test_import_rejects_bad_documents_and_writes_nothing(doc, problem):
     with pytest.raises(InvalidRequest, match=problem):
         await rt.import_thread(doc)
     assert rt.store.list_runs() == []
+
+
+async def test_a_second_caller_cannot_compensate_a_run_being_compensated(rt: Runtime):
+    import asyncio
+
+    gate, entered, undone = asyncio.Event(), asyncio.Event(), []
+
+    async def undo(info):
+        entered.set()
+        await gate.wait()
+        undone.append(info.key)
+
+    g = Graph("one", state=Order)
+
+    @g.node()
+    async def a(s: Order, ctx: NodeContext) -> dict:
+        await ctx.effect("charge", lambda: "r", compensate=undo)
+        raise PermissionError("closed")
+
+    run = await rt.start(g, {})
+    first = asyncio.create_task(rt.compensate(run.id))
+    await entered.wait()
+    others = [rt] if isinstance(rt.store, MemoryStore) else [rt, Runtime(SqlStore(rt.store.url))]
+    for other in others:  # the same Runtime, and another one on the same database
+        with pytest.raises(InvalidRequest, match="being compensated by another caller"):
+            await other.compensate(run.id)
+    gate.set()
+    assert (await first).complete and len(undone) == 1
+    assert [e.status for e in rt.store.journal([run.id])][-1] == EffectStatus.COMPENSATED
+    for other in others[1:]:
+        other.close()
+
+
+async def test_a_run_whose_compensation_may_have_happened_is_not_continued(rt: Runtime):
+    def fails(info):
+        raise RuntimeError("ledger down")
+
+    g = Graph("one", state=Order)
+
+    @g.node()
+    async def a(s: Order, ctx: NodeContext) -> dict:
+        await ctx.effect("charge", lambda: "r", compensate=fails)
+        raise PermissionError("closed")
+
+    run = await rt.start(g, {})
+    report = await rt.compensate(run.id)
+    assert not report.complete and report.steps[0].status == "failed" and "ledger down" in report.steps[0].error
+    with pytest.raises(InvalidRequest, match="compensated"):
+        await rt.resume(run.id)
+
+
+async def test_compensating_a_run_that_was_continued_is_refused(rt: Runtime):
+    log: list[str] = []
+    run = await rt.start(ledger_graph(log), {})
+    await rt.resume(run.id)  # a continuation relies on the effects of its parent
+    with pytest.raises(InvalidRequest, match="continued by"):
+        await rt.compensate(run.id)
+    assert not any(line.startswith("undo") for line in log)
