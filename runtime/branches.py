@@ -76,6 +76,8 @@ def new_fork(rt: Runtime, checkpoint_id: str, patch: Mapping[str, JSON] | None, 
              mocks: Mapping[str, JSON] | None, graph: ExecutableGraph | None) -> tuple[Run, ExecutableGraph]:
     mode = effects_mode(effects)
     mocks_json = check_mocks(mocks)
+    if mocks_json and mode == EffectsMode.LIVE:
+        raise InvalidRequest("mocks only apply when effects are mocked; a live fork runs every effect for real")
     cp = rt.store.get_checkpoint(checkpoint_id)
     source = rt.store.get_run(cp.run_id)
     compiled = _same_version(rt, source, graph)

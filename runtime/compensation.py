@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 from .effects import EffectInfo, call_effect_fn, to_json
 from .errors import InvalidRequest, LeaseLost
 from .loader import resolve_callable
-from .records import COMPENSATION_STATUSES, Batch, EffectStatus, JournalEntry, Run, RunKind, TraceEvent
+from .records import (
+    COMPENSATION_STATUSES,
+    Batch,
+    EffectStatus,
+    JournalEntry,
+    Run,
+    RunKind,
+    TraceEvent,
+)
 from .states import RunStatus
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from .states import NodeStatus
 JSON = Any
 
 #: node verdicts, in words a person reads in the report
-SAME, DIFFERENT, INHERITED, NEW, MISSING, ERROR, NOT_RUN = (
-    "same", "different", "inherited", "new", "missing", "error", "not run")
+SAME, DIFFERENT, INHERITED, NEW, MISSING, ERROR, NOT_RUN, PAUSED = (
+    "same", "different", "inherited", "new", "missing", "error", "not run", "paused")
 #: effect verdicts
 E_SAME, E_CHANGED, E_NEW, E_MISSING = "same", "changed", "new", "missing"
 
@@ -144,6 +144,8 @@ def _node(node: str, in_graph: bool, rec: Recording, rep: Recording, inherited: 
     elif after in (NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.RETRYING, NodeStatus.CANCELLED) \
             and before != after:
         verdict = NOT_RUN
+    elif after == NodeStatus.INTERRUPTED and before != after:
+        verdict = PAUSED   # waiting for an answer (an unrecorded effect, a new question)
     elif before != after or changes or any(e.verdict != E_SAME for e in effects):
         verdict = DIFFERENT
     else:

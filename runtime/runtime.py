@@ -16,7 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .branches import new_fork, new_replay
 from .clock import Clock, IdSource, RandomIds, SystemClock
+from .compensation import CompensationReport, compensate
+from .diff import Change, diff
 from .errors import GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
 from .graph import ExecutableGraph, Graph
 from .loader import resolve_model, resolve_ref
@@ -35,14 +38,9 @@ from .records import (
     TraceEvent,
     WriteKind,
 )
-from .branches import new_fork, new_replay
-from .compensation import CompensationReport, compensate
-from .diff import Change, diff
-from .views import CheckpointView, build_report, checkpoint_view
 from .reducers import fold
 from .report import ReplayReport
 from .runloop import RunLoop
-from .transfer import export_thread, import_thread
 from .states import (
     TERMINAL_RUN,
     NodeEvent,
@@ -53,6 +51,8 @@ from .states import (
 )
 from .store.base import CheckpointStore
 from .store.memory import MemoryStore
+from .transfer import export_thread, import_thread
+from .views import CheckpointView, build_report, checkpoint_view
 
 JSON = Any
 _MISSING: Any = object()
@@ -268,7 +268,11 @@ class Runtime:
         return [(pending[0], answer)]
 
     def _validate_answer(self, interrupt: Interrupt, value: JSON) -> JSON:
-        from .effects import to_json, validate_in_doubt_answer, validate_unrecorded_answer
+        from .effects import (
+            to_json,
+            validate_in_doubt_answer,
+            validate_unrecorded_answer,
+        )
 
         if interrupt.kind == InterruptKind.IN_DOUBT:
             return validate_in_doubt_answer(value).model_dump(mode="json")

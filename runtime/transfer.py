@@ -9,28 +9,23 @@ written oldest first, each with all of its records in one transaction.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from .errors import InvalidRequest, NotFound
 from .records import (
     Batch,
     Checkpoint,
-    EffectStatus,
     Interrupt,
-    InterruptKind,
-    InterruptStatus,
     JournalEntry,
     NodeAttempt,
     PendingWrite,
     Run,
-    RunKind,
     TraceEvent,
-    WriteKind,
 )
-from .states import NodeStatus, RunStatus
 from .store.base import CheckpointStore
 
 JSON = Any
@@ -39,17 +34,10 @@ VERSION = 1
 _ALL = 10**9
 T = TypeVar("T")
 
-#: the records of one run in the document, and how each is rebuilt from JSON
-_CONVERT: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
-    "checkpoints": (Checkpoint, {"nodes": tuple, "node_states": lambda d: {n: NodeStatus(s) for n, s in d.items()},
-                                 "changed": lambda c: None if c is None else tuple(c)}),
-    "pending_writes": (PendingWrite, {"kind": WriteKind}),
-    "attempts": (NodeAttempt, {"status": NodeStatus}),
-    "journal": (JournalEntry, {"status": EffectStatus}),
-    "interrupts": (Interrupt, {"kind": InterruptKind, "status": InterruptStatus}),
-    "events": (TraceEvent, {}),
-}
-_RUN_CONVERT: dict[str, Callable[[Any], Any]] = {"status": RunStatus, "kind": RunKind}
+#: the records of one run in the document, by key
+_PARTS: dict[str, type] = {"checkpoints": Checkpoint, "pending_writes": PendingWrite, "attempts": NodeAttempt,
+                           "journal": JournalEntry, "interrupts": Interrupt, "events": TraceEvent}
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {cls: TypeAdapter(cls) for cls in (Run, *_PARTS.values())}
 
 
 def export_thread(store: CheckpointStore, run_id: str) -> dict[str, JSON]:
@@ -82,8 +70,7 @@ def import_thread(store: CheckpointStore, document: Mapping[str, JSON]) -> list[
     for desc in document.get("graphs") or ():
         if isinstance(desc, Mapping) and desc.get("version") and desc.get("name"):
             store.save_graph(desc)
-    for b in batches:
-        store.create_run(b)
+    store.create_runs(batches)  # all of them, or none
     return [b.run for b in batches if b.run is not None]
 
 
@@ -103,18 +90,22 @@ def parse(document: Any) -> list[Batch]:
         where = f"runs[{i}]"
         if not isinstance(item, Mapping):
             raise InvalidRequest(f"{where} is not an object")
-        run = _load(Run, item.get("run"), _RUN_CONVERT, f"{where}.run")
+        run = _load(Run, item.get("run"), f"{where}.run")
         # nobody holds its lease here: the imported run is at rest
         run = run.evolve(lease_owner=None, lease_expires_at=None)
         if run.parent_run_id is not None and run.parent_run_id not in seen:
             raise InvalidRequest(f"{where}: run {run.id}'s parent {run.parent_run_id} is not earlier in the file")
         seen.add(run.id)
         parts: dict[str, list[Any]] = {}
-        for key, (cls, convert) in _CONVERT.items():
+        for key, cls in _PARTS.items():
             rows = item.get(key, [])
             if not isinstance(rows, list):
                 raise InvalidRequest(f"{where}.{key} is not a list")
-            parts[key] = [_load(cls, row, convert, f"{where}.{key}[{j}]") for j, row in enumerate(rows)]
+            parts[key] = [_load(cls, row, f"{where}.{key}[{j}]") for j, row in enumerate(rows)]
+            strangers = {r.run_id for r in parts[key]} - {run.id}
+            if strangers and key != "journal":  # compensations of a continued run's effects are journaled on it
+                raise InvalidRequest(f"{where}.{key} holds records of run(s) {', '.join(sorted(strangers))}, "
+                                     f"not of run {run.id}")
         if not parts["checkpoints"]:
             raise InvalidRequest(f"{where}: run {run.id} has no checkpoints")
         batches.append(Batch(run_id=run.id, run=run, checkpoints=parts["checkpoints"],
@@ -129,7 +120,7 @@ def _dump(record: Any) -> dict[str, JSON]:
     return to_jsonable_python(out)  # type: ignore[no-any-return]
 
 
-def _load(cls: type[T], data: Any, convert: Mapping[str, Callable[[Any], Any]], where: str) -> T:
+def _load(cls: type[T], data: Any, where: str) -> T:
     if not isinstance(data, Mapping):
         raise InvalidRequest(f"{where} is not an object")
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -137,7 +128,8 @@ def _load(cls: type[T], data: Any, convert: Mapping[str, Callable[[Any], Any]], 
     if unknown:
         raise InvalidRequest(f"{where}: unknown field(s) {', '.join(unknown)}")
     try:
-        values = {k: (convert[k](v) if k in convert and v is not None else v) for k, v in data.items()}
-        return cls(**values)
-    except (TypeError, ValueError, AttributeError) as e:
-        raise InvalidRequest(f"{where}: {e}") from None
+        return _ADAPTERS[cls].validate_python(data)  # type: ignore[no-any-return]
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(map(str, err["loc"]))
+        raise InvalidRequest(f"{where}.{field}: {err['msg']}") from None

@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from runtime import HarnessError, Runtime, SqlStore
 from runtime.errors import GraphError
 from runtime.loader import resolve_ref
-from runtime.records import Checkpoint, Run
+from runtime.records import Checkpoint, Interrupt, InterruptKind, Run
 
 DEFAULT_DB = "sqlite:///harness.db"
 
@@ -102,15 +102,43 @@ async def _show(rt: Runtime, args: argparse.Namespace, run_id: str) -> None:
              f"state: {json.dumps(state)}"]
     if rt.orphaned(run):
         lines.append(f"its process is gone: recover it with  harness resume {run.id}")
-    for i in pending:
-        value = (i.payload or {}).get("value")
-        lines.append(f"waiting: interrupt {i.id} from node {i.node!r} ({i.kind.value}): {json.dumps(value)}")
-        lines.append(f"  answer with: harness resume {run.id} --response '<json>'")
+    lines += _waiting_lines(run.id, pending)
     children = rt.store.child_runs(run_id)
     for c in children:
         lines.append(f"continued by: {c.id} ({c.kind.value}, {c.status.value})")
     _emit(args, {"run": run, "checkpoints": cps, "state": state, "interrupts": pending,
                  "children": [c.id for c in children]}, "\n".join(lines))
+
+
+#: the runtime's own questions about effects: (the usual answer, the other answers)
+_EFFECT_ANSWERS = {
+    InterruptKind.UNRECORDED: ('{"action": "mock", "result": <json>}',
+                               """'{"action": "live"}' (run it for real) or '{"action": "abort"}' (fail the branch)"""),
+    InterruptKind.IN_DOUBT: ('{"action": "result", "result": <json>}',
+                             """'{"action": "retry"}' (call it again, same key) or '{"action": "abort"}'"""),
+}
+
+
+def _waiting_lines(run_id: str, pending: Sequence[Interrupt]) -> list[str]:
+    """What each pending interrupt asks, and the command that answers it."""
+    lines = []
+    for i in pending:
+        value = (i.payload or {}).get("value")
+        answer, others = _EFFECT_ANSWERS.get(i.kind, ("<json>", ""))
+        what = json.dumps(value)
+        if others and isinstance(value, dict):
+            recorded = value.get("recorded_request")
+            what = (f"effect {value.get('effect')!r} #{value.get('occurrence')} "
+                    + ("has no recorded result" if i.kind == InterruptKind.UNRECORDED
+                       else "started but its outcome was never recorded")
+                    + f" for request {json.dumps(value.get('request'))}"
+                    + (f" (recorded: {json.dumps(recorded)})" if recorded is not None else ""))
+        lines.append(f"waiting: interrupt {i.id} from node {i.node!r} ({i.kind.value}): {what}")
+        given = f"--response '{answer}'" if len(pending) == 1 else f"""--answers '{{"{i.id}": {answer}}}'"""
+        lines.append(f"  answer with: harness resume {run_id} {given}")
+        if others:
+            lines.append(f"           or: {others}")
+    return lines
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
@@ -188,6 +216,10 @@ def parser() -> argparse.ArgumentParser:
             c.add_argument("--answers", help='answers by interrupt id: {"int_…": …} (JSON)')
         if name == "cancel":
             c.add_argument("--reason", default="cancelled from the command line")
+
+    from server.cli_travel import register  # it imports this module's helpers
+
+    register(sub, common)
     return p
 
 
@@ -203,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SQLAlchemyError as e:
         print(f"harness: database error ({_db(args)}): {str(e.orig if hasattr(e, 'orig') else e).splitlines()[0]}",
               file=sys.stderr)
+    except BrokenPipeError:  # the reader went away (| head): not an error worth a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130

@@ -40,6 +40,9 @@ class CheckpointStore(Protocol):
     def create_run(self, batch: Batch) -> None:
         """Insert ``batch.run`` (a new id) and the rest of the batch in one transaction."""
 
+    def create_runs(self, batches: Sequence[Batch]) -> None:
+        """``create_run`` for several runs in one transaction: all are created, or none."""
+
     def commit(self, batch: Batch) -> None:
         """Write the batch in one transaction; ``LeaseLost`` if ``batch.fence`` is stale."""
 

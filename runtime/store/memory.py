@@ -52,18 +52,28 @@ class MemoryStore:
         return self._graphs.get(version)
 
     def create_run(self, batch: Batch) -> None:
-        run = batch.run
-        if run is None:
-            raise InvalidRequest("create_run needs batch.run")
+        self.create_runs([batch])
+
+    def create_runs(self, batches: Sequence[Batch]) -> None:
         with self._lock:
-            if run.id in self._runs:
-                raise InvalidRequest(f"run {run.id} already exists")
-            _check_single_continuation(run, self._runs.values())
-            self._runs[run.id] = run
-            self._order.append(run.id)
-            for table in (self._checkpoints, self._writes, self._attempts, self._journal, self._events):
-                table[run.id] = []
-            self._apply(batch)
+            runs: list[Run] = []
+            for batch in batches:  # check them all before changing anything
+                run = batch.run
+                if run is None:
+                    raise InvalidRequest("create_run needs batch.run")
+                if run.id in self._runs or any(r.id == run.id for r in runs):
+                    raise InvalidRequest(f"run {run.id} already exists")
+                _check_single_continuation(run, [*self._runs.values(), *runs])
+                runs.append(run)
+            ids = [c.id for b in batches for c in b.checkpoints]
+            if len(set(ids)) != len(ids) or any(i in self._cp_by_id for i in ids):
+                raise InvalidRequest("checkpoint ids must be unique; some repeat or exist already")
+            for run, batch in zip(runs, batches):
+                self._runs[run.id] = run
+                self._order.append(run.id)
+                for table in (self._checkpoints, self._writes, self._attempts, self._journal, self._events):
+                    table[run.id] = []
+                self._apply(batch)
 
     def commit(self, batch: Batch) -> None:
         with self._lock:

@@ -159,36 +159,48 @@ class SqlStore:
             return conn.execute(select(G.c.description).where(G.c.version == version)).scalar()
 
     def create_run(self, batch: Batch) -> None:
-        run = batch.run
-        if run is None:
+        self.create_runs([batch])
+
+    def create_runs(self, batches: Sequence[Batch]) -> None:
+        runs = [b.run for b in batches]
+        if any(r is None for r in runs):
             raise InvalidRequest("create_run needs batch.run")
         with self._lock:
             try:
-                with self._writer.transaction(batch.durable) as cur:
-                    if run.kind == RunKind.CONTINUATION:  # one per parent, checked under the write lock
-                        cur.execute(self._writer.sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
-                                    [run.parent_run_id, RunKind.CONTINUATION.value])
-                        found = cur.fetchone()
-                        if found is not None:
-                            raise InvalidRequest(f"run {run.parent_run_id} was already continued by "
-                                                 f"{found[0]}; resume that run instead")
-                    pk = self._writer.insert_returning_pk(cur, "runs", {
-                        **_run_values(run), "id": run.id, "thread_id": run.thread_id,
-                        "graph_name": run.graph_name, "graph_version": run.graph_version,
-                        "kind": run.kind.value, "parent_run_id": run.parent_run_id,
-                        "base_checkpoint_id": run.base_checkpoint_id, "input": dict(run.input),
-                        "limits": dict(run.limits), "max_concurrency": run.max_concurrency,
-                        "options": dict(run.options), "created_at": run.created_at})
-                    self._pks[run.id] = pk
-                    self._write_children(cur, pk, batch)
+                with self._writer.transaction(any(b.durable for b in batches)) as cur:
+                    for batch in batches:
+                        self._insert_run(cur, batch)
             except self._integrity_errors as e:
-                self._forget(run.id)  # the transaction rolled back: so must the caches
+                for r in runs:
+                    self._forget(r.id)  # type: ignore[union-attr]  # rolled back: so must the caches be
+                ids = ", ".join(r.id for r in runs)  # type: ignore[union-attr]
                 if "runs.id" in str(e) or "runs_id" in str(e):
-                    raise InvalidRequest(f"run {run.id} already exists") from None
-                raise InvalidRequest(f"run {run.id}: batch rejected by the database: {e}") from None
+                    raise InvalidRequest(f"run {ids} already exists") from None
+                raise InvalidRequest(f"run {ids}: batch rejected by the database: {e}") from None
             except BaseException:
-                self._forget(run.id)
+                for r in runs:
+                    self._forget(r.id)  # type: ignore[union-attr]
                 raise
+
+    def _insert_run(self, cur: Any, batch: Batch) -> None:
+        run = batch.run
+        assert run is not None
+        if run.kind == RunKind.CONTINUATION:  # one per parent, checked under the write lock
+            cur.execute(self._writer.sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
+                        [run.parent_run_id, RunKind.CONTINUATION.value])
+            found = cur.fetchone()
+            if found is not None:
+                raise InvalidRequest(f"run {run.parent_run_id} was already continued by "
+                                     f"{found[0]}; resume that run instead")
+        pk = self._writer.insert_returning_pk(cur, "runs", {
+            **_run_values(run), "id": run.id, "thread_id": run.thread_id,
+            "graph_name": run.graph_name, "graph_version": run.graph_version,
+            "kind": run.kind.value, "parent_run_id": run.parent_run_id,
+            "base_checkpoint_id": run.base_checkpoint_id, "input": dict(run.input),
+            "limits": dict(run.limits), "max_concurrency": run.max_concurrency,
+            "options": dict(run.options), "created_at": run.created_at})
+        self._pks[run.id] = pk
+        self._write_children(cur, pk, batch)
 
     def _forget(self, run_id: str) -> None:
         self._pks.pop(run_id, None)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import Runtime, RunStatus, SqlStore
+from runtime import RunStatus, Runtime, SqlStore
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

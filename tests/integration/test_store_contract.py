@@ -22,8 +22,21 @@ from sqlalchemy import text
 
 from runtime import Graph, NodeContext, Runtime, append
 from runtime.errors import InvalidRequest, LeaseLost, NotFound
-from runtime.records import (Batch, Checkpoint, EffectStatus, Interrupt, InterruptKind, InterruptStatus,
-                             JournalEntry, NodeAttempt, PendingWrite, Run, RunKind, TraceEvent, WriteKind)
+from runtime.records import (
+    Batch,
+    Checkpoint,
+    EffectStatus,
+    Interrupt,
+    InterruptKind,
+    InterruptStatus,
+    JournalEntry,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    RunKind,
+    TraceEvent,
+    WriteKind,
+)
 from runtime.states import NodeStatus, RunStatus
 from runtime.store.base import CheckpointStore
 from runtime.store.memory import MemoryStore

@@ -9,8 +9,20 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel
 
-from runtime import (Graph, GraphError, InvalidRequest, MemoryStore, Registry, RetryPolicy, Runtime,
-                     RunStatus, SqlStore, add, append, compile_plan)
+from runtime import (
+    Graph,
+    GraphError,
+    InvalidRequest,
+    MemoryStore,
+    Registry,
+    RetryPolicy,
+    RunStatus,
+    Runtime,
+    SqlStore,
+    add,
+    append,
+    compile_plan,
+)
 from runtime.records import Batch, InterruptKind, InterruptStatus
 
 FAST = dict(initial_interval=0.001, backoff=1.0)

@@ -10,8 +10,20 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel
 
-from runtime import (ErrorClass, Graph, InvalidAnswer, InvalidRequest, NodeStatus, PermissionDeniedError,
-                     RetryPolicy, Runtime, RunKind, RunStatus, TransientError, append)
+from runtime import (
+    ErrorClass,
+    Graph,
+    InvalidAnswer,
+    InvalidRequest,
+    NodeStatus,
+    PermissionDeniedError,
+    RetryPolicy,
+    RunKind,
+    RunStatus,
+    Runtime,
+    TransientError,
+    append,
+)
 from runtime.records import InterruptKind, InterruptStatus
 
 FAST = dict(initial_interval=0.001, backoff=1.0)

@@ -8,8 +8,20 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel
 
-from runtime import (ErrorClass, Graph, InvalidAnswer, InvalidRequest, MemoryStore, NodeContext, NotFound,
-                     RunKind, RunStatus, Runtime, SqlStore, append)
+from runtime import (
+    ErrorClass,
+    Graph,
+    InvalidAnswer,
+    InvalidRequest,
+    MemoryStore,
+    NodeContext,
+    NotFound,
+    RunKind,
+    RunStatus,
+    Runtime,
+    SqlStore,
+    append,
+)
 from runtime.graph import ExecutableGraph
 from runtime.records import EffectStatus, InterruptKind
 
@@ -238,6 +250,7 @@ async def test_invalid_patch_is_rejected_and_nothing_is_created(rt: Runtime, pat
 @pytest.mark.parametrize("kwargs, problem", [
     ({"effects": "sometimes"}, "effects must be 'mock' or 'live'"),
     ({"mocks": ["x"]}, "mocks must be an object"),
+    ({"mocks": {"mail.send": "ok"}, "effects": "live"}, "mocks only apply when effects are mocked"),
 ])
 async def test_bad_fork_options_are_rejected_before_anything_is_written(rt: Runtime, kwargs, problem):
     world = World()
@@ -379,7 +392,7 @@ async def test_replay_pauses_on_an_effect_with_no_record_and_can_be_resumed(rt: 
         return {"log": ["looked up"]}
 
     report = await rt.replay(run_id, graph=g)
-    assert report.status == "interrupted"
+    assert report.status == "interrupted" and report.node("lookup").verdict == "paused"
     assert [(e.name, e.verdict) for e in report.node("lookup").effects] == [("crm.fetch", "new")]
     await rt.resume(report.run_id, {"action": "mock", "result": {"crm": 1}})
     again = await rt.replay_report(report.run_id)
@@ -563,3 +576,24 @@ async def test_compensating_a_run_that_was_continued_is_refused(rt: Runtime):
     with pytest.raises(InvalidRequest, match="continued by"):
         await rt.compensate(run.id)
     assert not any(line.startswith("undo") for line in log)
+
+
+async def test_import_is_all_or_nothing_and_checks_every_record(rt: Runtime):
+    world = World()
+    run_id = await recorded_run(rt, world)
+    await rt.fork(await checkpoint_after(rt, run_id, "lookup"))
+    doc = await rt.export_thread(run_id)
+    fresh = Runtime(MemoryStore() if isinstance(rt.store, MemoryStore) else
+                    SqlStore(rt.store.url.replace("harness.db", "other.db")))
+    try:
+        clash = {**doc, "runs": [doc["runs"][0], {**doc["runs"][1], "checkpoints":
+                                                  doc["runs"][1]["checkpoints"] + doc["runs"][1]["checkpoints"][:1]}]}
+        with pytest.raises(InvalidRequest):
+            await fresh.import_thread(clash)
+        assert fresh.store.list_runs() == []   # the first run was not kept either
+        stray = {**doc, "runs": [{**doc["runs"][0], "events": doc["runs"][1]["events"]}]}
+        with pytest.raises(InvalidRequest, match=r"runs\[0\].events holds records of run"):
+            await fresh.import_thread(stray)
+        assert len(await fresh.import_thread(doc)) == 2
+    finally:
+        fresh.close()
