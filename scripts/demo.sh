@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job, until the web debugger lands: run the refund example through the CLI,
-# answer its interrupt, and show every checkpoint. Uses ./demo.db (SQLite, no server).
+# answer its interrupt, show every checkpoint, then travel in time: diff two steps,
+# fork with a patched amount (effects mocked: nothing is paid twice), replay the run,
+# export its thread and import it elsewhere. Uses ./demo.db (SQLite, no server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HARNESS_DB="${HARNESS_DB:-sqlite:///demo.db}"
@@ -15,6 +17,34 @@ $H resume "$RUN" --response '{"approve": "perhaps"}' || true
 
 echo; echo "== harness resume $RUN --response '{\"approve\": true, \"note\": \"looks right\"}'"
 $H resume "$RUN" --response '{"approve": true, "note": "looks right"}'
+
+PY=.venv/bin/python
+cp_after() {  # the checkpoint of run $1 into which node $2 was folded
+  $H history "$1" --json --no-state | $PY -c "import json,sys; print(next(c['id'] for c in json.load(sys.stdin) if '$2' in c['nodes']))"
+}
+LOOKUP=$(cp_after "$RUN" lookup); PAY=$(cp_after "$RUN" pay)
+
+echo; echo "== harness history $RUN"
+$H history "$RUN"
+
+echo; echo "== harness diff (after lookup -> after pay)"
+$H diff "$LOOKUP" "$PAY"
+
+echo; echo "== harness fork (after lookup) --patch '{\"amount\": 120.0}': the refund request changed, so it asks"
+$H fork "$LOOKUP" --patch '{"amount": 120.0}' || true
+FORK=$($H runs --limit 1 --json | $PY -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+
+echo; echo "== answer the unrecorded effect with a mock result; then the reviewer"
+$H resume "$FORK" --response '{"action": "mock", "result": "rcpt-what-if"}' || true
+$H resume "$FORK" --response '{"approve": false, "note": "what-if branch"}'
+
+echo; echo "== harness replay $RUN: same code, every effect mocked, recorded answers re-used"
+$H replay "$RUN"
+
+echo; echo "== harness export $RUN, then import into another database"
+$H export "$RUN" --out demo-thread.json
+$H import demo-thread.json --db sqlite:///demo-imported.db
+rm -f demo-thread.json demo-imported.db demo-imported.db-wal demo-imported.db-shm
 
 echo; echo "== a plan (JSON) naming registered functions"
 $H run examples/pipeline.json
