@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from .effects import to_json
-from .errors import InvalidRequest, NotFound
+from .errors import InvalidRequest, NodeError, NotFound
 from .graph import ExecutableGraph
 from .records import Checkpoint, EffectsMode, Run, RunKind
+from .reducers import fold
 from .states import NodeStatus, RunStatus
 
 if TYPE_CHECKING:
@@ -50,11 +51,24 @@ def apply_patch(graph: ExecutableGraph, base: Mapping[str, JSON], patch: Any) ->
                                  f"{model.__name__} has: {', '.join(model.model_fields)}")
     try:
         checked = model.model_validate({**base, **to_json(dict(patch), "patch")})
+    except NodeError as e:  # a value with no JSON form
+        raise InvalidRequest(str(e)) from None
     except ValidationError as e:
         problems = "; ".join(f"field {'.'.join(map(str, err['loc'])) or '(state)'!r}: {err['msg']}"
                              for err in e.errors())
         raise InvalidRequest(f"patch does not fit {model.__name__}: {problems}") from None
     return checked.model_dump(mode="json")
+
+
+def effective_base(rt: Runtime, cp: Checkpoint) -> tuple[Run, Checkpoint]:
+    """The checkpoint a branch really starts from, and its run. The first checkpoint of a
+    patched fork holds the state *before* its patch, while that fork's input is the
+    patched state: branching there means branching where that fork branched."""
+    run = rt.store.get_run(cp.run_id)
+    while cp.source == "fork" and run.options.get("patched") and run.base_checkpoint_id:
+        cp = rt.store.get_checkpoint(run.base_checkpoint_id)
+        run = rt.store.get_run(cp.run_id)
+    return run, cp
 
 
 def check_mocks(mocks: Any) -> dict[str, JSON]:
@@ -78,8 +92,7 @@ def new_fork(rt: Runtime, checkpoint_id: str, patch: Mapping[str, JSON] | None, 
     mocks_json = check_mocks(mocks)
     if mocks_json and mode == EffectsMode.LIVE:
         raise InvalidRequest("mocks only apply when effects are mocked; a live fork runs every effect for real")
-    cp = rt.store.get_checkpoint(checkpoint_id)
-    source = rt.store.get_run(cp.run_id)
+    source, cp = effective_base(rt, rt.store.get_checkpoint(checkpoint_id))
     compiled = _same_version(rt, source, graph)
     base = rt._state_json(cp)
     patched = apply_patch(compiled, base, patch) if patch else None
@@ -93,8 +106,11 @@ def new_fork(rt: Runtime, checkpoint_id: str, patch: Mapping[str, JSON] | None, 
     run = _new_run(rt, compiled, source, cp, RunKind.FORK, patched if patched is not None else source.input,
                    options)
     inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
+    if patched is not None:
+        patch = {k: patched[k] for k in patch}  # type: ignore[union-attr]  # as the model coerced them
+    rt.register(compiled)
     run = rt._insert(run, statuses, snapshot=base, claim=True, source="fork", inherited=inherited,
-                     patch=dict(patch) if patched is not None else None)
+                     patch=patch if patched is not None else None)
     return run, compiled
 
 
@@ -105,10 +121,7 @@ def new_replay(rt: Runtime, target_id: str, graph: ExecutableGraph | None,
     Returns the replay run, its graph, and the run it re-executes (the report's source)."""
     mocks_json = check_mocks(mocks)
     source, cp = _replay_base(rt, target_id)
-    if graph is None:
-        compiled = rt.graph_for(source)
-    else:
-        compiled = rt.register(graph)
+    compiled = graph if graph is not None else rt.graph_for(source)
     base_run = rt.store.get_run(cp.run_id)
     try:  # new code must accept the recorded input
         compiled.state_model.model_validate(dict(base_run.input))
@@ -124,8 +137,13 @@ def new_replay(rt: Runtime, target_id: str, graph: ExecutableGraph | None,
     # its parent is the run asked for: that lineage's journal serves the mocks
     run = _new_run(rt, compiled, source, cp, RunKind.REPLAY, dict(base_run.input), options)
     inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
-    run = rt._insert(run, statuses, snapshot=rt._state_json(cp), claim=True, source="replay",
-                     inherited=inherited)
+    # the state the replay's nodes fold from: the input and the kept nodes' recorded
+    # writes, under the graph it runs (new code may have dropped a node)
+    writes = rt.store.node_writes(rt._writes_lineage(source))
+    kept = [(n, writes[n]) for n in compiled.order if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
+    snapshot = fold(dict(base_run.input), kept, compiled.reducers)
+    rt.register(compiled)
+    run = rt._insert(run, statuses, snapshot=snapshot, claim=True, source="replay", inherited=inherited)
     return run, compiled, source
 
 
@@ -138,17 +156,19 @@ def _replay_base(rt: Runtime, target_id: str) -> tuple[Run, Checkpoint]:
             cp = rt.store.get_checkpoint(target_id)
         except NotFound:
             raise NotFound(f"no run or checkpoint with id {target_id!r}") from None
-        return rt.store.get_run(cp.run_id), cp
+        return effective_base(rt, cp)
     if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
         raise InvalidRequest(f"run {run.id} is {run.status.value}; replay it once it has stopped")
     origin = rt.store.get_run(rt._lineage(run)[-1])  # a continued run is replayed whole
-    return run, rt.store.checkpoints(origin.id)[0]
+    first = rt.store.checkpoints(origin.id)
+    # a patched fork ran from its patch checkpoint (its input), not from the state before it
+    return run, first[1] if origin.options.get("patched") and len(first) > 1 else first[0]
 
 
 def _same_version(rt: Runtime, source: Run, graph: ExecutableGraph | None) -> ExecutableGraph:
     if graph is None:
         return rt._run_graphs.get(source.id) or rt.graph_for(source)
-    compiled = rt.register(graph)
+    compiled = graph
     if compiled.version != source.graph_version:
         raise InvalidRequest(f"run {source.id} was made by graph version {source.graph_version}; a fork "
                              f"continues that graph (version {compiled.version} was given); use replay "

@@ -134,8 +134,8 @@ async def _one(rt: Runtime, w: _Recorder, e: JournalEntry, last: JournalEntry | 
         except InvalidRequest as err:
             return step("not_runnable", str(err))
     if fn is None:
-        return step("not_runnable", "its compensation was a lambda or closure of a process that has "
-                                    "ended; define compensations at module level")
+        return step("not_runnable", "its compensation was a lambda, closure, bound method or partial of a "
+                                    "process that has ended; define compensations as module-level functions")
     w.record(e, EffectStatus.COMPENSATING)
     info = EffectInfo(key=e.key + ":undo", name=e.name, request=e.request, deadline=None,
                       attempt=e.attempt, result=e.result)

@@ -180,6 +180,7 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
                 run_id=scope.run_id, node=node, name=name, occurrence=occurrence, attempt=attempt,
                 key=latest.key, status=EffectStatus.SUCCEEDED, request=req,
                 result=to_json(decision.result, "in-doubt result"), at=host.now(),
+                compensate=undo or latest.compensate,
             ), durable=False)
             return decision.result
         key = latest.key  # retry: same key, so the external system can deduplicate

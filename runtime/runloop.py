@@ -10,6 +10,7 @@ and when the run pauses or ends (forced to disk).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -730,7 +731,8 @@ class RunLoop:
         self.runtime._compensations[key] = fn  # this process can always run it
         qualname = getattr(fn, "__qualname__", "")
         module = getattr(fn, "__module__", None)
-        if not module or "<" in qualname:  # a lambda or a closure: not importable elsewhere
+        # a lambda, closure, bound method or partial: another process cannot import it as is
+        if not inspect.isfunction(fn) or not module or "<" in qualname:
             return "<local>"
         return f"{module}:{qualname}"
 

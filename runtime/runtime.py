@@ -372,7 +372,7 @@ class Runtime:
         source_journal = self.store.journal(sources) if sources and run.effects_mode == EffectsMode.MOCK else []
         # a replay re-uses the answers people gave to the run it re-executes
         source_interrupts = ([i for rid in reversed(sources) for i in self.store.interrupts(rid)]
-                             if run.kind == RunKind.REPLAY else [])
+                             if run.options.get("compare") else [])
         if fresh is not None and fresh.run_id == run.id and run.kind != RunKind.CONTINUATION:
             lineage = self._writes_lineage(run)[1:]
             writes = self.store.node_writes(lineage) if lineage else {}
@@ -434,7 +434,9 @@ class Runtime:
         replays and forks inherit the outcomes of the nodes they did not re-execute; a
         patched fork does not (the patched state at its base is its input)."""
         out = [run.id]
-        while run.parent_run_id is not None and run.kind != RunKind.MAIN and not run.options.get("patched"):
+        # (a continuation copies its parent's options: only the fork itself was patched)
+        while (run.parent_run_id is not None and run.kind != RunKind.MAIN
+               and not (run.kind == RunKind.FORK and run.options.get("patched"))):
             run = self.store.get_run(run.parent_run_id)
             out.append(run.id)
         return out
@@ -520,7 +522,7 @@ class Runtime:
         ``effects="mock"`` serves effects from the source lineage's journal and pauses
         on any it has no record of; ``mocks={name: result}`` answers those up front;
         ``effects="live"`` runs them for real with keys of this branch."""
-        compiled = self.register(graph) if graph is not None else None
+        compiled = _compile(graph) if graph is not None else None
         run, compiled = new_fork(self, checkpoint_id, patch, effects, mocks, compiled)
         self._remember_graph(run.id, compiled)
         return await self._drive(run, compiled)
@@ -530,7 +532,7 @@ class Runtime:
         """Re-execute a recorded run (or everything after a checkpoint) with every effect
         mocked — with the same code, or ``graph`` (a new version) — and report per node
         what differs from the recording."""
-        compiled = self.register(graph) if graph is not None else None
+        compiled = _compile(graph) if graph is not None else None
         run, compiled, _ = new_replay(self, run_or_checkpoint_id, compiled, mocks)
         self._remember_graph(run.id, compiled)
         await self._drive(run, compiled)
@@ -624,6 +626,10 @@ class Runtime:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.store.close()
+
+
+def _compile(graph: Graph | ExecutableGraph) -> ExecutableGraph:
+    return graph.compile() if isinstance(graph, Graph) else graph
 
 
 def _raise_busy(run: Run, where: str) -> None:

@@ -93,6 +93,9 @@ def parse(document: Any) -> list[Batch]:
         run = _load(Run, item.get("run"), f"{where}.run")
         # nobody holds its lease here: the imported run is at rest
         run = run.evolve(lease_owner=None, lease_expires_at=None)
+        if run.thread_id != document.get("thread_id"):
+            raise InvalidRequest(f"{where}: run {run.id} belongs to thread {run.thread_id}, "
+                                 f"not to the exported thread {document.get('thread_id')}")
         if run.parent_run_id is not None and run.parent_run_id not in seen:
             raise InvalidRequest(f"{where}: run {run.id}'s parent {run.parent_run_id} is not earlier in the file")
         seen.add(run.id)

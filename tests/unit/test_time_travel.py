@@ -597,3 +597,177 @@ async def test_import_is_all_or_nothing_and_checks_every_record(rt: Runtime):
         assert len(await fresh.import_thread(doc)) == 2
     finally:
         fresh.close()
+
+
+# --------------------------------------------------------------------------- regressions from review
+
+
+class P(BaseModel):
+    x: int = 0
+    log: Annotated[list[str], append] = []
+
+
+def abc(seen: list[tuple[str, int]], fail_c: list[bool] | None = None) -> ExecutableGraph:
+    g = Graph("abc", state=P)
+
+    def step(name: str, after: list[str]):
+        @g.node(name=name, after=after)
+        def fn(s: P) -> dict:
+            seen.append((name, s.x))
+            if name == "c" and fail_c and fail_c.pop():
+                raise PermissionError("c fails once")
+            return {"log": [f"{name}{s.x}"]}
+
+    step("a", [])
+    step("b", ["a"])
+    step("c", ["b"])
+    return g.compile()
+
+
+async def test_forking_a_patched_forks_first_checkpoint_starts_before_its_patch(rt: Runtime):
+    seen: list[tuple[str, int]] = []
+    run = await rt.start(abc(seen), {"x": 1})
+    patched = await rt.fork(await checkpoint_after(rt, run.id, "a"), {"x": 100})
+    first = (await rt.history(patched.id))[0]
+    assert (await rt.state_at(first.id)).x == 1
+    seen.clear()
+    again = await rt.fork(first.id)
+    assert seen == [("b", 1), ("c", 1)]  # the state before the patch, as the checkpoint shows
+    assert [(await rt.state_at(c.id)).x for c in await rt.history(again.id)] == [1, 1, 1]
+    seen.clear()
+    report = await rt.replay(patched.id)
+    assert report.same and seen == [("b", 100), ("c", 100)]  # the patched fork ran with its patch
+    assert {(await rt.state_at(c.id)).x for c in await rt.history(report.run_id)} == {100}
+
+
+async def test_a_continuation_of_a_patched_fork_keeps_the_forks_writes(rt: Runtime):
+    seen: list[tuple[str, int]] = []
+    run = await rt.start(abc(seen), {"x": 1})
+    fail = [True]
+    patched = await rt.fork(await checkpoint_after(rt, run.id, "a"), {"x": 100}, graph=abc(seen, fail))
+    assert patched.status == RunStatus.FAILED
+    cont = await rt.resume(patched.id)
+    assert cont.status == RunStatus.SUCCEEDED
+    assert (await state(rt, cont.id)).log == ["a1", "b100", "c100"]
+
+
+async def test_a_replays_continuation_keeps_reusing_recorded_answers(rt: Runtime):
+    g = Graph("ask", state=Order)
+    flaky = [True]
+
+    @g.node()
+    def first(s: Order) -> dict:
+        if flaky and flaky.pop():
+            raise PermissionError("first fails once")
+        return {}
+
+    @g.node(after=["first"])
+    async def confirm(s: Order, ctx: NodeContext) -> dict:
+        return {"emailed": (await ctx.interrupt({"q": "email?"}, response=Approval)).approve}
+
+    flaky.clear()
+    run = await rt.resume((await rt.start(g, {})).id, {"approve": True})
+    flaky.append(True)
+    report = await rt.replay(run.id)
+    assert report.status == "failed"
+    cont = await rt.resume(report.run_id)
+    assert cont.status == RunStatus.SUCCEEDED and await rt.interrupts(cont.id) == []
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.undone: list[str] = []
+
+    def undo(self, info) -> None:
+        self.undone.append(info.result)
+
+
+async def test_bound_methods_and_partials_are_compensated_only_where_they_live(rt: Runtime):
+    import functools
+
+    ledger = Ledger()
+    g = Graph("bound", state=Order)
+
+    @g.node()
+    async def a(s: Order, ctx: NodeContext) -> dict:
+        await ctx.effect("one", lambda: "r1", compensate=ledger.undo)
+        await ctx.effect("two", lambda: "r2", compensate=functools.partial(Ledger.undo, ledger))
+        raise PermissionError("closed")
+
+    run = await rt.start(g, {})
+    assert {e.compensate for e in rt.store.journal([run.id]) if e.status == EffectStatus.SUCCEEDED} == {"<local>"}
+    if isinstance(rt.store, SqlStore):
+        other = Runtime(SqlStore(rt.store.url))
+        report = await other.compensate(run.id)
+        assert [s.status for s in report.steps] == ["not_runnable"] and "module-level" in report.steps[0].error
+        other.close()
+    assert (await rt.compensate(run.id)).complete and ledger.undone == ["r2", "r1"]
+
+
+async def test_an_in_doubt_effect_settled_by_a_person_can_be_compensated(rt: Runtime):
+    from runtime import RetryPolicy
+
+    undone: list[str] = []
+    calls = [0]
+
+    def charge():
+        calls[0] += 1
+        if calls[0] == 1:
+            raise TimeoutError("gateway timed out")  # outcome unknown: the entry stays STARTED
+        return "charged"
+
+    g = Graph("doubt", state=Order)
+
+    @g.node(retry=RetryPolicy(max_attempts=3, initial_interval=0.001))
+    async def pay(s: Order, ctx: NodeContext) -> dict:
+        return {"receipt": await ctx.effect("pay", charge, compensate=lambda info: undone.append(info.result))}
+
+    @g.node(after=["pay"])
+    def later(s: Order) -> dict:
+        raise PermissionError("a later step fails")
+
+    run = await rt.start(g, {})
+    assert [i.kind for i in await rt.interrupts(run.id)] == [InterruptKind.IN_DOUBT]
+    run = await rt.resume(run.id, {"action": "result", "result": "charged-by-hand"})
+    assert run.status == RunStatus.FAILED
+    assert (await rt.compensate(run.id)).complete and undone == ["charged-by-hand"]
+
+
+async def test_replay_with_code_that_dropped_a_finished_node_has_consistent_checkpoints(rt: Runtime):
+    seen: list[tuple[str, int]] = []
+    run = await rt.start(abc(seen), {"x": 1})
+    g = Graph("abc", state=P)
+
+    @g.node()
+    def a(s: P) -> dict:
+        return {"log": [f"a{s.x}"]}
+
+    @g.node(after=["a"])
+    def c(s: P) -> dict:
+        return {"log": [f"c{s.x}"]}
+
+    report = await rt.replay(await checkpoint_after(rt, run.id, "b"), graph=g)
+    states = [(await rt.state_at(cp.id)).log for cp in await rt.history(report.run_id)]
+    assert states == [["a1"], ["a1", "c1"]]  # b is gone from this code: its write is not there either
+    assert report.node("b").verdict == "missing"
+
+
+async def test_rejected_fork_and_replay_save_no_graph(rt: Runtime):
+    seen: list[tuple[str, int]] = []
+    run = await rt.start(abc(seen), {"x": 1})
+
+    class Other(BaseModel):
+        x: str   # required: the recorded input has none
+
+    g = Graph("abc", state=Other)
+
+    @g.node()
+    def a(s: Other) -> dict:
+        return {}
+
+    other = g.compile()
+    with pytest.raises(InvalidRequest, match="graph version"):
+        await rt.fork((await rt.history(run.id))[1].id, graph=other)
+    with pytest.raises(InvalidRequest, match="recorded input does not fit"):
+        await rt.replay(run.id, graph=other)
+    assert rt.store.graph_description(other.version) is None
