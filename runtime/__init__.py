@@ -1,6 +1,8 @@
 """Shadow Harness runtime: a durable execution kernel for agent and tool workflows."""
 
+from .compensation import CompensationReport
 from .context import NodeContext
+from .diff import Change
 from .effects import EffectInfo
 from .errors import (
                      ErrorClass,
@@ -19,7 +21,8 @@ from .errors import (
 )
 from .graph import ExecutableGraph, Graph, RetryPolicy
 from .plan import Registry, compile_plan
-from .records import Checkpoint, Interrupt, Run, RunKind
+from .records import Checkpoint, EffectsMode, Interrupt, Run, RunKind
+from .report import ReplayReport
 from .reducers import add, append, last_value, merge, reducer
 from .runtime import Runtime
 from .states import NodeStatus, RunStatus
@@ -27,7 +30,7 @@ from .store.memory import MemoryStore
 from .store.sql import SqlStore
 
 __all__ = [
-    "Checkpoint", "EffectInfo", "ErrorClass", "ExecutableGraph", "Graph", "GraphError", "HarnessError",
+    "Change", "Checkpoint", "CompensationReport", "EffectInfo", "EffectsMode", "ReplayReport", "ErrorClass", "ExecutableGraph", "Graph", "GraphError", "HarnessError",
     "IllegalTransition", "Interrupt", "InvalidAnswer", "InvalidInputError", "InvalidRequest",
     "LeaseLost", "MemoryStore", "NodeContext", "NodeError", "NodeStatus", "NotFound",
     "PermissionDeniedError", "Registry", "RetryPolicy", "Run", "RunKind", "RunStatus", "Runtime",

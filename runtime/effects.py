@@ -172,7 +172,7 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
                 "question": "this effect started but its outcome was never recorded; did it happen?",
                 "answers": ["result", "retry", "abort"],
             }, slot=slot, response_schema=InDoubtAnswer.model_json_schema())
-        decision = validate_in_doubt_answer(settled.answer)  # type: ignore[union-attr]
+        decision = validate_in_doubt_answer(settled.answer)
         if decision.action == "abort":
             raise InDoubtEffectError(f"effect {name!r} was in doubt and the run was told to abort")
         if decision.action == "result":
@@ -244,11 +244,11 @@ def _mocked(host: JournalHost, scope: AttemptScope, name: str, occurrence: int, 
                          "give a mock result, allow it to run live, or abort the branch"),
             "answers": ["mock", "live", "abort"],
         }, slot=slot, response_schema=UnrecordedAnswer.model_json_schema())
-    decision = validate_unrecorded_answer(settled.answer)  # type: ignore[union-attr]
+    decision = validate_unrecorded_answer(settled.answer)
     if decision.action == "abort":
         raise UnrecordedEffectError(f"effect {name!r} had no recorded result and the branch was told to abort")
     if decision.action == "mock":
-        return serve(to_json(decision.result, "mock result"), f"answer:{settled.id}", key)  # type: ignore[union-attr]
+        return serve(to_json(decision.result, "mock result"), f"answer:{settled.id}", key)
     return _LIVE
 
 

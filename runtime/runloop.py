@@ -747,7 +747,7 @@ class RunLoop:
         self._flush(durable=durable)
 
     def find_interrupt(self, node: str, slot: str, kind: InterruptKind) -> Interrupt | None:
-        found = self._interrupts.get((node, slot, kind.value))  # type: ignore[arg-type]
+        found = self._interrupts.get((node, slot, kind.value))
         if found is not None and kind != InterruptKind.USER and found.run_id != self.run.id:
             return None  # a continuation asks again: whoever continues the run decides afresh
         if found is not None and found.run_id != self.run.id and found.answer is not None:
@@ -758,14 +758,14 @@ class RunLoop:
     def raise_interrupt(self, scope: AttemptScope, kind: InterruptKind, payload: JSON, *, slot: str,
                         response_schema: JSON = None, response_ref: str | None = None) -> NoReturn:
         key = (scope.node, slot, kind.value)
-        existing = self._interrupts.get(key)  # type: ignore[arg-type]
+        existing = self._interrupts.get(key)
         if existing is None or existing.run_id != self.run.id or existing.status != InterruptStatus.PENDING:
             existing = Interrupt(
                 id=self.runtime.ids.new("int"), run_id=self.run.id, node=scope.node, slot=slot, kind=kind,
                 payload={"value": payload, "response_ref": response_ref}, status=InterruptStatus.PENDING,
                 created_at=self.now(), response_schema=response_schema,
             )
-            self._interrupts[key] = existing  # type: ignore[index]
+            self._interrupts[key] = existing
             self._batch.interrupts.append(existing)
             self._emit("interrupt.created", scope.node, scope.attempt, interrupt_id=existing.id,
                        kind=kind.value, slot=slot)

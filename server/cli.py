@@ -227,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, os.getcwd())  # graphs named MODULE:GRAPH may live in the working directory
     args = parser().parse_args(argv)
     try:
-        return asyncio.run(args.fn(args))
+        code: int = asyncio.run(args.fn(args))
+        return code
     except GraphError as e:
         print("harness: invalid graph: " + "; ".join(map(str, e.problems)), file=sys.stderr)
     except (HarnessError, UserError) as e:

@@ -52,9 +52,9 @@ from .writer import Writer, dumps
 
 JSON = Any
 
-R, C, W, A, E, I, T = (t.__table__ for t in (RunRow, CheckpointRow, WriteRow, AttemptRow,  # type: ignore[attr-defined,union-attr]
+R, C, W, A, E, I, T = (t.__table__ for t in (RunRow, CheckpointRow, WriteRow, AttemptRow,  # type: ignore[union-attr]
                                              EffectRow, InterruptRow, EventRow))
-G = GraphRow.__table__  # type: ignore[attr-defined,union-attr]
+G = GraphRow.__table__  # type: ignore[attr-defined]
 
 _CP_COLS = ("id", "run_pk", "seq", "parent_id", "nodes", "states", "full", "snapshot", "event_seq",
             "created_at", "source")
@@ -116,10 +116,10 @@ class SqlStore:
                 time.sleep(0.02 * (attempt + 1))
 
     def _migrate_once(self) -> None:
-        SQLModel.metadata.create_all(self.engine, tables=[t.__table__ for t in (  # type: ignore[attr-defined,union-attr]
+        SQLModel.metadata.create_all(self.engine, tables=[t.__table__ for t in (  # type: ignore[union-attr]
             SchemaVersion, GraphRow, RunRow, CheckpointRow, WriteRow, AttemptRow, EffectRow,
             InterruptRow, EventRow)])
-        sv = SchemaVersion.__table__  # type: ignore[attr-defined,union-attr]
+        sv = SchemaVersion.__table__  # type: ignore[attr-defined]
         with self.engine.begin() as conn:
             current = conn.execute(select(sv.c.version).order_by(sv.c.version.desc())).scalar()
             if current is None:

@@ -11,7 +11,7 @@ def test_design_names_are_importable_from_runtime():
 
 def test_all_is_exactly_the_public_api():
     assert set(runtime.__all__) == {
-        "Checkpoint", "EffectInfo", "ErrorClass", "ExecutableGraph", "Graph", "GraphError", "HarnessError",
+        "Change", "Checkpoint", "CompensationReport", "EffectInfo", "EffectsMode", "ReplayReport", "ErrorClass", "ExecutableGraph", "Graph", "GraphError", "HarnessError",
         "IllegalTransition", "Interrupt", "InvalidAnswer", "InvalidInputError", "InvalidRequest",
         "LeaseLost", "MemoryStore", "NodeContext", "NodeError", "NodeStatus", "NotFound",
         "PermissionDeniedError", "Registry", "RetryPolicy", "Run", "RunKind", "RunStatus", "Runtime",
