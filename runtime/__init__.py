@@ -22,8 +22,8 @@ from .errors import (
 from .graph import ExecutableGraph, Graph, RetryPolicy
 from .plan import Registry, compile_plan
 from .records import Checkpoint, EffectsMode, Interrupt, Run, RunKind
-from .report import ReplayReport
 from .reducers import add, append, last_value, merge, reducer
+from .report import ReplayReport
 from .runtime import Runtime
 from .states import NodeStatus, RunStatus
 from .store.memory import MemoryStore

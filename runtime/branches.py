@@ -160,9 +160,10 @@ def _replay_base(rt: Runtime, target_id: str) -> tuple[Run, Checkpoint]:
     if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
         raise InvalidRequest(f"run {run.id} is {run.status.value}; replay it once it has stopped")
     origin = rt.store.get_run(rt._lineage(run)[-1])  # a continued run is replayed whole
-    first = rt.store.checkpoints(origin.id)
     # a patched fork ran from its patch checkpoint (its input), not from the state before it
-    return run, first[1] if origin.options.get("patched") and len(first) > 1 else first[0]
+    first = rt.store.find_checkpoint(origin.id, 1 if origin.options.get("patched") else 0)
+    assert first is not None  # every run is created with its first checkpoint
+    return run, first
 
 
 def _same_version(rt: Runtime, source: Run, graph: ExecutableGraph | None) -> ExecutableGraph:

@@ -133,8 +133,11 @@ class RunLoop:
         self._state_cache: dict[str, JSON] = {}
         self._state_mask = -1     # which succeeded nodes the cache folds (-1: none cached)
         self._done_mask = 0
-        for n in self.writes:
+        #: per last-value field, the completed nodes that wrote it (a bitmask over canonical positions)
+        self._field_writers: dict[str, int] = {}
+        for n, w in self.writes.items():
             self._done_mask |= 1 << graph.index[n]
+            self._note_writer(n, w)
 
     # ------------------------------------------------------------------ driving
 
@@ -408,6 +411,7 @@ class RunLoop:
         self._pending(scope, WriteKind.WRITES, writes)
         self._attempt(scope, N.SUCCEEDED)
         self.writes[node] = writes
+        self._note_writer(node, writes)
         self._done_mask |= 1 << self.graph.index[node]
         self._folded_since_cp.append(node)
         self._node(node, NodeEvent.SUCCEED, attempt=scope.attempt)
@@ -521,14 +525,21 @@ class RunLoop:
                 raise InvalidWrites(f"node {node!r} field {field!r}: reducer {self.graph.reducer(field).name!r} "
                                     f"failed: {type(e).__name__}: {e}") from None
 
+    def _note_writer(self, node: str, writes: Mapping[str, JSON]) -> None:
+        bit = 1 << self.graph.index[node]
+        for field in writes:
+            if self.graph.reducer(field).conflicts:
+                self._field_writers[field] = self._field_writers.get(field, 0) | bit
+
     def _last_writer(self, field: str, node: str) -> str | None:
         """A completed node that wrote ``field`` (last-value) and is not ordered before ``node``."""
-        if not self.graph.reducer(field).conflicts:
+        writers = self._field_writers.get(field, 0)
+        # bit arithmetic: constant work per write however many nodes wrote the field before
+        unordered = writers & ~self.graph.ancestor_mask(node) & ~(1 << self.graph.index[node])
+        if not unordered:
             return None
-        for other, w in self.writes.items():
-            if field in w and other != node and not self.graph.is_ancestor(other, node):
-                return other
-        return None
+        low = unordered & -unordered
+        return self.graph.order[low.bit_length() - 1]
 
     # ------------------------------------------------------------------ state
 
@@ -742,6 +753,8 @@ class RunLoop:
         extra = {"source": entry.source} if entry.source else {}
         self._emit(f"effect.{entry.status.value}", entry.node, entry.attempt, name=entry.name,
                    occurrence=entry.occurrence, key=entry.key, **extra)
+        if entry.status == EffectStatus.MOCKED:
+            return  # nothing outside was touched: it may share the next group commit
         # STARTED is forced to disk before the call; outcomes are committed at once
         # (a process crash keeps them) so that recovery never repeats the effect.
         self._flush(durable=durable)

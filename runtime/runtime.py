@@ -303,7 +303,7 @@ class Runtime:
         except LeaseLost:
             raise InvalidRequest(f"run {parent.id} is being continued by another caller") from None
         self._check_not_continued(parent)
-        head = self.store.checkpoints(parent.id)[-1]
+        head = self._head(parent.id)
         keep = (NodeStatus.SUCCEEDED, NodeStatus.SKIPPED)
         statuses = {n: (s if s in keep else NodeStatus.PENDING) for n, s in head.node_states.items()}
         now = self.clock.time()
@@ -380,7 +380,7 @@ class Runtime:
                            lineage=[run.id], key_scope=run.id, journal=[], interrupts=source_interrupts,
                            attempts={}, source_journal=source_journal)
         lineage = self._lineage(run)
-        head = self.store.checkpoints(run.id)[-1]
+        head = self._head(run.id)
         attempts: dict[str, int] = {}
         retry_at: dict[str, float] = {}
         statuses = dict(head.node_states)
@@ -420,6 +420,12 @@ class Runtime:
         if NodeStatus.CANCELLED in statuses.values():
             return ("cancel", {"class": "cancelled", "message": "cancelled before its process stopped"})
         return None
+
+    def _head(self, run_id: str) -> Checkpoint:
+        head = self.store.find_checkpoint(run_id)
+        if head is None:
+            raise NotFound(f"run {run_id} has no checkpoints")
+        return head
 
     def _lineage(self, run: Run) -> list[str]:
         """The run and the runs it inherits outcomes from, nearest first."""
@@ -600,8 +606,7 @@ class Runtime:
         done = [n for n in graph.order if cp.node_states.get(n) == NodeStatus.SUCCEEDED]
         writes = self.store.node_writes(self._writes_lineage(run))
         base: Mapping[str, JSON] = run.input
-        snap = next((c for c in reversed(self.store.checkpoints(run.id))
-                     if c.seq < cp.seq and c.snapshot is not None), None)
+        snap = self.store.find_checkpoint(run.id, cp.seq - 1, with_snapshot=True)
         if snap is not None:
             had = {n for n, s in snap.node_states.items() if s == NodeStatus.SUCCEEDED}
             top = max((graph.index[n] for n in had), default=-1)

@@ -68,7 +68,8 @@ def build_report(rt: Runtime, replay: Run) -> ReplayReport:
     source = rt.store.get_run(source_info.get("run_id") or replay.parent_run_id or replay.id)
     recorded = _recording(rt, source, rt._lineage(source))
     replayed = _recording(rt, replay, rt._lineage(replay))
-    first = rt.store.checkpoints(replay.id)[0]
+    first = rt.store.find_checkpoint(replay.id, 0)
+    assert first is not None
     inherited = frozenset(n for n, s in first.node_states.items() if s != NodeStatus.PENDING)
     reused: dict[str, list[str]] = {}
     for ev in rt.store.events(replay.id):
@@ -84,7 +85,7 @@ def build_report(rt: Runtime, replay: Run) -> ReplayReport:
 
 def _recording(rt: Runtime, run: Run, lineage: list[str]) -> Recording:
     """What a run and the runs it continued recorded, per node."""
-    statuses = dict(rt.store.checkpoints(run.id)[-1].node_states)
+    statuses = dict(rt._head(run.id).node_states)
     writes: dict[str, JSON] = {}
     errors: dict[str, str] = {}
     for rid in reversed(lineage):  # oldest first: a later run's outcome replaces an earlier one

@@ -72,6 +72,12 @@ class CheckpointStore(Protocol):
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """One checkpoint with full node states, or ``NotFound``."""
 
+    def find_checkpoint(self, run_id: str, at_or_before: int | None = None, *,
+                        with_snapshot: bool = False) -> Checkpoint | None:
+        """The run's checkpoint with the highest seq ≤ ``at_or_before`` (any seq when None),
+        only among those holding a full state snapshot when ``with_snapshot``; None if none.
+        Reads one checkpoint, not the run's history."""
+
     def pending_writes(self, run_id: str) -> list[PendingWrite]:
         """Every recorded node outcome of the run, in the order recorded."""
 

@@ -150,6 +150,15 @@ class MemoryStore:
         except KeyError:
             raise NotFound(f"no checkpoint with id {checkpoint_id!r}") from None
 
+    def find_checkpoint(self, run_id: str, at_or_before: int | None = None, *,
+                        with_snapshot: bool = False) -> Checkpoint | None:
+        with self._lock:
+            self._get(run_id)
+            for c in reversed(self._checkpoints[run_id]):
+                if (at_or_before is None or c.seq <= at_or_before) and (not with_snapshot or c.snapshot is not None):
+                    return c
+        return None
+
     def pending_writes(self, run_id: str) -> list[PendingWrite]:
         with self._lock:
             self._get(run_id)

@@ -368,6 +368,21 @@ class SqlStore:
             states = self._materialize(conn, row.run_pk, row.seq) or {}
         return _checkpoint(run_id, row, states)
 
+    def find_checkpoint(self, run_id: str, at_or_before: int | None = None, *,
+                        with_snapshot: bool = False) -> Checkpoint | None:
+        with self.engine.connect() as conn:
+            pk = self._pk(conn, run_id)
+            stmt = select(C).where(C.c.run_pk == pk).order_by(C.c.seq.desc()).limit(1)
+            if at_or_before is not None:
+                stmt = stmt.where(C.c.seq <= at_or_before)
+            if with_snapshot:
+                stmt = stmt.where(C.c.snapshot.is_not(None))
+            row = conn.execute(stmt).first()
+            if row is None:
+                return None
+            states = self._materialize(conn, pk, row.seq) or {}
+        return _checkpoint(run_id, row, states)
+
     def _materialize(self, conn: Connection, pk: int, seq: int) -> dict[str, str] | None:
         """Full node states at checkpoint ``seq``: the last full row at or before it plus deltas."""
         base = conn.execute(select(C.c.seq).where(C.c.run_pk == pk, C.c.seq <= seq, C.c.full.is_(True))

@@ -926,3 +926,17 @@ async def test_fork_and_replay_give_the_same_records_on_every_store(store: Check
     for kind in ("main", "fork", "replay"):
         assert got[kind] == reference[kind], kind
     assert got["export"] == reference["export"]
+
+
+def test_find_checkpoint_reads_one_checkpoint_by_seq_and_snapshot(store: CheckpointStore) -> None:
+    run = make_run("r1", head_seq=9, event_seq=9)
+    cps = [cp("r1", s, states_at(s), snapshot={"s": s} if s in (0, 4, 7) else None) for s in range(10)]
+    store.create_run(Batch(run_id="r1", run=run, checkpoints=cps, durable=True))
+    assert store.find_checkpoint("r1") == cps[9]
+    assert store.find_checkpoint("r1", 5) == cps[5]
+    assert store.find_checkpoint("r1", 100) == cps[9]
+    assert store.find_checkpoint("r1", 6, with_snapshot=True) == cps[4]
+    assert store.find_checkpoint("r1", 3, with_snapshot=True) == cps[0]
+    assert store.find_checkpoint("r1", -1) is None
+    with pytest.raises(NotFound):
+        store.find_checkpoint("nope")
