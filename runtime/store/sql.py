@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 from sqlalchemy import Engine, create_engine, event, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
@@ -81,7 +81,7 @@ class SqlStore:
     def __init__(self, url: str = "sqlite:///harness.db", *, echo: bool = False):
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        kwargs: dict[str, Any] = {"echo": echo, "json_serializer": _dumps}
+        kwargs: dict[str, Any] = {"echo": echo, "json_serializer": _dumps, "json_deserializer": from_json}
         if self.is_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
