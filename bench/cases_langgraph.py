@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+from functools import partial
 from typing import TypedDict
 
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -26,6 +27,7 @@ from _common import Sample, check, db_size, fresh_dir, now, settle
 
 CALLS = {"n": 0}
 RUNNING = {"now": 0, "peak": 0}
+FIRST = {"at": 0.0}   # when the first node call after CALLS was reset started
 SLEEP = 0.05
 MODES = ("default", "matched")
 
@@ -37,6 +39,13 @@ class State(TypedDict, total=False):
 def noop(state: State) -> dict:
     CALLS["n"] += 1
     return {}
+
+
+def inc(state: State) -> dict:
+    CALLS["n"] += 1
+    if CALLS["n"] == 1:
+        FIRST["at"] = now()
+    return {"x": state.get("x", 0) + 1}
 
 
 async def sleeper(state: State) -> dict:
@@ -56,6 +65,18 @@ def chain_builder(n: int) -> StateGraph:
     b = StateGraph(State)
     for i in range(n):
         b.add_node(f"n{i:04d}", noop)
+    b.add_edge(START, "n0000")
+    for i in range(1, n):
+        b.add_edge(f"n{i - 1:04d}", f"n{i:04d}")
+    b.add_edge(f"n{n - 1:04d}", END)
+    return b
+
+
+def counter_chain_builder(n: int) -> StateGraph:
+    """The chain, each node adding 1 to ``x``: a run ends with x == n."""
+    b = StateGraph(State)
+    for i in range(n):
+        b.add_node(f"n{i:04d}", inc)
     b.add_edge(START, "n0000")
     for i in range(1, n):
         b.add_edge(f"n{i - 1:04d}", f"n{i:04d}")
@@ -209,3 +230,115 @@ def history(n: int, reps: int) -> Sample:
             finally:
                 conn.close()
     return sample
+
+
+# ---------------------------------------------------------------- time travel
+
+def _counted_run(graph, thread: str, mode: str, n: int) -> list:
+    """Run the counter chain to the end (not timed); its checkpoints, newest first."""
+    _invoke_checked(graph, thread, mode, n, n + 2)
+    states = list(graph.get_state_history(_config(thread)))
+    check(states[0].values.get("x") == n, f"langgraph: x == {states[0].values.get('x')}, expected {n}")
+    return states
+
+
+def _count_checkpoints(graph, thread: str) -> int:
+    return sum(1 for _ in graph.checkpointer.list(_config(thread)))
+
+
+def _timed_resume(graph, thread: str, start, nodes: int, x: int, added: int) -> tuple[float, float]:
+    """Time ``start()`` (returns the final state); check node calls, final and stored state, checkpoints.
+
+    Returns (seconds, seconds until the first node call started).
+    """
+    before = _count_checkpoints(graph, thread)
+    CALLS["n"] = 0
+    FIRST["at"] = 0.0
+    settle()
+    t0 = now()
+    out = start()
+    elapsed = now() - t0
+    check(CALLS["n"] == nodes, f"langgraph: {CALLS['n']} node calls, expected {nodes}")
+    check(out.get("x") == x, f"langgraph: final x == {out.get('x')}, expected {x}")
+    latest = graph.get_state(_config(thread))
+    check(latest.values.get("x") == x and latest.next == (), "langgraph: stored state is not the run's end")
+    after = _count_checkpoints(graph, thread)
+    check(after - before == added, f"langgraph: {after - before} new checkpoints, expected {added}")
+    return elapsed, FIRST["at"] - t0
+
+
+def fork_chain(n: int, reps: int, mode: str) -> tuple[Sample, Sample]:
+    """Patched fork at the middle of a finished chain: ``update_state`` + ``invoke`` of the rest.
+
+    After a full run, the checkpoint with x == n // 2 (next node ``n{n//2}``) is
+    found outside the timed region. Timed: ``update_state(it, {"x": 1000},
+    as_node=<the node before>)`` and ``invoke(None, <the new config>)``, which
+    runs the remaining nodes. Returns (total, update_state call to the first
+    forked node starting).
+    """
+    k = n // 2
+    builder = counter_chain_builder(n)
+    kwargs = {"durability": "sync"} if mode == "matched" else {}
+    total, first = Sample(), Sample()
+    for _ in range(reps):
+        with fresh_dir("lg-fork") as d:
+            conn, saver = _saver(os.path.join(d, "langgraph.db"), mode)
+            try:
+                graph = builder.compile(checkpointer=saver)
+                for thread in ("warm-up", "timed"):
+                    at = [s for s in _counted_run(graph, thread, mode, n) if s.values.get("x") == k]
+                    check(len(at) == 1 and at[0].next == (f"n{k:04d}",), f"langgraph fork: no x == {k}")
+
+                    def start(config=at[0].config) -> dict:
+                        fork = graph.update_state(config, {"x": 1000}, as_node=f"n{k - 1:04d}")
+                        return graph.invoke(None, {**fork, "recursion_limit": 100_000}, **kwargs)
+
+                    # update_state writes one checkpoint, then one per node
+                    elapsed, to_first = _timed_resume(graph, thread, start, n - k, 1000 + n - k, n - k + 1)
+                total.add(elapsed)
+                first.add(to_first)
+            finally:
+                conn.close()
+    return total, first
+
+
+def replay_chain(n: int, reps: int, mode: str) -> tuple[Sample, Sample]:
+    """LangGraph replay: ``invoke(None, <config of an earlier checkpoint>)`` on a finished chain.
+
+    Returns (replay from the checkpoint at step n // 2, replay from the first
+    checkpoint of the thread: all n nodes). What the replay does, as checked
+    here or observed on LangGraph 1.2.24:
+
+    * it executes again every node after the checkpoint (node calls are counted),
+      so side effects inside nodes happen again; no recorded results are reused;
+    * it writes a new branch in the same thread: a checkpoint with source "fork"
+      whose parent is the chosen one, then one per node; the original
+      checkpoints stay, and the thread's latest state becomes the replay's end;
+    * nodes that return something else than in the original run raise nothing,
+      and ``invoke`` returns only the final state: no report of what diverged.
+    """
+    k = n // 2
+    builder = counter_chain_builder(n)
+    kwargs = {"durability": "sync"} if mode == "matched" else {}
+    middle, whole = Sample(), Sample()
+    for _ in range(reps):
+        with fresh_dir("lg-replay") as d:
+            conn, saver = _saver(os.path.join(d, "langgraph.db"), mode)
+            try:
+                graph = builder.compile(checkpointer=saver)
+                for thread in ("warm-up", "timed"):
+                    states = _counted_run(graph, thread, mode, n)
+                    at = [s for s in states if s.metadata.get("step") == k]
+                    check(len(at) == 1 and at[0].values.get("x") == k, f"langgraph replay: no step {k}")
+                    origin = states[-1]
+                    check(origin.metadata.get("source") == "input", "langgraph replay: no input checkpoint")
+                    replay = [partial(graph.invoke, None, {**s.config, "recursion_limit": 100_000}, **kwargs)
+                              for s in (at[0], origin)]
+                    # a fork checkpoint, then one per step (from the input: the START step too)
+                    from_middle, _ = _timed_resume(graph, thread, replay[0], n - k, n, n - k + 1)
+                    from_origin, _ = _timed_resume(graph, thread, replay[1], n, n, n + 2)
+                middle.add(from_middle)
+                whole.add(from_origin)
+            finally:
+                conn.close()
+    return middle, whole

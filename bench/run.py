@@ -4,14 +4,16 @@
     .venv/bin/python bench/run.py --reps 3     # fewer repetitions
     .venv/bin/python bench/run.py --profile    # also: where the runtime spends time and bytes
     .venv/bin/python bench/run.py --json out.json
+    .venv/bin/python bench/run.py --only fork,replay,diff   # some measurements only
     .venv/bin/python bench/hotspots.py         # the profile alone
 
 Every system writes to a durable SQLite file in a fresh temp directory per
 repetition. Graph building and compiling, store creation and one warm-up run
 (in the same store) happen outside the timed region; the timed region is the
-run call alone (``Runtime.start`` / ``graph.invoke``), timed with
-``time.perf_counter``. Each case checks its outcome (run succeeded, every node
-ran exactly once, expected checkpoints) before its timing is kept.
+run call alone (``Runtime.start`` / ``graph.invoke``; for time travel the
+fork, replay or diff call), timed with ``time.perf_counter``. Each case checks
+its outcome (run succeeded, every node ran exactly once, expected checkpoints)
+before its timing is kept.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ TARGET_SPEEDUP = 10
 TARGET_PAR_FACTOR = 1.05
 TARGET_SIZE = 0.2 * 2**20
 TARGET_HISTORY = 0.025
+TARGET_FORK = 0.040
+TARGET_FORK_FIRST = 0.010
+TARGET_DIFF = 0.020
+
+SECTIONS = ("chain", "fanout", "parallel", "size", "history", "fork", "replay", "diff")
 
 
 def verdict(ok: bool, detail: str = "") -> str:
@@ -56,6 +63,11 @@ def verdict(ok: bool, detail: str = "") -> str:
 
 def spread(sample, fmt) -> str:
     return f"{fmt(sample.median)} [{fmt(sample.low)}–{fmt(sample.high)}]"
+
+
+def _times(ratio: float) -> str:
+    """``ratio`` = their time / ours, in words: "5.0× faster" or "2.5× slower"."""
+    return f"{ratio:.1f}× faster" if ratio >= 1 else f"{1 / ratio:.1f}× slower"
 
 
 def _git_revision() -> str:
@@ -73,20 +85,31 @@ def _git_revision() -> str:
 
 
 def interleave(reps: int, cases: dict) -> dict:
-    """Run each case once per repetition, in turn; merge each case's samples."""
+    """Run each case once per repetition, in turn; merge each case's samples.
+
+    A case may return a tuple of Samples (several figures from one setup, like
+    ``fork_chain``'s total and time to the first node): part ``i`` of case ``key``
+    is merged under ``(key, i)``.
+    """
     out: dict = {}
     for _ in range(reps):
         for key, case in cases.items():
-            sample = case()
-            if key not in out:
-                out[key] = sample
-            else:
-                out[key].values.extend(sample.values)
-                for k, v in sample.info.items():
-                    if isinstance(v, list):
-                        merged = out[key].info.setdefault(k, [])
-                        merged.extend(x for x in v if k == "peaks" or x not in merged)
+            result = case()
+            parts = {(key, i): s for i, s in enumerate(result)} if isinstance(result, tuple) else {key: result}
+            for k, sample in parts.items():
+                _merge(out, k, sample)
     return out
+
+
+def _merge(out: dict, key, sample) -> None:
+    if key not in out:
+        out[key] = sample
+        return
+    out[key].values.extend(sample.values)
+    for k, v in sample.info.items():
+        if isinstance(v, list):
+            merged = out[key].info.setdefault(k, [])
+            merged.extend(x for x in v if k == "peaks" or x not in merged)
 
 
 def main() -> int:
@@ -94,8 +117,14 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5, help="repetitions per measurement (median reported)")
     ap.add_argument("--profile", action="store_true", help="also profile the runtime (hot spots, bytes per table)")
     ap.add_argument("--json", metavar="PATH", help="write the raw figures to PATH")
+    ap.add_argument("--only", metavar="NAMES", default=",".join(SECTIONS),
+                    help=f"comma-separated measurements to run (default: all): {', '.join(SECTIONS)}")
     args = ap.parse_args()
     reps = args.reps
+    only = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        ap.error(f"unknown measurement(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
 
     from importlib.metadata import version
     started = time.perf_counter()
@@ -112,29 +141,43 @@ def main() -> int:
 
     # Repetitions interleave the systems (ours, LangGraph, ...; then again), so
     # that background load on the machine hits every system alike.
-    # 1. chain
-    step(f"1. chain of {CHAIN}")
-    r = interleave(reps, {"h": lambda: H.chain(CHAIN, 1),
-                          **{m: (lambda m=m: L.chain(CHAIN, 1, m)) for m in L.MODES}})
-    h_chain, l_chain = r.pop("h"), r
-    # 2. fan-out
-    step(f"2. fan-out 1->{FAN}->1")
+    res: dict[str, object] = {}
+    if "chain" in only:
+        step(f"1. chain of {CHAIN}")
+        r = interleave(reps, {"h": lambda: H.chain(CHAIN, 1),
+                              **{m: (lambda m=m: L.chain(CHAIN, 1, m)) for m in L.MODES}})
+        res["chain"] = (r.pop("h"), r)
     fan_nodes = FAN + 2
-    r = interleave(reps, {**{mc: (lambda mc=mc: H.fanout(FAN, 1, mc)) for mc in (8, FAN)},
-                          **{m: (lambda m=m: L.fanout(FAN, 1, m)) for m in L.MODES}})
-    h_fan, l_fan = {mc: r[mc] for mc in (8, FAN)}, {m: r[m] for m in L.MODES}
-    # 3. bounded parallelism
-    step(f"3. {PAR} parallel sleeps, max_concurrency={PAR_MC}")
-    r = interleave(reps, {"h": lambda: H.parallel(PAR, 1, PAR_MC), "l": lambda: L.parallel(PAR, 1, PAR_MC)})
-    h_par, l_par = r["h"], r["l"]
-    # 4. size
-    step("4. database size")
-    h_size = {n: H.size(n) for n in SIZES}
-    l_size = {n: L.size(n) for n in SIZES}
-    # 5. history
-    step(f"5. history of a {CHAIN}-node chain")
-    r = interleave(reps, {"h": lambda: H.history(CHAIN, 1), "l": lambda: L.history(CHAIN, 1)})
-    h_hist, l_hist = r["h"], r["l"]
+    if "fanout" in only:
+        step(f"2. fan-out 1->{FAN}->1")
+        r = interleave(reps, {**{mc: (lambda mc=mc: H.fanout(FAN, 1, mc)) for mc in (8, FAN)},
+                              **{m: (lambda m=m: L.fanout(FAN, 1, m)) for m in L.MODES}})
+        res["fanout"] = ({mc: r[mc] for mc in (8, FAN)}, {m: r[m] for m in L.MODES})
+    if "parallel" in only:
+        step(f"3. {PAR} parallel sleeps, max_concurrency={PAR_MC}")
+        r = interleave(reps, {"h": lambda: H.parallel(PAR, 1, PAR_MC), "l": lambda: L.parallel(PAR, 1, PAR_MC)})
+        res["parallel"] = (r["h"], r["l"])
+    if "size" in only:
+        step("4. database size")
+        res["size"] = ({n: H.size(n) for n in SIZES}, {n: L.size(n) for n in SIZES})
+    if "history" in only:
+        step(f"5. history of a {CHAIN}-node chain")
+        r = interleave(reps, {"h": lambda: H.history(CHAIN, 1), "l": lambda: L.history(CHAIN, 1)})
+        res["history"] = (r["h"], r["l"])
+    if "fork" in only:
+        step(f"6. fork at node {CHAIN // 2} of a {CHAIN}-node chain")
+        r = interleave(reps, {"h": lambda: H.fork_chain(CHAIN, 1, with_effect=True),
+                              "h-pure": lambda: H.fork_chain(CHAIN, 1, with_effect=False),
+                              **{m: (lambda m=m: L.fork_chain(CHAIN, 1, m)) for m in L.MODES}})
+        res["fork"] = r
+    if "replay" in only:
+        step(f"7. replay of a {CHAIN}-node chain")
+        r = interleave(reps, {"h": lambda: H.replay_chain(CHAIN, 1),
+                              **{m: (lambda m=m: L.replay_chain(CHAIN, 1, m)) for m in L.MODES}})
+        res["replay"] = r
+    if "diff" in only:
+        step(f"8. diff of two checkpoints of a {H.DIFF_ITEMS:,}-item list")
+        res["diff"] = interleave(reps, {"h": lambda: H.diff_states(1)})["h"]
     load_after = os.getloadavg()
 
     # ------------------------------------------------------------ main table
@@ -153,74 +196,155 @@ def main() -> int:
                      verdict(min(ups.values()) >= TARGET_SPEEDUP,
                              f"default {ups['default']:.2f}×, matched {ups['matched']:.2f}×")])
 
-    per_node_rows("1", f"chain {CHAIN}", h_chain, l_chain, CHAIN, TARGET_CHAIN_US)
-    per_node_rows("2a", f"fan-out 1→{FAN}→1, max_concurrency=8", h_fan[8], l_fan, fan_nodes, TARGET_FAN_US)
-    per_node_rows("2b", f"fan-out 1→{FAN}→1, max_concurrency={FAN}", h_fan[FAN], l_fan, fan_nodes,
-                  TARGET_FAN_US)
+    if "chain" in res:
+        h_chain, l_chain = res["chain"]
+        per_node_rows("1", f"chain {CHAIN}", h_chain, l_chain, CHAIN, TARGET_CHAIN_US)
+    if "fanout" in res:
+        h_fan, l_fan = res["fanout"]
+        per_node_rows("2a", f"fan-out 1→{FAN}→1, max_concurrency=8", h_fan[8], l_fan, fan_nodes, TARGET_FAN_US)
+        per_node_rows("2b", f"fan-out 1→{FAN}→1, max_concurrency={FAN}", h_fan[FAN], l_fan, fan_nodes,
+                      TARGET_FAN_US)
 
-    ideal = PAR * H.SLEEP / PAR_MC
-    waves = math.ceil(PAR / PAR_MC) * H.SLEEP
-    limit = TARGET_PAR_FACTOR * ideal
-    rows.append(["3", f"{PAR}× sleep({H.SLEEP}), max_concurrency={PAR_MC}: wall", spread(h_par, fmt_s),
-                 fmt_s(l_par.median), "—", f"≤ {limit:.4f} s (1.05 × {ideal:.4f})",
-                 verdict(h_par.median <= limit, f"{h_par.median / ideal:.3f}× ideal"
-                         + ("" if h_par.median <= limit else f"; under {waves:.2f} s = "
-                            f"ceil({PAR}/{PAR_MC})×{H.SLEEP} is impossible"))])
-    rows.append(["3", f"  same, vs wave bound ceil({PAR}/{PAR_MC})×{H.SLEEP} = {waves:.2f} s",
-                 f"{h_par.median / waves:.3f}×", f"{l_par.median / waves:.3f}×", "—", "(context)", ""])
-    peaks_ok = all(p == PAR_MC for p in h_par.info["peaks"])
-    rows.append(["3", "  peak nodes running at once (every rep)", ",".join(map(str, h_par.info["peaks"])),
-                 ",".join(map(str, l_par.info["peaks"])), "—", f"= {PAR_MC}", verdict(peaks_ok)])
+    if "parallel" in res:
+        h_par, l_par = res["parallel"]
+        ideal = PAR * H.SLEEP / PAR_MC
+        waves = math.ceil(PAR / PAR_MC) * H.SLEEP
+        limit = TARGET_PAR_FACTOR * ideal
+        rows.append(["3", f"{PAR}× sleep({H.SLEEP}), max_concurrency={PAR_MC}: wall", spread(h_par, fmt_s),
+                     fmt_s(l_par.median), "—", f"≤ {limit:.4f} s (1.05 × {ideal:.4f})",
+                     verdict(h_par.median <= limit, f"{h_par.median / ideal:.3f}× ideal"
+                             + ("" if h_par.median <= limit else f"; under {waves:.2f} s = "
+                                f"ceil({PAR}/{PAR_MC})×{H.SLEEP} is impossible"))])
+        rows.append(["3", f"  same, vs wave bound ceil({PAR}/{PAR_MC})×{H.SLEEP} = {waves:.2f} s",
+                     f"{h_par.median / waves:.3f}×", f"{l_par.median / waves:.3f}×", "—", "(context)", ""])
+        peaks_ok = all(p == PAR_MC for p in h_par.info["peaks"])
+        rows.append(["3", "  peak nodes running at once (every rep)", ",".join(map(str, h_par.info["peaks"])),
+                     ",".join(map(str, l_par.info["peaks"])), "—", f"= {PAR_MC}", verdict(peaks_ok)])
 
-    s200 = h_size[CHAIN]["bytes"]
-    rows.append(["4", f"DB size after chain {CHAIN}", f"{fmt_mib(s200)} ({s200:,} B)",
-                 f"{fmt_mib(l_size[CHAIN]['bytes'])}", "—", "≤ 0.200 MiB",
-                 verdict(s200 <= TARGET_SIZE, "" if s200 <= TARGET_SIZE else
-                         f"{s200 / TARGET_SIZE:.2f}× the target, {s200 - TARGET_SIZE:,.0f} B over")])
-    rows.append(["5", f"history of chain {CHAIN} (fresh store)", spread(h_hist, fmt_ms), fmt_ms(l_hist.median),
-                 "—", f"≤ {TARGET_HISTORY * 1e3:.0f} ms",
-                 verdict(h_hist.median <= TARGET_HISTORY,
-                         f"{l_hist.median / h_hist.median:.1f}× faster than LangGraph"
-                         if h_hist.median <= TARGET_HISTORY else f"{h_hist.median / TARGET_HISTORY:.2f}× over")])
+    if "size" in res:
+        h_size, l_size = res["size"]
+        s200 = h_size[CHAIN]["bytes"]
+        rows.append(["4", f"DB size after chain {CHAIN}", f"{fmt_mib(s200)} ({s200:,} B)",
+                     f"{fmt_mib(l_size[CHAIN]['bytes'])}", "—", "≤ 0.200 MiB",
+                     verdict(s200 <= TARGET_SIZE, "" if s200 <= TARGET_SIZE else
+                             f"{s200 / TARGET_SIZE:.2f}× the target, {s200 - TARGET_SIZE:,.0f} B over")])
+    if "history" in res:
+        h_hist, l_hist = res["history"]
+        rows.append(["5", f"history of chain {CHAIN} (fresh store)", spread(h_hist, fmt_ms),
+                     fmt_ms(l_hist.median), "—", f"≤ {TARGET_HISTORY * 1e3:.0f} ms",
+                     verdict(h_hist.median <= TARGET_HISTORY,
+                             f"{l_hist.median / h_hist.median:.1f}× faster than LangGraph"
+                             if h_hist.median <= TARGET_HISTORY else f"{h_hist.median / TARGET_HISTORY:.2f}× over")])
 
-    print()
-    print(render_table(["#", "measurement", "Shadow Harness", "LangGraph default", "LangGraph matched",
-                        "target", "result"], rows))
-    print("\nLangGraph default = SqliteSaver as shipped (WAL, synchronous=FULL) with invoke defaults "
-          "(durability=\"async\");\nLangGraph matched = durability=\"sync\" and synchronous=NORMAL, the "
-          "guarantee Shadow Harness gives per step.\nPer-node overhead = run wall time / nodes "
-          f"({CHAIN} for the chain, {fan_nodes} for the fan-out). Shadow Harness checkpoints: "
-          f"chain {CHAIN + 1}, fan-out {h_fan[8].info['checkpoints']} (max_concurrency=8), "
-          f"{h_fan[FAN].info['checkpoints']} (max_concurrency={FAN}); LangGraph: chain {CHAIN + 2}, fan-out 5.")
+    headers = ["#", "measurement", "Shadow Harness", "LangGraph default", "LangGraph matched", "target", "result"]
+    if rows:
+        print()
+        print(render_table(headers, rows))
+        print("\nLangGraph default = SqliteSaver as shipped (WAL, synchronous=FULL) with invoke defaults "
+              "(durability=\"async\");\nLangGraph matched = durability=\"sync\" and synchronous=NORMAL, the "
+              "guarantee Shadow Harness gives per step.\nPer-node overhead = run wall time / nodes "
+              f"({CHAIN} for the chain, {fan_nodes} for the fan-out).")
+        notes = []
+        if "chain" in res:
+            notes.append(f"chain {CHAIN + 1} (LangGraph {CHAIN + 2})")
+        if "fanout" in res:
+            cps = {mc: ",".join(map(str, res["fanout"][0][mc].info["checkpoints"])) for mc in (8, FAN)}
+            notes.append(f"fan-out {cps[8]} (max_concurrency=8), {cps[FAN]} (max_concurrency={FAN}) (LangGraph 5)")
+        if notes:
+            print("Shadow Harness checkpoints: " + "; ".join(notes) + ".")
+
+    # ------------------------------------------------------------ time travel table
+    tt: list[list[str]] = []
+    half = CHAIN // 2
+
+    def timed_row(no: str, title: str, ours, lg: dict, target: float | None) -> None:
+        context = "vs LangGraph: " + ", ".join(f"{_times(lg[m].median / ours.median)} ({m})" for m in L.MODES)
+        if target is None:
+            result = f"report ({context})"
+        else:
+            ok = ours.median <= target
+            result = verdict(ok, context if ok else f"{ours.median / target:.2f}× over; {context}")
+        tt.append([no, title, spread(ours, fmt_ms), fmt_ms(lg["default"].median), fmt_ms(lg["matched"].median),
+                   "—" if target is None else f"≤ {target * 1e3:.0f} ms", result])
+
+    if "fork" in res:
+        r = res["fork"]
+        lg_total = {m: r[(m, 0)] for m in L.MODES}
+        lg_first = {m: r[(m, 1)] for m in L.MODES}
+        timed_row("6", f"fork at node {half} of {CHAIN}, patch x=1000, run {CHAIN - half} nodes "
+                       f"(node {H.FORK_EFFECT_AT}'s effect served mocked): total",
+                  r[("h", 0)], lg_total, TARGET_FORK)
+        timed_row("6", "  same: fork call → first node starts", r[("h", 1)], lg_first, TARGET_FORK_FIRST)
+        timed_row("6", "  same chain without the effect (as LangGraph's): total", r[("h-pure", 0)], lg_total, None)
+        timed_row("6", "  same chain without the effect: fork call → first node", r[("h-pure", 1)], lg_first, None)
+    if "replay" in res:
+        r = res["replay"]
+        timed_row("7", f"replay from node {half} ({CHAIN - half} nodes re-run, {CHAIN - half} effects mocked), "
+                       "report included", r[("h", 0)], {m: r[(m, 0)] for m in L.MODES}, None)
+        timed_row("7", f"replay from the start ({CHAIN} nodes, {CHAIN} effects mocked), report included",
+                  r[("h", 1)], {m: r[(m, 1)] for m in L.MODES}, None)
+    if "diff" in res:
+        d = res["diff"]
+        ok = d.median <= TARGET_DIFF
+        tt.append(["8", (f"diff of 2 checkpoints: {H.DIFF_ITEMS:,}-item list + 1 appended, 1 field changed "
+                         "(fresh store, both states loaded)"), spread(d, fmt_ms), "—", "—",
+                   f"≤ {TARGET_DIFF * 1e3:.0f} ms",
+                   verdict(ok, "" if ok else f"{d.median / TARGET_DIFF:.2f}× over")])
+    if tt:
+        print("\nTime travel")
+        print(render_table(headers, tt))
+        print(f"\nLangGraph fork = update_state(<checkpoint with x == {half}>, {{\"x\": 1000}}) + invoke(None, ...); "
+              "its first-node figure is from the update_state call.\nLangGraph replay = invoke(None, <config of an "
+              "earlier checkpoint>): it re-executes the nodes (no effect journal, no report).\nShadow Harness replays "
+              "check that report.same is True and that the effect function was never called.")
 
     # ------------------------------------------------------------ size growth table
-    size_rows = []
-    for system, sizes in (("Shadow Harness", h_size), ("LangGraph", l_size)):
-        prev = None
-        for n in SIZES:
-            b = sizes[n]["bytes"]
-            marginal = "—" if prev is None else f"{(b - sizes[prev]['bytes']) / (n - prev):,.0f}"
-            size_rows.append([system, str(n), f"{b:,}", fmt_mib(b), f"{b / n:,.0f}", marginal,
-                              fmt_us(sizes[n]["seconds"] / n)])
-            prev = n
-    print(f"\n4. Database size after one chain run of N nodes (main file after wal_checkpoint(TRUNCATE) + WAL; "
-          f"one run per N)")
-    print(render_table(["system", "N", "bytes", "MiB", "bytes/node", "marginal bytes/node", "run µs/node (1 run, no warm-up)"],
-                       size_rows))
+    if "size" in res:
+        h_size, l_size = res["size"]
+        size_rows = []
+        for system, sizes in (("Shadow Harness", h_size), ("LangGraph", l_size)):
+            prev = None
+            for n in SIZES:
+                b = sizes[n]["bytes"]
+                marginal = "—" if prev is None else f"{(b - sizes[prev]['bytes']) / (n - prev):,.0f}"
+                size_rows.append([system, str(n), f"{b:,}", fmt_mib(b), f"{b / n:,.0f}", marginal,
+                                  fmt_us(sizes[n]["seconds"] / n)])
+                prev = n
+        print(f"\n4. Database size after one chain run of N nodes (main file after wal_checkpoint(TRUNCATE) + WAL; "
+              f"one run per N)")
+        print(render_table(["system", "N", "bytes", "MiB", "bytes/node", "marginal bytes/node",
+                            "run µs/node (1 run, no warm-up)"], size_rows))
     print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; "
           f"total benchmark time {time.perf_counter() - started:.1f} s")
 
     if args.json:
         def dump(s):
             return {"median": s.median, "values": s.values, **s.info}
-        raw.update({
-            "chain": {"harness": dump(h_chain), **{f"langgraph_{m}": dump(l_chain[m]) for m in L.MODES}},
-            "fanout": {**{f"harness_mc{mc}": dump(s) for mc, s in h_fan.items()},
-                       **{f"langgraph_{m}": dump(l_fan[m]) for m in L.MODES}},
-            "parallel": {"harness": dump(h_par), "langgraph": dump(l_par)},
-            "size": {"harness": h_size, "langgraph": l_size},
-            "history": {"harness": dump(h_hist), "langgraph": dump(l_hist)},
-        })
+        if "chain" in res:
+            h_chain, l_chain = res["chain"]
+            raw["chain"] = {"harness": dump(h_chain), **{f"langgraph_{m}": dump(l_chain[m]) for m in L.MODES}}
+        if "fanout" in res:
+            h_fan, l_fan = res["fanout"]
+            raw["fanout"] = {**{f"harness_mc{mc}": dump(s) for mc, s in h_fan.items()},
+                             **{f"langgraph_{m}": dump(l_fan[m]) for m in L.MODES}}
+        if "parallel" in res:
+            raw["parallel"] = {"harness": dump(res["parallel"][0]), "langgraph": dump(res["parallel"][1])}
+        if "size" in res:
+            raw["size"] = {"harness": res["size"][0], "langgraph": res["size"][1]}
+        if "history" in res:
+            raw["history"] = {"harness": dump(res["history"][0]), "langgraph": dump(res["history"][1])}
+        if "fork" in res:
+            r = res["fork"]
+            names = {"h": "harness", "h-pure": "harness_no_effect", **{m: f"langgraph_{m}" for m in L.MODES}}
+            raw["fork"] = {name: {"total": dump(r[(k, 0)]), "to_first_node": dump(r[(k, 1)])}
+                           for k, name in names.items()}
+        if "replay" in res:
+            r = res["replay"]
+            raw["replay"] = {("harness" if k == "h" else f"langgraph_{k}"):
+                             {"from_middle": dump(r[(k, 0)]), "from_origin": dump(r[(k, 1)])}
+                             for k in ("h", *L.MODES)}
+        if "diff" in res:
+            raw["diff"] = {"harness": dump(res["diff"])}
         with open(args.json, "w") as f:
             json.dump(raw, f, indent=2)
 
@@ -229,7 +353,6 @@ def main() -> int:
         print("\n== Where Shadow Harness spends its time and bytes ==")
         print(hotspots.report(CHAIN, FAN))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
