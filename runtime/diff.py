@@ -205,22 +205,18 @@ def _equal(x: Any, y: Any) -> bool:
     while stack:
         x, y = stack.pop()
         if type(x) is dict:
-            for k, v in x.items():
-                w = y[k]
-                tv = type(v)
-                if tv is type(w):
-                    if (tv is dict or tv is list) and v is not w:
-                        stack.append((v, w))
-                elif tv is bool or type(w) is bool:
-                    return False
+            pairs: Any = ((v, y[k]) for k, v in x.items())
         elif type(x) is list:
-            for v, w in zip(x, y):
-                tv = type(v)
-                if tv is type(w):
-                    if (tv is dict or tv is list) and v is not w:
-                        stack.append((v, w))
-                elif tv is bool or type(w) is bool:
-                    return False
+            pairs = zip(x, y)
+        else:
+            continue
+        for v, w in pairs:
+            tv = type(v)
+            if tv is type(w):
+                if (tv is dict or tv is list) and v is not w:
+                    stack.append((v, w))
+            elif tv is bool or type(w) is bool:
+                return False
     return True
 
 

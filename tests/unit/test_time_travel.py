@@ -278,7 +278,7 @@ async def test_fork_of_a_fork_is_served_from_the_whole_source_lineage(rt: Runtim
     assert len(world.charges) == 1
 
 
-async def test_forking_from_a_paused_run_asks_the_question_again(rt: Runtime):
+def ask_graph() -> ExecutableGraph:
     g = Graph("ask", state=Order)
 
     @g.node()
@@ -286,7 +286,11 @@ async def test_forking_from_a_paused_run_asks_the_question_again(rt: Runtime):
         answer = await ctx.interrupt({"q": "email?"}, response=Approval)
         return {"emailed": answer.approve}
 
-    run = await rt.start(g, {})
+    return g.compile()
+
+
+async def test_forking_from_a_paused_run_asks_the_question_again(rt: Runtime):
+    run = await rt.start(ask_graph(), {})
     run = await rt.resume(run.id, {"approve": True})
     branch = await rt.fork((await rt.history(run.id))[0].id)
     assert branch.status == RunStatus.INTERRUPTED  # a person decides again in a what-if branch
@@ -366,14 +370,7 @@ async def test_replay_from_a_checkpoint_inherits_earlier_nodes(rt: Runtime):
 
 
 async def test_replay_reuses_recorded_answers_and_says_so(rt: Runtime):
-    g = Graph("ask", state=Order)
-
-    @g.node()
-    async def confirm(s: Order, ctx: NodeContext) -> dict:
-        answer = await ctx.interrupt({"q": "email?"}, response=Approval)
-        return {"emailed": answer.approve}
-
-    run = await rt.start(g, {})
+    run = await rt.start(ask_graph(), {})
     [question] = await rt.interrupts(run.id)
     run = await rt.resume(run.id, {"approve": True})
     report = await rt.replay(run.id)
