@@ -13,11 +13,18 @@ import asyncio
 import os
 from typing import Annotated
 
+from _common import Sample, check, db_size, fresh_dir, now, settle
 from pydantic import BaseModel
 
-from runtime import ExecutableGraph, Graph, NodeStatus, Runtime, RunStatus, SqlStore, append
-
-from _common import Sample, check, db_size, fresh_dir, now, settle
+from runtime import (
+    ExecutableGraph,
+    Graph,
+    NodeStatus,
+    RunStatus,
+    Runtime,
+    SqlStore,
+    append,
+)
 
 CALLS = {"n": 0}
 RUNNING = {"now": 0, "peak": 0}

@@ -19,11 +19,10 @@ import sqlite3
 from functools import partial
 from typing import TypedDict
 
+from _common import Sample, check, db_size, fresh_dir, now, settle
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
-
-from _common import Sample, check, db_size, fresh_dir, now, settle
 
 CALLS = {"n": 0}
 RUNNING = {"now": 0, "peak": 0}

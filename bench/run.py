@@ -310,8 +310,8 @@ def main() -> int:
                 size_rows.append([system, str(n), f"{b:,}", fmt_mib(b), f"{b / n:,.0f}", marginal,
                                   fmt_us(sizes[n]["seconds"] / n)])
                 prev = n
-        print(f"\n4. Database size after one chain run of N nodes (main file after wal_checkpoint(TRUNCATE) + WAL; "
-              f"one run per N)")
+        print("\n4. Database size after one chain run of N nodes (main file after wal_checkpoint(TRUNCATE) + WAL; "
+              "one run per N)")
         print(render_table(["system", "N", "bytes", "MiB", "bytes/node", "marginal bytes/node",
                             "run µs/node (1 run, no warm-up)"], size_rows))
     print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; "
