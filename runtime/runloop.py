@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -75,7 +75,7 @@ class RunLoop:
                  failures: Mapping[str, int],
                  lineage: list[str], key_scope: str,
                  journal: list[JournalEntry], interrupts: list[Interrupt],
-                 attempts: Mapping[str, int], source_journal: list[JournalEntry] = ()):  # type: ignore[assignment]
+                 attempts: Mapping[str, int], source_journal: Sequence[JournalEntry] = ()):
         self.runtime = runtime
         self.store = runtime.store
         self.graph = graph
