@@ -105,6 +105,14 @@ async def _run_checked(rt: Runtime, graph: ExecutableGraph) -> tuple[float, obje
 
 # ---------------------------------------------------------------- cases
 
+def each_rep(reps: int, name: str, once):
+    """Run ``once(db_path)`` (a coroutine function) in a fresh directory per repetition;
+    yield what each repetition returns."""
+    for _ in range(reps):
+        with fresh_dir(name) as d:
+            yield asyncio.run(once(os.path.join(d, "harness.db")))
+
+
 def chain(n: int, reps: int) -> Sample:
     """Measurement 1: wall time of a run of an n-node chain (one checkpoint per node)."""
     graph = chain_graph(n)
@@ -122,9 +130,8 @@ def chain(n: int, reps: int) -> Sample:
         finally:
             rt.close()
 
-    for _ in range(reps):
-        with fresh_dir("h-chain") as d:
-            sample.add(asyncio.run(once(os.path.join(d, "harness.db"))))
+    for elapsed in each_rep(reps, "h-chain", once):
+        sample.add(elapsed)
     return sample
 
 
@@ -146,9 +153,8 @@ def fanout(width: int, reps: int, max_concurrency: int) -> Sample:
         finally:
             rt.close()
 
-    for _ in range(reps):
-        with fresh_dir("h-fanout") as d:
-            sample.add(asyncio.run(once(os.path.join(d, "harness.db"))))
+    for elapsed in each_rep(reps, "h-fanout", once):
+        sample.add(elapsed)
     sample.info["checkpoints"] = sorted(set(checkpoints))
     return sample
 
@@ -171,9 +177,8 @@ def parallel(n: int, reps: int, max_concurrency: int) -> Sample:
         finally:
             rt.close()
 
-    for _ in range(reps):
-        with fresh_dir("h-parallel") as d:
-            sample.add(asyncio.run(once(os.path.join(d, "harness.db"))))
+    for elapsed in each_rep(reps, "h-parallel", once):
+        sample.add(elapsed)
     sample.info["peaks"] = peaks
     return sample
 
@@ -370,11 +375,9 @@ def fork_chain(n: int, reps: int, with_effect: bool = True) -> tuple[Sample, Sam
         finally:
             rt.close()
 
-    for _ in range(reps):
-        with fresh_dir("h-fork") as d:
-            elapsed, to_first = asyncio.run(once(os.path.join(d, "harness.db")))
-            total.add(elapsed)
-            first.add(to_first)
+    for elapsed, to_first in each_rep(reps, "h-fork", once):
+        total.add(elapsed)
+        first.add(to_first)
     return total, first
 
 
@@ -426,11 +429,9 @@ def replay_chain(n: int, reps: int) -> tuple[Sample, Sample]:
         finally:
             rt.close()
 
-    for _ in range(reps):
-        with fresh_dir("h-replay") as d:
-            m, w = asyncio.run(once(os.path.join(d, "harness.db")))
-            middle.add(m)
-            whole.add(w)
+    for m, w in each_rep(reps, "h-replay", once):
+        middle.add(m)
+        whole.add(w)
     return middle, whole
 
 

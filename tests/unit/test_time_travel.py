@@ -517,6 +517,18 @@ async def test_import_rejects_bad_documents_and_writes_nothing(doc, problem):
     assert rt.store.list_runs() == []
 
 
+def charge_then_fail(undo) -> ExecutableGraph:
+    """One node: a charge that registers ``undo``, then a failure."""
+    g = Graph("one", state=Order)
+
+    @g.node()
+    async def a(s: Order, ctx: NodeContext) -> dict:
+        await ctx.effect("charge", lambda: "r", compensate=undo)
+        raise PermissionError("closed")
+
+    return g.compile()
+
+
 async def test_a_second_caller_cannot_compensate_a_run_being_compensated(rt: Runtime):
     import asyncio
 
@@ -527,14 +539,7 @@ async def test_a_second_caller_cannot_compensate_a_run_being_compensated(rt: Run
         await gate.wait()
         undone.append(info.key)
 
-    g = Graph("one", state=Order)
-
-    @g.node()
-    async def a(s: Order, ctx: NodeContext) -> dict:
-        await ctx.effect("charge", lambda: "r", compensate=undo)
-        raise PermissionError("closed")
-
-    run = await rt.start(g, {})
+    run = await rt.start(charge_then_fail(undo), {})
     first = asyncio.create_task(rt.compensate(run.id))
     await entered.wait()
     others = [rt] if isinstance(rt.store, MemoryStore) else [rt, Runtime(SqlStore(rt.store.url))]
@@ -552,14 +557,7 @@ async def test_a_run_whose_compensation_may_have_happened_is_not_continued(rt: R
     def fails(info):
         raise RuntimeError("ledger down")
 
-    g = Graph("one", state=Order)
-
-    @g.node()
-    async def a(s: Order, ctx: NodeContext) -> dict:
-        await ctx.effect("charge", lambda: "r", compensate=fails)
-        raise PermissionError("closed")
-
-    run = await rt.start(g, {})
+    run = await rt.start(charge_then_fail(fails), {})
     report = await rt.compensate(run.id)
     assert not report.complete and report.steps[0].status == "failed" and "ledger down" in report.steps[0].error
     with pytest.raises(InvalidRequest, match="compensated"):
