@@ -1,10 +1,10 @@
 """Shadow Harness runtime: a durable execution kernel for agent and tool workflows."""
 
-from .compensation import CompensationReport
-from .context import NodeContext
-from .diff import Change
-from .effects import EffectInfo
-from .errors import (
+from .engine.compensation import CompensationReport
+from .engine.context import NodeContext
+from .travel.diff import Change
+from .engine.effects import EffectInfo
+from .core.errors import (
                      ErrorClass,
                      GraphError,
                      HarnessError,
@@ -19,15 +19,15 @@ from .errors import (
                      SemanticError,
                      TransientError,
 )
-from .graph import ExecutableGraph, Graph, RetryPolicy
-from .plan import Registry, compile_plan
-from .records import Checkpoint, EffectsMode, Interrupt, Run, RunKind
-from .reducers import add, append, last_value, merge, reducer
-from .report import ReplayReport
+from .graph.spec import ExecutableGraph, Graph, RetryPolicy
+from .graph.plan import Registry, compile_plan
+from .core.records import Checkpoint, EffectsMode, Interrupt, Run, RunKind
+from .graph.reducers import add, append, last_value, merge, reducer
+from .travel.report import ReplayReport
 from .runtime import Runtime
-from .states import NodeStatus, RunStatus
+from .core.states import NodeStatus, RunStatus
 from .store.memory import MemoryStore
-from .store.sql import SqlStore
+from .store.sql.store import SqlStore
 
 __all__ = [
     "Change", "Checkpoint", "CompensationReport", "EffectInfo", "EffectsMode", "ReplayReport", "ErrorClass", "ExecutableGraph", "Graph", "GraphError", "HarnessError",

@@ -16,14 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .branches import new_fork, new_replay
-from .clock import Clock, IdSource, RandomIds, SystemClock
-from .compensation import CompensationReport, compensate
-from .diff import Change, diff
-from .errors import GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
-from .graph import ExecutableGraph, Graph
-from .loader import resolve_model, resolve_ref
-from .records import (
+from .travel.branches import new_fork, new_replay
+from .core.clock import Clock, IdSource, RandomIds, SystemClock
+from .engine.compensation import CompensationReport, compensate
+from .travel.diff import Change, diff
+from .core.errors import GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
+from .graph.spec import ExecutableGraph, Graph
+from .graph.refs import resolve_model, resolve_ref
+from .core.records import (
     COMPENSATION_STATUSES,
     Batch,
     Checkpoint,
@@ -38,10 +38,10 @@ from .records import (
     TraceEvent,
     WriteKind,
 )
-from .reducers import fold
-from .report import ReplayReport
-from .runloop import RunLoop
-from .states import (
+from .graph.reducers import fold
+from .travel.report import ReplayReport
+from .engine.loop import RunLoop
+from .core.states import (
     TERMINAL_RUN,
     NodeEvent,
     NodeStatus,
@@ -51,8 +51,8 @@ from .states import (
 )
 from .store.base import CheckpointStore
 from .store.memory import MemoryStore
-from .transfer import export_thread, import_thread
-from .views import CheckpointView, build_report, checkpoint_view
+from .travel.transfer import export_thread, import_thread
+from .travel.views import CheckpointView, build_report, checkpoint_view
 
 JSON = Any
 _MISSING: Any = object()
@@ -268,7 +268,7 @@ class Runtime:
         return [(pending[0], answer)]
 
     def _validate_answer(self, interrupt: Interrupt, value: JSON) -> JSON:
-        from .effects import (
+        from .engine.effects import (
             to_json,
             validate_in_doubt_answer,
             validate_unrecorded_answer,
@@ -594,7 +594,7 @@ class Runtime:
         try:
             model = self.graph_for(self.store.get_run(cp.run_id)).state_model
         except (NotFound, InvalidRequest, GraphError):  # the code is not importable here
-            from .graph import AnyState
+            from .graph.spec import AnyState
             model = AnyState
         return model.model_validate(state)
 

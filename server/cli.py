@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from runtime import HarnessError, Runtime, SqlStore
 from runtime.errors import GraphError
-from runtime.loader import resolve_ref
+from runtime.graph.refs import resolve_ref
 from runtime.records import Checkpoint, Interrupt, InterruptKind, Run
 
 DEFAULT_DB = "sqlite:///harness.db"

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from runtime import Runtime
-from runtime.diff import Change
-from runtime.loader import resolve_ref
+from runtime.travel.diff import Change
+from runtime.graph.refs import resolve_ref
 from runtime.records import Checkpoint, RunKind
-from runtime.report import SAME, NodeReport, ReplayReport
-from runtime.views import CheckpointView
+from runtime.travel.report import SAME, NodeReport, ReplayReport
+from runtime.travel.views import CheckpointView
 from server.cli import (
     UserError,
     _emit,

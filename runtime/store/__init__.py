@@ -1,0 +1,1 @@
+"""Layer 2: the ``CheckpointStore`` protocol and its implementations (memory, SQL)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..records import (
+from ..core.records import (
     Batch,
     Checkpoint,
     Interrupt,
@@ -22,7 +22,7 @@ from ..records import (
     Run,
     TraceEvent,
 )
-from ..states import RunStatus
+from ..core.states import RunStatus
 
 JSON = Any
 

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidRequest, LeaseLost, NotFound
-from ..records import (
+from ..core.errors import InvalidRequest, LeaseLost, NotFound
+from ..core.records import (
     Batch,
     Checkpoint,
     Interrupt,
@@ -21,7 +21,7 @@ from ..records import (
     TraceEvent,
     WriteKind,
 )
-from ..states import RunStatus
+from ..core.states import RunStatus
 
 JSON = Any
 

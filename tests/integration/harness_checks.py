@@ -13,7 +13,7 @@ from itertools import pairwise
 from runtime import Runtime
 from runtime.graph import ExecutableGraph
 from runtime.records import EffectStatus, JournalEntry
-from runtime.trace import gaps, node_states_from_events
+from runtime.core.trace import gaps, node_states_from_events
 
 
 async def assert_trace_consistent(rt: Runtime, graph: ExecutableGraph, run_id: str) -> None:

@@ -32,7 +32,7 @@ from harness_checks import assert_trace_consistent, effect_entries, statuses
 
 from runtime import InvalidAnswer, NodeStatus, RunKind, RunStatus, Runtime, SqlStore
 from runtime.records import EffectStatus, InterruptKind
-from runtime.trace import node_states_from_events
+from runtime.core.trace import node_states_from_events
 
 pytestmark = pytest.mark.slow
 

@@ -37,10 +37,10 @@ from runtime.records import (
     TraceEvent,
     WriteKind,
 )
-from runtime.states import NodeStatus, RunStatus
+from runtime.core.states import NodeStatus, RunStatus
 from runtime.store.base import CheckpointStore
 from runtime.store.memory import MemoryStore
-from runtime.store.schema import SCHEMA_VERSION
+from runtime.store.sql.schema import SCHEMA_VERSION
 from runtime.store.sql import SqlStore
 
 # --------------------------------------------------------------------------- backends

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.diff import Change, apply, diff, summary
+from runtime.travel.diff import Change, apply, diff, summary
 
 
 def json_equal(x: Any, y: Any) -> bool:

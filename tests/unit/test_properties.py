@@ -29,13 +29,13 @@ from runtime import (
     add,
     append,
     merge,
-    scheduler,
 )
 from runtime.errors import WriteConflict
+from runtime.engine import scheduler
 from runtime.graph import ExecutableGraph
-from runtime.reducers import fold
-from runtime.states import FINISHED_NODE, NodeStatus, RunStatus
-from runtime.trace import gaps, node_states_from_events
+from runtime.graph.reducers import fold
+from runtime.core.states import FINISHED_NODE, NodeStatus, RunStatus
+from runtime.core.trace import gaps, node_states_from_events
 
 N = NodeStatus
 SETTINGS = settings(max_examples=40, deadline=None,

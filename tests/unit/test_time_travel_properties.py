@@ -16,7 +16,7 @@ from test_properties import DELAY, Dag, dags
 from runtime import Graph, MemoryStore, NodeContext, Runtime, add, append, merge
 from runtime.graph import ExecutableGraph
 from runtime.records import EffectStatus
-from runtime.states import RunStatus
+from runtime.core.states import RunStatus
 
 SETTINGS = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.errors import IllegalTransition
-from runtime.states import (
+from runtime.core.states import (
     ACTIVE_NODE,
     FINISHED_NODE,
     NODE_TRANSITIONS,

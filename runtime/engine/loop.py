@@ -21,7 +21,7 @@ from pydantic_core import from_json, to_json
 
 from . import scheduler
 from .context import AttemptScope, NodeContext
-from .errors import (
+from ..core.errors import (
     ErrorClass,
     InvalidWrites,
     LeaseLost,
@@ -32,8 +32,8 @@ from .errors import (
     classify,
 )
 from .executor import Outcome, OutcomeKind, execute_attempt
-from .graph import ExecutableGraph
-from .records import (
+from ..graph.spec import ExecutableGraph
+from ..core.records import (
     COMPENSATION_STATUSES,
     Batch,
     Checkpoint,
@@ -48,8 +48,8 @@ from .records import (
     TraceEvent,
     WriteKind,
 )
-from .reducers import fold
-from .states import (
+from ..graph.reducers import fold
+from ..core.states import (
     NodeEvent,
     NodeStatus,
     RunEvent,
@@ -59,7 +59,7 @@ from .states import (
 )
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
 JSON = Any
 N = NodeStatus

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .effects import EffectInfo, call_effect_fn, to_json
-from .errors import InvalidRequest, LeaseLost
-from .loader import resolve_callable
-from .records import (
+from ..core.errors import InvalidRequest, LeaseLost
+from ..graph.refs import resolve_callable
+from ..core.records import (
     COMPENSATION_STATUSES,
     Batch,
     EffectStatus,
@@ -27,10 +27,10 @@ from .records import (
     RunKind,
     TraceEvent,
 )
-from .states import RunStatus
+from ..core.states import RunStatus
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
 JSON = Any
 _DONE = "compensated"

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ErrorClass, GraphError, InvalidRequest, Problem
-from .graph import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
-from .loader import resolve_callable
+from ..core.errors import ErrorClass, GraphError, InvalidRequest, Problem
+from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
+from .refs import resolve_callable
 from .validate import build
 
 

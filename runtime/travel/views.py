@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import scheduler
-from .errors import GraphError, InvalidRequest, NotFound
-from .records import (
+from ..engine import scheduler
+from ..core.errors import GraphError, InvalidRequest, NotFound
+from ..core.records import (
     Checkpoint,
     EffectStatus,
     InterruptKind,
@@ -23,10 +23,10 @@ from .records import (
     WriteKind,
 )
 from .report import Recording, ReplayReport, compare, effective_effects
-from .states import NodeStatus
+from ..core.states import NodeStatus
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
 JSON = Any
 

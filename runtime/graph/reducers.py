@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import WriteConflict
+from ..core.errors import WriteConflict
 
 JSON = Any
 

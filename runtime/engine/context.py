@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .errors import AttemptCancelled
-from .records import InterruptKind
+from ..core.errors import AttemptCancelled
+from ..core.records import InterruptKind
 
 if TYPE_CHECKING:
-    from .runloop import RunLoop
+    from .loop import RunLoop
 
 JSON = Any
 

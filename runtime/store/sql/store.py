@@ -19,8 +19,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlmodel import SQLModel
 
-from ..errors import InvalidRequest, LeaseLost, NotFound
-from ..records import (
+from ...core.errors import InvalidRequest, LeaseLost, NotFound
+from ...core.records import (
     Batch,
     Checkpoint,
     EffectStatus,
@@ -35,7 +35,7 @@ from ..records import (
     TraceEvent,
     WriteKind,
 )
-from ..states import NodeStatus, RunStatus
+from ...core.states import NodeStatus, RunStatus
 from .schema import (
     SCHEMA_VERSION,
     AttemptRow,
@@ -48,7 +48,7 @@ from .schema import (
     SchemaVersion,
     WriteRow,
 )
-from .writer import Writer, dumps
+from .write import Writer, dumps
 
 JSON = Any
 

@@ -13,8 +13,8 @@ from enum import StrEnum
 from typing import Any
 
 from .context import AttemptScope, NodeContext
-from .errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
-from .graph import NodeSpec
+from ..core.errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
+from ..graph.spec import NodeSpec
 
 
 class OutcomeKind(StrEnum):

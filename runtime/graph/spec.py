@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .errors import ErrorClass
+from ..core.errors import ErrorClass
 from .reducers import Reducer, last_value, reducers_for
 
 

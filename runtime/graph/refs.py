@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import GraphError, InvalidRequest, Problem
-from .graph import ExecutableGraph, Graph
+from ..core.errors import GraphError, InvalidRequest, Problem
+from .spec import ExecutableGraph, Graph
 
 
 def _import(ref: str) -> Any:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .diff import Change, diff
-from .records import EffectStatus, JournalEntry
-from .states import NodeStatus
+from ..core.records import EffectStatus, JournalEntry
+from ..core.states import NodeStatus
 
 JSON = Any
 

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
-from .errors import InvalidRequest, NotFound
-from .records import (
+from ..core.errors import InvalidRequest, NotFound
+from ..core.records import (
     Batch,
     Checkpoint,
     Interrupt,
@@ -26,7 +26,7 @@ from .records import (
     Run,
     TraceEvent,
 )
-from .store.base import CheckpointStore
+from ..store.base import CheckpointStore
 
 JSON = Any
 FORMAT = "shadow-harness/thread"

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
-from .errors import DeadlineExceeded, ErrorClass, InvalidAnswer, NodeError
-from .records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
+from ..core.errors import DeadlineExceeded, ErrorClass, InvalidAnswer, NodeError
+from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
 
 if TYPE_CHECKING:
     from .context import AttemptScope

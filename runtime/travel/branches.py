@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from .effects import to_json
-from .errors import InvalidRequest, NodeError, NotFound
-from .graph import ExecutableGraph
-from .records import Checkpoint, EffectsMode, Run, RunKind
-from .reducers import fold
-from .states import NodeStatus, RunStatus
+from ..engine.effects import to_json
+from ..core.errors import InvalidRequest, NodeError, NotFound
+from ..graph.spec import ExecutableGraph
+from ..core.records import Checkpoint, EffectsMode, Run, RunKind
+from ..graph.reducers import fold
+from ..core.states import NodeStatus, RunStatus
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
 JSON = Any
 _KEEP = (NodeStatus.SUCCEEDED, NodeStatus.SKIPPED)

@@ -1,0 +1,227 @@
+"""Domain records: frozen values the kernel produces and stores return.
+
+They are kept apart from the SQL table rows in ``store/sql.py``: the store maps
+between the two, so the kernel never sees a database type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from .states import NodeStatus, RunStatus
+
+__all__ = [
+    "Batch",
+    "COMPENSATION_STATUSES",
+    "Checkpoint",
+    "EffectStatus",
+    "EffectsMode",
+    "Interrupt",
+    "InterruptKind",
+    "InterruptStatus",
+    "JournalEntry",
+    "NodeAttempt",
+    "PendingWrite",
+    "Run",
+    "RunKind",
+    "TraceEvent",
+    "WriteKind",
+]
+
+JSON = Any
+
+
+class RunKind(StrEnum):
+    MAIN = "main"
+    FORK = "fork"
+    REPLAY = "replay"
+    CONTINUATION = "continuation"
+
+
+class WriteKind(StrEnum):
+    WRITES = "writes"
+    ERROR = "error"
+    INTERRUPT = "interrupt"
+
+
+class EffectStatus(StrEnum):
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    MOCKED = "mocked"
+    # compensation of a succeeded effect, journaled like an effect (same identity)
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+
+
+#: journal statuses that belong to compensation, not to the effect's own execution
+COMPENSATION_STATUSES = frozenset({EffectStatus.COMPENSATING, EffectStatus.COMPENSATED,
+                                   EffectStatus.COMPENSATION_FAILED})
+
+
+class EffectsMode(StrEnum):
+    LIVE = "live"      # effects call the outside world (main runs; forks on request)
+    MOCK = "mock"      # effects are served from the source lineage's journal, or the run pauses
+
+
+class InterruptKind(StrEnum):
+    USER = "user"                  # ctx.interrupt(...) in node code
+    IN_DOUBT = "in_doubt"          # an effect started and its outcome is unknown
+    UNRECORDED = "unrecorded"      # replay/fork met an effect with no recorded result
+
+
+class InterruptStatus(StrEnum):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: str
+    thread_id: str
+    graph_name: str
+    graph_version: str
+    status: RunStatus
+    kind: RunKind
+    input: Mapping[str, JSON]
+    created_at: float
+    updated_at: float
+    parent_run_id: str | None = None
+    base_checkpoint_id: str | None = None
+    error: Mapping[str, JSON] | None = None
+    limits: Mapping[str, JSON] = field(default_factory=dict)
+    usage: Mapping[str, JSON] = field(default_factory=dict)
+    max_concurrency: int = 8
+    head_seq: int = 0
+    event_seq: int = 0
+    fence: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    #: how the run treats effects and what it does on failure: "effects" (EffectsMode),
+    #: "mocks" ({effect name: result}), "compensate_on" ([statuses]), "source" (replay/fork origin)
+    options: Mapping[str, JSON] = field(default_factory=dict)
+
+    @property
+    def effects_mode(self) -> EffectsMode:
+        return EffectsMode(self.options.get("effects", EffectsMode.LIVE))
+
+    def evolve(self, **changes: Any) -> Run:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The run's state after folding some node outcomes: one row per step, never updated."""
+
+    id: str
+    run_id: str
+    seq: int
+    parent_id: str | None
+    nodes: tuple[str, ...]                    # nodes whose writes were folded into it
+    node_states: Mapping[str, NodeStatus]     # every node's status at this checkpoint
+    event_seq: int                            # last trace event this checkpoint reflects
+    created_at: float
+    source: str = "step"                      # input | step | continuation | patch
+    #: full state, kept on periodic snapshots only (None on delta checkpoints)
+    snapshot: Mapping[str, JSON] | None = None
+    #: nodes whose status changed since the parent checkpoint (None: not known)
+    changed: tuple[str, ...] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWrite:
+    """A node attempt's outcome, recorded against the head checkpoint when it ended."""
+
+    run_id: str
+    checkpoint_seq: int
+    node: str
+    attempt: int
+    kind: WriteKind
+    value: JSON
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAttempt:
+    run_id: str
+    node: str
+    attempt: int
+    status: NodeStatus
+    started_at: float
+    ended_at: float
+    error_class: str | None = None
+    error: str | None = None
+    decision: str | None = None   # what the runtime did about the outcome, in words
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One step of one effect: STARTED before the call, then its outcome."""
+
+    run_id: str
+    node: str
+    name: str
+    occurrence: int
+    attempt: int
+    key: str
+    status: EffectStatus
+    request: JSON
+    result: JSON = None
+    error: str | None = None
+    at: float = 0.0
+    #: for MOCKED entries: where the result came from ("run:<id>", "mocks", "answer:<interrupt id>")
+    source: str | None = None
+    #: the effect's compensation: "module:qualname", "<local>" (in-process only), or None
+    compensate: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    id: str
+    run_id: str
+    node: str
+    slot: str                 # "0", "1", … for ctx.interrupt calls; "effect:NAME#N" for effects
+    kind: InterruptKind
+    payload: JSON
+    status: InterruptStatus
+    created_at: float
+    response_schema: JSON = None
+    answer: JSON = None
+    answered_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    run_id: str
+    seq: int
+    at: float
+    type: str                 # e.g. "run.started", "node.succeeded", "checkpoint"
+    node: str | None = None
+    attempt: int | None = None
+    data: Mapping[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Batch:
+    """Everything that must commit in one transaction (a unit of work)."""
+
+    run_id: str
+    fence: int | None = None
+    run: Run | None = None                   # the run row as it should be after the commit
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    writes: list[PendingWrite] = field(default_factory=list)
+    attempts: list[NodeAttempt] = field(default_factory=list)
+    effects: list[JournalEntry] = field(default_factory=list)
+    interrupts: list[Interrupt] = field(default_factory=list)
+    events: list[TraceEvent] = field(default_factory=list)
+    #: force to disk before returning (output-commit rule); otherwise may group-commit
+    durable: bool = False
+
+    def empty(self) -> bool:
+        return not (self.run or self.checkpoints or self.writes or self.attempts
+                    or self.effects or self.interrupts or self.events)

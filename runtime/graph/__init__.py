@@ -1,0 +1,8 @@
+"""Layer 1: declaring graphs (decorators or plans), validating and compiling them.
+
+Pure: turns declarations into an immutable ``ExecutableGraph``; imports only ``core``.
+"""
+
+from .spec import AnyState, ExecutableGraph, Graph, NodeDecl, NodeSpec, RetryPolicy
+
+__all__ = ["AnyState", "ExecutableGraph", "Graph", "NodeDecl", "NodeSpec", "RetryPolicy"]
