@@ -1,6 +1,6 @@
 # Two entry points for a fresh clone: `make demo` (set up, run the example) and
 # `make test` (set up, run every test suite).
-.PHONY: setup demo test test-unit test-slow bench clean
+.PHONY: setup demo test test-unit test-slow typecheck bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -14,7 +14,10 @@ test-unit: setup
 test-slow: setup
 	.venv/bin/python -m pytest -m slow
 
-test: setup
+typecheck: setup
+	.venv/bin/python -m mypy --strict runtime server
+
+test: setup typecheck
 	.venv/bin/python -m pytest
 
 bench:

@@ -20,6 +20,7 @@ from .travel.branches import new_fork, new_replay
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .engine.compensation import CompensationReport, compensate
 from .travel.diff import Change, diff
+from .core.jsonvalues import JSON
 from .core.errors import GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
 from .graph.spec import ExecutableGraph, Graph
 from .graph.refs import resolve_model, resolve_ref
@@ -54,7 +55,7 @@ from .store.memory import MemoryStore
 from .travel.transfer import export_thread, import_thread
 from .travel.views import CheckpointView, build_report, checkpoint_view
 
-JSON = Any
+
 _MISSING: Any = object()
 _RUN_GRAPHS_KEPT = 10_000
 
@@ -268,11 +269,8 @@ class Runtime:
         return [(pending[0], answer)]
 
     def _validate_answer(self, interrupt: Interrupt, value: JSON) -> JSON:
-        from .engine.effects import (
-            to_json,
-            validate_in_doubt_answer,
-            validate_unrecorded_answer,
-        )
+        from .core.jsonvalues import to_json
+        from .engine.effects import validate_in_doubt_answer, validate_unrecorded_answer
 
         if interrupt.kind == InterruptKind.IN_DOUBT:
             return validate_in_doubt_answer(value).model_dump(mode="json")

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from .states import NodeStatus, RunStatus
+from .jsonvalues import JSON
 
 __all__ = [
     "Batch",
@@ -31,7 +32,7 @@ __all__ = [
     "WriteKind",
 ]
 
-JSON = Any
+
 
 
 class RunKind(StrEnum):

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .effects import EffectInfo, call_effect_fn, to_json
+from ..core.jsonvalues import to_json
+from .effects import EffectInfo, call_effect_fn
 from ..core.errors import InvalidRequest, LeaseLost
 from ..graph.refs import resolve_callable
 from ..core.records import (
@@ -28,11 +29,12 @@ from ..core.records import (
     TraceEvent,
 )
 from ..core.states import RunStatus
+from ..core.jsonvalues import JSON
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
-JSON = Any
+
 _DONE = "compensated"
 
 

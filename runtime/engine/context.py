@@ -18,11 +18,12 @@ from pydantic import BaseModel
 
 from ..core.errors import AttemptCancelled
 from ..core.records import InterruptKind
+from ..core.jsonvalues import JSON
 
 if TYPE_CHECKING:
     from .loop import RunLoop
 
-JSON = Any
+
 
 
 @dataclass(slots=True)
@@ -119,7 +120,7 @@ class NodeContext:
         self._runloop.add_usage(self._scope, tokens, cost)
 
     async def _interrupt(self, payload: JSON, response: type[BaseModel] | None) -> Any:
-        from .effects import to_json
+        from ..core.jsonvalues import to_json
 
         slot = str(self._scope.interrupts)
         self._scope.interrupts += 1

@@ -35,26 +35,21 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
+from ..core.jsonvalues import to_json
 from ..core.errors import DeadlineExceeded, ErrorClass, InvalidAnswer, NodeError
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
+from ..core.jsonvalues import JSON
 
 if TYPE_CHECKING:
     from .context import AttemptScope
 
-JSON = Any
+
 
 
 def effect_key(scope: str, node: str, name: str, occurrence: int) -> str:
     """Stable idempotency key: the same for every re-execution in one lineage."""
     raw = f"{scope}/{node}/{name}/{occurrence}".encode()
     return "eff_" + hashlib.sha256(raw).hexdigest()[:24]
-
-
-def to_json(value: Any, what: str) -> JSON:
-    try:
-        return to_jsonable_python(value)
-    except Exception as e:  # pydantic raises several types for unserialisable values
-        raise NodeError(f"{what} is not JSON-serialisable: {e}") from e
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,11 +57,12 @@ from ..core.states import (
     next_node_status,
     next_run_status,
 )
+from ..core.jsonvalues import JSON
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
-JSON = Any
+
 N = NodeStatus
 SNAPSHOT_EVERY = 200
 SNAPSHOT_MIN_BYTES = 4096

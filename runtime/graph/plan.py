@@ -21,6 +21,7 @@ from ..core.errors import ErrorClass, GraphError, InvalidRequest, Problem
 from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
 from .refs import resolve_callable
 from .validate import build
+from ..core.jsonvalues import JSON
 
 
 class Registry:

@@ -21,8 +21,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..core.errors import WriteConflict
+from ..core.jsonvalues import JSON
 
-JSON = Any
+
 
 
 @dataclass(frozen=True, slots=True)

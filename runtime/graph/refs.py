@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from ..core.errors import GraphError, InvalidRequest, Problem
 from .spec import ExecutableGraph, Graph
+from ..core.jsonvalues import JSON
 
 
 def _import(ref: str) -> Any:

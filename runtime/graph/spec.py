@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..core.errors import ErrorClass
 from .reducers import Reducer, last_value, reducers_for
+from ..core.jsonvalues import JSON
 
 
 class AnyState(BaseModel):

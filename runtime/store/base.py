@@ -23,8 +23,9 @@ from ..core.records import (
     TraceEvent,
 )
 from ..core.states import RunStatus
+from ..core.jsonvalues import JSON
 
-JSON = Any
+
 
 
 @runtime_checkable

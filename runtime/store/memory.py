@@ -22,8 +22,9 @@ from ..core.records import (
     WriteKind,
 )
 from ..core.states import RunStatus
+from ..core.jsonvalues import JSON
 
-JSON = Any
+
 
 
 class MemoryStore:

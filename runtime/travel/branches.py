@@ -22,17 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ..engine.effects import to_json
+from ..core.jsonvalues import to_json
 from ..core.errors import InvalidRequest, NodeError, NotFound
 from ..graph.spec import ExecutableGraph
 from ..core.records import Checkpoint, EffectsMode, Run, RunKind
 from ..graph.reducers import fold
 from ..core.states import NodeStatus, RunStatus
+from ..core.jsonvalues import JSON
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
-JSON = Any
+
 _KEEP = (NodeStatus.SUCCEEDED, NodeStatus.SKIPPED)
 
 

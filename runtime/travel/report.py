@@ -16,8 +16,9 @@ from typing import Any
 from .diff import Change, diff
 from ..core.records import EffectStatus, JournalEntry
 from ..core.states import NodeStatus
+from ..core.jsonvalues import JSON
 
-JSON = Any
+
 
 #: node verdicts, in words a person reads in the report
 SAME, DIFFERENT, INHERITED, NEW, MISSING, ERROR, NOT_RUN, PAUSED = (

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from ..core.errors import InvalidRequest, NotFound
+from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
     Checkpoint,
@@ -28,7 +29,7 @@ from ..core.records import (
 )
 from ..store.base import CheckpointStore
 
-JSON = Any
+
 FORMAT = "shadow-harness/thread"
 VERSION = 1
 _ALL = 10**9

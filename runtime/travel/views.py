@@ -24,11 +24,12 @@ from ..core.records import (
 )
 from .report import Recording, ReplayReport, compare, effective_effects
 from ..core.states import NodeStatus
+from ..core.jsonvalues import JSON
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
-JSON = Any
+
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,8 +49,9 @@ from .schema import (
     WriteRow,
 )
 from .write import Writer, dumps
+from ...core.jsonvalues import JSON
 
-JSON = Any
+
 
 R, C, W, A, E, I, T = (t.__table__ for t in (RunRow, CheckpointRow, WriteRow, AttemptRow,  # type: ignore[union-attr]
                                              EffectRow, InterruptRow, EventRow))
