@@ -1,39 +1,128 @@
-"""Shadow Harness runtime: a durable execution kernel for agent and tool workflows."""
+"""Shadow Harness runtime: a durable execution kernel for agent and tool workflows.
 
-from .engine.compensation import CompensationReport
-from .engine.context import NodeContext
-from .travel.diff import Change
-from .engine.effects import EffectInfo
+Everything a user imports comes from here; ``__all__`` is exactly the public API
+(a test keeps it so). Layers, lowest first: ``core`` (errors, states, records),
+``graph`` (declaring and compiling graphs), ``store`` (checkpoint stores),
+``history`` (lineage, state at a checkpoint), ``engine`` (driving runs),
+``travel`` (forks, replays, diffs, export), and the ``Runtime`` facade.
+"""
+
+import logging
+
+from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.errors import (
-                     ErrorClass,
-                     GraphError,
-                     HarnessError,
-                     IllegalTransition,
-                     InvalidAnswer,
-                     InvalidInputError,
-                     InvalidRequest,
-                     LeaseLost,
-                     NodeError,
-                     NotFound,
-                     PermissionDeniedError,
-                     SemanticError,
-                     TransientError,
+    ErrorClass,
+    GraphError,
+    HarnessError,
+    IllegalTransition,
+    InvalidAnswer,
+    InvalidInputError,
+    InvalidRequest,
+    LeaseLost,
+    NodeError,
+    NotFound,
+    PermissionDeniedError,
+    Problem,
+    SemanticError,
+    TransientError,
 )
-from .graph.spec import ExecutableGraph, Graph, RetryPolicy
-from .graph.plan import Registry, compile_plan
-from .core.records import Checkpoint, EffectsMode, Interrupt, Run, RunKind
-from .graph.reducers import add, append, last_value, merge, reducer
-from .travel.report import ReplayReport
-from .runtime import Runtime
+from .core.jsonvalues import JSON
+from .core.records import (
+    Checkpoint,
+    CheckpointSource,
+    EffectsMode,
+    EffectStatus,
+    EventType,
+    Interrupt,
+    InterruptKind,
+    InterruptStatus,
+    JournalEntry,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    RunKind,
+    TraceEvent,
+    WriteKind,
+)
 from .core.states import NodeStatus, RunStatus
+from .engine.compensation import CompensationReport, CompensationStep, StepStatus
+from .engine.context import NodeContext
+from .engine.effects import EffectInfo
+from .graph import ExecutableGraph, Graph, RetryPolicy
+from .graph.plan import Registry, compile_plan
+from .graph.reducers import add, append, last_value, merge, reducer
+from .runtime import Runtime
+from .store.base import CheckpointStore
 from .store.memory import MemoryStore
-from .store.sql.store import SqlStore
+from .store.sql import SqlStore
+from .travel.diff import Change
+from .travel.report import EffectReport, EffectVerdict, NodeReport, ReplayReport, Verdict
+from .travel.views import CheckpointView
+
+# silent by default: an application that wants the runtime's log records configures logging
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
-    "Change", "Checkpoint", "CompensationReport", "EffectInfo", "EffectsMode", "ReplayReport", "ErrorClass", "ExecutableGraph", "Graph", "GraphError", "HarnessError",
-    "IllegalTransition", "Interrupt", "InvalidAnswer", "InvalidInputError", "InvalidRequest",
-    "LeaseLost", "MemoryStore", "NodeContext", "NodeError", "NodeStatus", "NotFound",
-    "PermissionDeniedError", "Registry", "RetryPolicy", "Run", "RunKind", "RunStatus", "Runtime",
-    "SemanticError", "SqlStore", "TransientError", "add", "append", "compile_plan", "last_value",
-    "merge", "reducer",
+    "Change",
+    "Checkpoint",
+    "CheckpointSource",
+    "CheckpointStore",
+    "CheckpointView",
+    "Clock",
+    "CompensationReport",
+    "CompensationStep",
+    "EffectInfo",
+    "EffectReport",
+    "EffectStatus",
+    "EffectVerdict",
+    "EffectsMode",
+    "ErrorClass",
+    "EventType",
+    "ExecutableGraph",
+    "Graph",
+    "GraphError",
+    "HarnessError",
+    "IdSource",
+    "IllegalTransition",
+    "Interrupt",
+    "InterruptKind",
+    "InterruptStatus",
+    "InvalidAnswer",
+    "InvalidInputError",
+    "InvalidRequest",
+    "JSON",
+    "JournalEntry",
+    "LeaseLost",
+    "MemoryStore",
+    "NodeAttempt",
+    "NodeContext",
+    "NodeError",
+    "NodeReport",
+    "NodeStatus",
+    "NotFound",
+    "PendingWrite",
+    "PermissionDeniedError",
+    "Problem",
+    "RandomIds",
+    "Registry",
+    "ReplayReport",
+    "RetryPolicy",
+    "Run",
+    "RunKind",
+    "RunStatus",
+    "Runtime",
+    "SemanticError",
+    "SqlStore",
+    "StepStatus",
+    "SystemClock",
+    "TraceEvent",
+    "TransientError",
+    "Verdict",
+    "WriteKind",
+    "add",
+    "append",
+    "compile_plan",
+    "last_value",
+    "merge",
+    "reducer",
 ]

@@ -17,7 +17,7 @@ from runtime import Runtime
 from runtime.travel.diff import Change
 from runtime.graph.refs import resolve_ref
 from runtime.records import Checkpoint, RunKind
-from runtime.travel.report import SAME, NodeReport, ReplayReport
+from runtime.travel.report import NodeReport, ReplayReport, Verdict
 from runtime.travel.views import CheckpointView
 from server.cli import (
     UserError,
@@ -130,7 +130,7 @@ def _node_lines(n: NodeReport, width: int) -> list[str]:
         lines.append(f"{pad}error: {n.error}{recorded}")
     lines += [f"{pad}writes {change_line(c, _LONG)}" for c in n.write_changes]
     for e in n.effects:
-        if e.verdict == SAME:
+        if e.verdict == Verdict.SAME:
             continue
         request = f": request {_value(e.request, _LONG)}" if e.verdict == "new" else ""
         lines.append(f"{pad}effect {e.name} #{e.occurrence}: {e.verdict}{request}")

@@ -52,6 +52,11 @@ def non_finite(value: JSON, path: str = "") -> tuple[str, str] | None:
     return None
 
 
-def problems(error: ValidationError, root: str = "value") -> str:
-    """Every validation failure as ``field.path: message``, joined with '; '."""
-    return "; ".join(f"{'.'.join(map(str, err['loc'])) or root}: {err['msg']}" for err in error.errors())
+def problems(error: ValidationError, root: str = "value", *, as_field: bool = False) -> str:
+    """Every validation failure as ``path: message`` (``field 'path': message`` with
+    ``as_field``), joined with '; '."""
+    out = []
+    for err in error.errors():
+        path = ".".join(map(str, err["loc"])) or root
+        out.append(f"field {path!r}: {err['msg']}" if as_field else f"{path}: {err['msg']}")
+    return "; ".join(out)

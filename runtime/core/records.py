@@ -1,7 +1,7 @@
 """Domain records: frozen values the kernel produces and stores return.
 
-They are kept apart from the SQL table rows in ``store/sql.py``: the store maps
-between the two, so the kernel never sees a database type.
+They are kept apart from the SQL table rows in ``store/sql/schema.py``: the store
+maps between the two, so the kernel never sees a database type.
 """
 
 from __future__ import annotations
@@ -11,15 +11,17 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from .states import NodeStatus, RunStatus
+from .states import NodeEvent, NodeStatus, RunEvent, RunStatus
 from .jsonvalues import JSON
 
 __all__ = [
     "Batch",
     "COMPENSATION_STATUSES",
     "Checkpoint",
+    "CheckpointSource",
     "EffectStatus",
     "EffectsMode",
+    "EventType",
     "Interrupt",
     "InterruptKind",
     "InterruptStatus",
@@ -81,6 +83,71 @@ class InterruptStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class EventType(StrEnum):
+    """Every trace event type. Node, run and effect events are named after the
+    transition or journal status they record (``node.<NodeEvent>``, ``run.<RunEvent>``,
+    ``effect.<EffectStatus>``), so a status can be rebuilt from the trace alone."""
+
+    RUN_CREATED = "run.created"
+    RUN_CLAIM = "run.claim"
+    RUN_INTERRUPT = "run.interrupt"
+    RUN_RESUME = "run.resume"
+    RUN_RECOVER = "run.recover"
+    RUN_SUCCEED = "run.succeed"
+    RUN_FAIL = "run.fail"
+    RUN_CANCEL = "run.cancel"
+    NODE_START = "node.start"
+    NODE_SUCCEED = "node.succeed"
+    NODE_FAIL = "node.fail"
+    NODE_RETRY = "node.retry"
+    NODE_INTERRUPT = "node.interrupt"
+    NODE_RESUME = "node.resume"
+    NODE_SKIP = "node.skip"
+    NODE_CANCEL = "node.cancel"
+    NODE_LOST = "node.lost"
+    EFFECT_STARTED = "effect.started"
+    EFFECT_SUCCEEDED = "effect.succeeded"
+    EFFECT_FAILED = "effect.failed"
+    EFFECT_MOCKED = "effect.mocked"
+    EFFECT_COMPENSATING = "effect.compensating"
+    EFFECT_COMPENSATED = "effect.compensated"
+    EFFECT_COMPENSATION_FAILED = "effect.compensation_failed"
+    INTERRUPT_CREATED = "interrupt.created"
+    INTERRUPT_ANSWERED = "interrupt.answered"
+    INTERRUPT_REUSED = "interrupt.reused"    # a replay or continuation re-used a recorded answer
+    STATE_PATCHED = "state.patched"          # a fork's patch, recorded as its own checkpoint
+    USAGE = "usage"                          # tokens/cost an attempt reported
+
+    @classmethod
+    def of_node(cls, event: NodeEvent) -> EventType:
+        return cls(f"node.{event.value}")
+
+    @classmethod
+    def of_run(cls, event: RunEvent) -> EventType:
+        return cls(f"run.{event.value}")
+
+    @classmethod
+    def of_effect(cls, status: EffectStatus) -> EventType:
+        return cls(f"effect.{status.value}")
+
+    @property
+    def node_event(self) -> NodeEvent | None:
+        """The node transition this event records, if it records one."""
+        head, _, tail = self.value.partition(".")
+        return NodeEvent(tail) if head == "node" else None
+
+
+class CheckpointSource(StrEnum):
+    """How a checkpoint came to be."""
+
+    INPUT = "input"                # the first checkpoint of a new run
+    STEP = "step"                  # node outcomes folded by the run loop
+    CONTINUATION = "continuation"  # the first checkpoint of a continuation
+    FORK = "fork"                  # the first checkpoint of a fork: the state at its base
+    PATCH = "patch"                # a fork's patch: the person's edit as a checkpoint of its own
+    REPLAY = "replay"              # the first checkpoint of a replay
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     id: str
@@ -127,7 +194,7 @@ class Checkpoint:
     node_states: Mapping[str, NodeStatus]     # every node's status at this checkpoint
     event_seq: int                            # last trace event this checkpoint reflects
     created_at: float
-    source: str = "step"                      # input | step | continuation | patch
+    source: str = CheckpointSource.STEP       # a CheckpointSource value
     #: full state, kept on periodic snapshots only (None on delta checkpoints)
     snapshot: Mapping[str, JSON] | None = None
     #: nodes whose status changed since the parent checkpoint (None: not known)
@@ -201,7 +268,7 @@ class TraceEvent:
     run_id: str
     seq: int
     at: float
-    type: str                 # e.g. "run.started", "node.succeeded", "checkpoint"
+    type: str                 # an EventType value, e.g. "run.created", "node.succeed", "effect.started"
     node: str | None = None
     attempt: int | None = None
     data: Mapping[str, JSON] = field(default_factory=dict)

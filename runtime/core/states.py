@@ -1,8 +1,9 @@
-"""Run and node state machines.
+"""Run and node state machines, and the rules that pick between them.
 
-Everything that decides which status follows which lives in the two tables below.
-A (status, event) pair missing from a table is illegal and raises ``IllegalTransition``;
-nothing else in the code base compares statuses to decide a transition.
+Everything that decides which status follows which lives in this module: the two
+transition tables, the priority between reasons a run stops, and which path
+``resume`` takes from each run status. A (status, event) pair missing from a
+transition table is illegal and raises ``IllegalTransition``.
 """
 
 from __future__ import annotations
@@ -117,3 +118,58 @@ def next_node_status(status: NodeStatus, event: NodeEvent) -> NodeStatus:
         return NODE_TRANSITIONS[status][event]
     except KeyError:
         raise IllegalTransition("node", status, event) from None
+
+
+#: a node whose work is done: a run succeeds when every node is; a run branching off
+#: a checkpoint (fork, replay, continuation) inherits these and runs the rest again
+COMPLETED_NODE = frozenset({N.SUCCEEDED, N.SKIPPED})
+#: node statuses a checkpoint must capture (the node's outcome is known)
+SETTLED_NODE = frozenset({N.SUCCEEDED, N.FAILED, N.SKIPPED, N.INTERRUPTED, N.CANCELLED})
+
+
+class StopKind(StrEnum):
+    """Why a running run is winding down (it ends once nothing is in flight)."""
+
+    INTERRUPT = "interrupt"    # a node asked a question: pause
+    FAIL = "fail"              # a node failed for good, or a run limit was hit
+    CANCEL = "cancel"          # someone asked to cancel
+
+
+#: a stronger reason replaces a weaker one; an equal one never replaces the first
+#: (the first failure is the one reported). Cancel is explicit and wins over all.
+STOP_PRIORITY: MappingProxyType[StopKind, int] = MappingProxyType({
+    StopKind.INTERRUPT: 0, StopKind.FAIL: 1, StopKind.CANCEL: 2})
+#: how a run that stops for this reason ends (a pause is not an end)
+STOP_RUN_EVENT: MappingProxyType[StopKind, RunEvent] = MappingProxyType({
+    StopKind.INTERRUPT: RunEvent.INTERRUPT, StopKind.FAIL: RunEvent.FAIL, StopKind.CANCEL: RunEvent.CANCEL})
+#: what happens to nodes still waiting (backing off or paused) when the run stops
+STOP_NODE_EVENT: MappingProxyType[StopKind, dict[NodeStatus, NodeEvent]] = MappingProxyType({
+    StopKind.INTERRUPT: {},
+    StopKind.FAIL: {N.RETRYING: NodeEvent.FAIL},
+    StopKind.CANCEL: {N.RETRYING: NodeEvent.CANCEL, N.INTERRUPTED: NodeEvent.CANCEL},
+})
+
+
+def supersedes(new: StopKind, current: StopKind | None) -> bool:
+    """Whether a run stopping for ``current`` should stop for ``new`` instead."""
+    return current is None or STOP_PRIORITY[new] > STOP_PRIORITY[current]
+
+
+class ResumePath(StrEnum):
+    """What ``Runtime.resume`` does with a run, decided by its status alone."""
+
+    CLAIM = "claim"            # queued: start executing it here
+    ANSWER = "answer"          # interrupted: validate the answers, continue the same run
+    RECOVER = "recover"        # running, but its process is gone: take it over
+    CONTINUE = "continue"      # failed or cancelled: a new continuation run in the thread
+    REFUSE = "refuse"          # succeeded: a succeeded run never changes
+
+
+RESUME_PATHS: MappingProxyType[RunStatus, ResumePath] = MappingProxyType({
+    R.QUEUED: ResumePath.CLAIM,
+    R.INTERRUPTED: ResumePath.ANSWER,
+    R.RUNNING: ResumePath.RECOVER,
+    R.FAILED: ResumePath.CONTINUE,
+    R.CANCELLED: ResumePath.CONTINUE,
+    R.SUCCEEDED: ResumePath.REFUSE,
+})

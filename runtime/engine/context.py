@@ -11,54 +11,31 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from ..core.errors import AttemptCancelled
+from ..core.jsonvalues import JSON, to_json
 from ..core.records import InterruptKind
-from ..core.jsonvalues import JSON
-
-if TYPE_CHECKING:
-    from .loop import RunLoop
+from .effects import JournalHost, perform_effect
+from .scope import AttemptScope
 
 
+class NodeHost(JournalHost, Protocol):
+    """What the run loop offers a node's context, beyond the effect journal."""
 
+    thread_id: str
 
-@dataclass(slots=True)
-class AttemptScope:
-    """Per-attempt counters: effect occurrences and interrupt slots restart at 0 on
-    every attempt, so a re-execution meets the same identities in the same order."""
-
-    run_id: str
-    node: str
-    attempt: int
-    deadline: float | None
-    clock: Callable[[], float]
-    started_at: float = 0.0
-    abandoned: bool = False
-    #: set when the attempt raised an interrupt, even if node code caught the signal
-    interrupt_id: str | None = None
-    occurrences: dict[str, int] = field(default_factory=dict)
-    interrupts: int = 0
-    tokens: int = 0
-    cost: float = 0.0
-
-    def next_occurrence(self, name: str) -> int:
-        n = self.occurrences.get(name, 0)
-        self.occurrences[name] = n + 1
-        return n
-
-    def remaining(self) -> float | None:
-        return None if self.deadline is None else self.deadline - self.clock()
+    def add_usage(self, scope: AttemptScope, tokens: int, cost: float) -> None: ...
+    def remember_model(self, ref: str, model: type[BaseModel]) -> None: ...
 
 
 class NodeContext:
     """Handed to every node attempt. Names and ids are read-only."""
 
-    def __init__(self, loop: RunLoop, scope: AttemptScope, event_loop: asyncio.AbstractEventLoop):
-        self._runloop = loop
+    def __init__(self, host: NodeHost, scope: AttemptScope, event_loop: asyncio.AbstractEventLoop):
+        self._host = host
         self._scope = scope
         self._event_loop = event_loop
         self._loop_thread = threading.get_ident()
@@ -69,7 +46,7 @@ class NodeContext:
 
     @property
     def thread_id(self) -> str:
-        return self._runloop.run.thread_id
+        return self._host.thread_id
 
     @property
     def node(self) -> str:
@@ -99,10 +76,8 @@ class NodeContext:
         ``compensate(info)`` undoes it (``info.result`` is the recorded result) when
         ``Runtime.compensate`` runs; define it at module level so another process can run it.
         """
-        from .effects import perform_effect
-
         self._check_alive()
-        return self._dispatch(perform_effect(self._runloop, self._scope, name, fn, request, key,
+        return self._dispatch(perform_effect(self._host, self._scope, name, fn, request, key,
                                              idempotent, compensate))
 
     def interrupt(self, payload: JSON, response: type[BaseModel] | None = None) -> Any:
@@ -117,14 +92,12 @@ class NodeContext:
     def usage(self, tokens: int = 0, cost: float = 0.0) -> None:
         """Report model usage; the run fails with ``limit_exceeded`` past its budget."""
         self._check_alive()
-        self._runloop.add_usage(self._scope, tokens, cost)
+        self._host.add_usage(self._scope, tokens, cost)
 
     async def _interrupt(self, payload: JSON, response: type[BaseModel] | None) -> Any:
-        from ..core.jsonvalues import to_json
-
         slot = str(self._scope.interrupts)
         self._scope.interrupts += 1
-        found = self._runloop.find_interrupt(self.node, slot, InterruptKind.USER)
+        found = self._host.find_interrupt(self.node, slot, InterruptKind.USER)
         if found is not None and found.answer is not None:
             if response is not None:
                 return response.model_validate(found.answer)
@@ -132,8 +105,8 @@ class NodeContext:
         schema = response.model_json_schema() if response is not None else None
         ref = f"{response.__module__}:{response.__qualname__}" if response is not None else None
         if response is not None:
-            self._runloop.runtime.remember_model(ref, response)  # type: ignore[arg-type]
-        self._runloop.raise_interrupt(self._scope, InterruptKind.USER,
+            self._host.remember_model(ref, response)  # type: ignore[arg-type]
+        self._host.raise_interrupt(self._scope, InterruptKind.USER,
                                       to_json(payload, "interrupt payload"), slot=slot,
                                       response_schema=schema, response_ref=ref)
 

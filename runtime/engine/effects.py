@@ -30,18 +30,16 @@ import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
+from typing import Any, Literal, NoReturn, Protocol
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import to_jsonable_python
 
 from ..core.jsonvalues import to_json
 from ..core.errors import DeadlineExceeded, ErrorClass, InvalidAnswer, NodeError
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
 from ..core.jsonvalues import JSON
 
-if TYPE_CHECKING:
-    from .context import AttemptScope
+from .scope import AttemptScope
 
 
 

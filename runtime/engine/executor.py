@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .context import AttemptScope, NodeContext
+from .context import NodeContext
+from .scope import AttemptScope
 from ..core.errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
 from ..graph.spec import NodeSpec
 
@@ -32,7 +33,7 @@ class Outcome:
 
 
 async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
-                          pool: ThreadPoolExecutor) -> Outcome:
+                          pool: Executor) -> Outcome:
     args = (state, ctx) if spec.wants_ctx else (state,)
     try:
         if spec.is_async:

@@ -18,23 +18,20 @@ replay leaves the store exactly as it was.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.jsonvalues import to_json
 from ..core.errors import InvalidRequest, NodeError, NotFound
-from ..graph.spec import ExecutableGraph
-from ..core.records import Checkpoint, EffectsMode, Run, RunKind
-from ..graph.reducers import fold
+from ..core.jsonvalues import JSON, problems, to_json
+from ..core.records import Checkpoint, CheckpointSource, EffectsMode, Run, RunKind
 from ..core.states import NodeStatus, RunStatus
-from ..core.jsonvalues import JSON
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
-
-
-_KEEP = (NodeStatus.SUCCEEDED, NodeStatus.SKIPPED)
+from ..engine.deps import EngineDeps
+from ..graph import ExecutableGraph
+from ..graph.reducers import fold
+from ..history.creation import branch_statuses, inherited_of, insert_run, renew_limits
+from ..history.lineage import continued_chain, writes_lineage
+from ..history.state import state_json
 
 
 def apply_patch(graph: ExecutableGraph, base: Mapping[str, JSON], patch: Any) -> dict[str, JSON]:
@@ -55,20 +52,18 @@ def apply_patch(graph: ExecutableGraph, base: Mapping[str, JSON], patch: Any) ->
     except NodeError as e:  # a value with no JSON form
         raise InvalidRequest(str(e)) from None
     except ValidationError as e:
-        problems = "; ".join(f"field {'.'.join(map(str, err['loc'])) or '(state)'!r}: {err['msg']}"
-                             for err in e.errors())
-        raise InvalidRequest(f"patch does not fit {model.__name__}: {problems}") from None
+        raise InvalidRequest(f"patch does not fit {model.__name__}: {problems(e, '(state)', as_field=True)}") from None
     return checked.model_dump(mode="json")
 
 
-def effective_base(rt: Runtime, cp: Checkpoint) -> tuple[Run, Checkpoint]:
+def effective_base(deps: EngineDeps, cp: Checkpoint) -> tuple[Run, Checkpoint]:
     """The checkpoint a branch really starts from, and its run. The first checkpoint of a
     patched fork holds the state *before* its patch, while that fork's input is the
     patched state: branching there means branching where that fork branched."""
-    run = rt.store.get_run(cp.run_id)
-    while cp.source == "fork" and run.options.get("patched") and run.base_checkpoint_id:
-        cp = rt.store.get_checkpoint(run.base_checkpoint_id)
-        run = rt.store.get_run(cp.run_id)
+    run = deps.store.get_run(cp.run_id)
+    while cp.source == CheckpointSource.FORK and run.options.get("patched") and run.base_checkpoint_id:
+        cp = deps.store.get_checkpoint(run.base_checkpoint_id)
+        run = deps.store.get_run(cp.run_id)
     return run, cp
 
 
@@ -87,89 +82,91 @@ def effects_mode(effects: Any) -> EffectsMode:
         raise InvalidRequest(f"effects must be 'mock' or 'live', got {effects!r}") from None
 
 
-def new_fork(rt: Runtime, checkpoint_id: str, patch: Mapping[str, JSON] | None, effects: str,
-             mocks: Mapping[str, JSON] | None, graph: ExecutableGraph | None) -> tuple[Run, ExecutableGraph]:
+def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | None, effects: str,
+             mocks: Mapping[str, JSON] | None,
+             graph: ExecutableGraph | None) -> tuple[Run, ExecutableGraph, Checkpoint]:
+    """A fork run, created (claimed, not yet driven): the run, its graph, its head."""
+    if patch is not None and not isinstance(patch, Mapping):
+        raise InvalidRequest(f"a patch is an object of state fields, got {type(patch).__name__}")
     mode = effects_mode(effects)
     mocks_json = check_mocks(mocks)
     if mocks_json and mode == EffectsMode.LIVE:
         raise InvalidRequest("mocks only apply when effects are mocked; a live fork runs every effect for real")
-    source, cp = effective_base(rt, rt.store.get_checkpoint(checkpoint_id))
-    compiled = _same_version(rt, source, graph)
-    base = rt._state_json(cp)
-    patched = apply_patch(compiled, base, patch) if patch else None
-    statuses = {n: (s if s in _KEEP else NodeStatus.PENDING) for n, s in cp.node_states.items()}
+    source, cp = effective_base(deps, deps.store.get_checkpoint(checkpoint_id))
+    compiled = _same_version(deps, source, graph)
+    base = state_json(deps.store, deps.graphs, cp)
+    patched = apply_patch(compiled, base, patch) if patch else None   # {}: nothing edited
+    statuses = branch_statuses(cp.node_states)
     options: dict[str, JSON] = {"effects": mode.value, "mocks": mocks_json,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
     if source.options.get("compensate_on"):
         options["compensate_on"] = source.options["compensate_on"]
     if patched is not None:
         options["patched"] = True   # its input is the patched state; it inherits no writes
-    run = _new_run(rt, compiled, source, cp, RunKind.FORK, patched if patched is not None else source.input,
+    run = _new_run(deps, compiled, source, cp, RunKind.FORK, patched if patched is not None else source.input,
                    options)
-    inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
     if patched is not None:
         patch = {k: patched[k] for k in patch}  # type: ignore[union-attr]  # as the model coerced them
-    rt.register(compiled)
-    run = rt._insert(run, statuses, snapshot=base, claim=True, source="fork", inherited=inherited,
-                     patch=patch if patched is not None else None)
-    return run, compiled
+    deps.graphs.register(compiled)
+    run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=base, claim=True,
+                           source=CheckpointSource.FORK, inherited=inherited_of(statuses),
+                           patch=patch if patched is not None else None)
+    return run, compiled, head
 
 
-def new_replay(rt: Runtime, target_id: str, graph: ExecutableGraph | None,
-               mocks: Mapping[str, JSON] | None) -> tuple[Run, ExecutableGraph, Run]:
+def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
+               mocks: Mapping[str, JSON] | None) -> tuple[Run, ExecutableGraph, Checkpoint]:
     """A replay of a run (from its lineage's first checkpoint) or of a checkpoint onwards.
 
-    Returns the replay run, its graph, and the run it re-executes (the report's source)."""
+    Returns the replay run (created, not yet driven), its graph and its head."""
     mocks_json = check_mocks(mocks)
-    source, cp = _replay_base(rt, target_id)
-    compiled = graph if graph is not None else rt.graph_for(source)
-    base_run = rt.store.get_run(cp.run_id)
+    source, cp = _replay_base(deps, target_id)
+    compiled = graph if graph is not None else deps.graphs.graph_for(source)
+    base_run = deps.store.get_run(cp.run_id)
     try:  # new code must accept the recorded input
         compiled.state_model.model_validate(dict(base_run.input))
     except ValidationError as e:
         raise InvalidRequest(f"the recorded input does not fit {compiled.state_model.__name__} of the "
                              f"graph given: {e.errors()[0]['msg']}") from None
-    statuses = {n: NodeStatus.PENDING for n in compiled.order}
-    for n, s in cp.node_states.items():
-        if n in statuses and s in _KEEP:
-            statuses[n] = s
+    statuses = branch_statuses(cp.node_states, compiled.order)
     options: dict[str, JSON] = {"effects": EffectsMode.MOCK.value, "mocks": mocks_json, "compare": True,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
     # its parent is the run asked for: that lineage's journal serves the mocks
-    run = _new_run(rt, compiled, source, cp, RunKind.REPLAY, dict(base_run.input), options)
-    inherited = {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
+    run = _new_run(deps, compiled, source, cp, RunKind.REPLAY, dict(base_run.input), options)
     # the state the replay's nodes fold from: the input and the kept nodes' recorded
     # writes, under the graph it runs (new code may have dropped a node)
-    writes = rt.store.node_writes(rt._writes_lineage(source))
+    writes = deps.store.node_writes(writes_lineage(deps.store, source))
     kept = [(n, writes[n]) for n in compiled.order if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
     snapshot = fold(dict(base_run.input), kept, compiled.reducers)
-    rt.register(compiled)
-    run = rt._insert(run, statuses, snapshot=snapshot, claim=True, source="replay", inherited=inherited)
-    return run, compiled, source
+    deps.graphs.register(compiled)
+    run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=snapshot, claim=True,
+                           source=CheckpointSource.REPLAY, inherited=inherited_of(statuses))
+    return run, compiled, head
 
 
-def _replay_base(rt: Runtime, target_id: str) -> tuple[Run, Checkpoint]:
+def _replay_base(deps: EngineDeps, target_id: str) -> tuple[Run, Checkpoint]:
     """(the run re-executed, the checkpoint the replay starts from)."""
+    store = deps.store
     try:
-        run = rt.store.get_run(target_id)
+        run = store.get_run(target_id)
     except NotFound:
         try:
-            cp = rt.store.get_checkpoint(target_id)
+            cp = store.get_checkpoint(target_id)
         except NotFound:
             raise NotFound(f"no run or checkpoint with id {target_id!r}") from None
-        return effective_base(rt, cp)
+        return effective_base(deps, cp)
     if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
         raise InvalidRequest(f"run {run.id} is {run.status.value}; replay it once it has stopped")
-    origin = rt.store.get_run(rt._lineage(run)[-1])  # a continued run is replayed whole
+    origin = store.get_run(continued_chain(store, run)[-1])  # a continued run is replayed whole
     # a patched fork ran from its patch checkpoint (its input), not from the state before it
-    first = rt.store.find_checkpoint(origin.id, 1 if origin.options.get("patched") else 0)
+    first = store.find_checkpoint(origin.id, 1 if origin.options.get("patched") else 0)
     assert first is not None  # every run is created with its first checkpoint
     return run, first
 
 
-def _same_version(rt: Runtime, source: Run, graph: ExecutableGraph | None) -> ExecutableGraph:
+def _same_version(deps: EngineDeps, source: Run, graph: ExecutableGraph | None) -> ExecutableGraph:
     if graph is None:
-        return rt._run_graphs.get(source.id) or rt.graph_for(source)
+        return deps.graphs.run_graph(source)
     compiled = graph
     if compiled.version != source.graph_version:
         raise InvalidRequest(f"run {source.id} was made by graph version {source.graph_version}; a fork "
@@ -178,13 +175,11 @@ def _same_version(rt: Runtime, source: Run, graph: ExecutableGraph | None) -> Ex
     return compiled
 
 
-def _new_run(rt: Runtime, graph: ExecutableGraph, source: Run, cp: Checkpoint, kind: RunKind,
+def _new_run(deps: EngineDeps, graph: ExecutableGraph, source: Run, cp: Checkpoint, kind: RunKind,
              state: Mapping[str, JSON], options: Mapping[str, JSON]) -> Run:
-    now = rt.clock.time()
-    limits = {k: v for k, v in source.limits.items() if k != "deadline_at"}
-    if limits.get("deadline_s") is not None:  # a new run gets the whole time budget again
-        limits["deadline_at"] = now + limits["deadline_s"]
-    return Run(id=rt.ids.new("run"), thread_id=source.thread_id, graph_name=graph.name,
+    now = deps.env.now()
+    limits = renew_limits(source.limits, now)
+    return Run(id=deps.env.ids.new("run"), thread_id=source.thread_id, graph_name=graph.name,
                graph_version=graph.version, status=RunStatus.QUEUED, kind=kind, input=dict(state),
                created_at=now, updated_at=now, parent_run_id=source.id, base_checkpoint_id=cp.id,
                limits=limits,

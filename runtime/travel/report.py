@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from .diff import Change, diff
@@ -20,11 +21,29 @@ from ..core.jsonvalues import JSON
 
 
 
-#: node verdicts, in words a person reads in the report
-SAME, DIFFERENT, INHERITED, NEW, MISSING, ERROR, NOT_RUN, PAUSED = (
-    "same", "different", "inherited", "new", "missing", "error", "not run", "paused")
-#: effect verdicts
-E_SAME, E_CHANGED, E_NEW, E_MISSING = "same", "changed", "new", "missing"
+class Verdict(StrEnum):
+    """What a replay found for one node, in words a person reads in the report."""
+
+    SAME = "same"               # same outcome, writes and effect requests
+    DIFFERENT = "different"     # writes, status or effects differ (see the diff)
+    INHERITED = "inherited"     # finished at the replay's base: not re-executed
+    NEW = "new"                 # the replayed graph has it, the recording does not
+    MISSING = "missing"         # the recording has it, the replayed graph does not
+    ERROR = "error"             # it failed in the replay (differently from the recording)
+    NOT_RUN = "not run"         # it never ran in the replay
+    PAUSED = "paused"           # it is waiting for an answer in the replay
+
+
+class EffectVerdict(StrEnum):
+    """What a replay found for one effect identity of a node."""
+
+    SAME = "same"
+    CHANGED = "changed"         # same identity, different request
+    NEW = "new"
+    MISSING = "missing"
+
+
+V, EV = Verdict, EffectVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +60,7 @@ class Recording:
 class EffectReport:
     name: str
     occurrence: int
-    verdict: str
+    verdict: EffectVerdict
     request: JSON = None            # what the replay asked (None when missing)
     recorded_request: JSON = None   # what the recording asked (None when new)
     changes: tuple[Change, ...] = ()
@@ -55,7 +74,7 @@ class EffectReport:
 @dataclass(frozen=True, slots=True)
 class NodeReport:
     node: str
-    verdict: str
+    verdict: Verdict
     recorded_status: str | None
     replay_status: str | None
     write_changes: tuple[Change, ...] = ()
@@ -85,10 +104,10 @@ class ReplayReport:
     @property
     def same(self) -> bool:
         """True when every node did exactly what the recording did."""
-        return all(n.verdict in (SAME, INHERITED) for n in self.nodes)
+        return all(n.verdict in (V.SAME, V.INHERITED) for n in self.nodes)
 
     def differences(self) -> list[NodeReport]:
-        return [n for n in self.nodes if n.verdict not in (SAME, INHERITED)]
+        return [n for n in self.nodes if n.verdict not in (V.SAME, V.INHERITED)]
 
     def node(self, name: str) -> NodeReport:
         return next(n for n in self.nodes if n.node == name)
@@ -130,27 +149,27 @@ def _node(node: str, in_graph: bool, rec: Recording, rep: Recording, inherited: 
             "replay_status": after.value if after and in_graph else None,
             "recorded_error": rec.errors.get(node), "reused_answers": reused}
     if inherited:
-        return NodeReport(verdict=INHERITED, **base)  # type: ignore[arg-type]
+        return NodeReport(verdict=V.INHERITED, **base)  # type: ignore[arg-type]
     if not in_graph:
-        return NodeReport(verdict=MISSING, **base)  # type: ignore[arg-type]
+        return NodeReport(verdict=V.MISSING, **base)  # type: ignore[arg-type]
     effects = _effects(rec.effects.get(node, ()), rep.effects.get(node, ()))
     changes: tuple[Change, ...] = ()
     if after == NodeStatus.SUCCEEDED and before == NodeStatus.SUCCEEDED:
         changes = tuple(diff(rec.writes.get(node, {}), rep.writes.get(node, {})))
     error = rep.errors.get(node) if after == NodeStatus.FAILED else None
     if before is None:
-        verdict = NEW
+        verdict = V.NEW
     elif after == NodeStatus.FAILED:
-        verdict = SAME if before == NodeStatus.FAILED and error == rec.errors.get(node) else ERROR
+        verdict = V.SAME if before == NodeStatus.FAILED and error == rec.errors.get(node) else V.ERROR
     elif after in (NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.RETRYING, NodeStatus.CANCELLED) \
             and before != after:
-        verdict = NOT_RUN
+        verdict = V.NOT_RUN
     elif after == NodeStatus.INTERRUPTED and before != after:
-        verdict = PAUSED   # waiting for an answer (an unrecorded effect, a new question)
-    elif before != after or changes or any(e.verdict != E_SAME for e in effects):
-        verdict = DIFFERENT
+        verdict = V.PAUSED   # waiting for an answer (an unrecorded effect, a new question)
+    elif before != after or changes or any(e.verdict != EV.SAME for e in effects):
+        verdict = V.DIFFERENT
     else:
-        verdict = SAME
+        verdict = V.SAME
     return NodeReport(verdict=verdict, write_changes=changes, effects=tuple(effects), error=error,
                       **base)  # type: ignore[arg-type]
 
@@ -162,13 +181,13 @@ def _effects(recorded: Sequence[JournalEntry], replayed: Sequence[JournalEntry])
     for ident, e in after.items():
         old = before.get(ident)
         if old is None:
-            out.append(EffectReport(e.name, e.occurrence, E_NEW, request=e.request))
+            out.append(EffectReport(e.name, e.occurrence, EV.NEW, request=e.request))
         elif old.request == e.request:
-            out.append(EffectReport(e.name, e.occurrence, E_SAME, e.request, old.request))
+            out.append(EffectReport(e.name, e.occurrence, EV.SAME, e.request, old.request))
         else:
-            out.append(EffectReport(e.name, e.occurrence, E_CHANGED, e.request, old.request,
+            out.append(EffectReport(e.name, e.occurrence, EV.CHANGED, e.request, old.request,
                                     tuple(diff(old.request, e.request))))
     for ident, old in before.items():
         if ident not in after:
-            out.append(EffectReport(old.name, old.occurrence, E_MISSING, recorded_request=old.request))
+            out.append(EffectReport(old.name, old.occurrence, EV.MISSING, recorded_request=old.request))
     return out

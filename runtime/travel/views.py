@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from ..engine import scheduler
 from ..core.errors import GraphError, InvalidRequest, NotFound
 from ..core.records import (
     Checkpoint,
     EffectStatus,
+    EventType,
     InterruptKind,
     InterruptStatus,
     JournalEntry,
@@ -25,9 +23,10 @@ from ..core.records import (
 from .report import Recording, ReplayReport, compare, effective_effects
 from ..core.states import NodeStatus
 from ..core.jsonvalues import JSON
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from ..engine import scheduler
+from ..engine.deps import EngineDeps
+from ..history.lineage import continued_chain, head
+from ..history.state import state_json
 
 
 
@@ -53,30 +52,31 @@ class CheckpointView:
                 "ready": self.ready, "interrupted": self.interrupted}
 
 
-def checkpoint_view(rt: Runtime, cp: Checkpoint) -> CheckpointView:
-    writes = [w for w in rt.store.pending_writes(cp.run_id) if w.checkpoint_seq == cp.seq]
+def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
+    writes = [w for w in deps.store.pending_writes(cp.run_id) if w.checkpoint_seq == cp.seq]
     try:
-        graph = rt.graph_for(rt.store.get_run(cp.run_id))
+        graph = deps.graphs.graph_for(deps.store.get_run(cp.run_id))
         ready = list(scheduler.frontier(graph, cp.node_states).ready)
     except (NotFound, InvalidRequest, GraphError):  # the graph's code is not importable here
         ready = []
     interrupted = [n for n, s in cp.node_states.items() if s == NodeStatus.INTERRUPTED]
-    return CheckpointView(cp, rt._state_json(cp), writes, ready, interrupted)
+    return CheckpointView(cp, state_json(deps.store, deps.graphs, cp), writes, ready, interrupted)
 
 
-def build_report(rt: Runtime, replay: Run) -> ReplayReport:
+def build_report(deps: EngineDeps, replay: Run) -> ReplayReport:
+    store = deps.store
     source_info = replay.options.get("source") or {}
-    source = rt.store.get_run(source_info.get("run_id") or replay.parent_run_id or replay.id)
-    recorded = _recording(rt, source, rt._lineage(source))
-    replayed = _recording(rt, replay, rt._lineage(replay))
-    first = rt.store.find_checkpoint(replay.id, 0)
+    source = store.get_run(source_info.get("run_id") or replay.parent_run_id or replay.id)
+    recorded = _recording(deps, source, continued_chain(store, source))
+    replayed = _recording(deps, replay, continued_chain(store, replay))
+    first = store.find_checkpoint(replay.id, 0)
     assert first is not None
     inherited = frozenset(n for n, s in first.node_states.items() if s != NodeStatus.PENDING)
     reused: dict[str, list[str]] = {}
-    for ev in rt.store.events(replay.id):
-        if ev.type == "interrupt.reused" and ev.node:
+    for ev in store.events(replay.id):
+        if ev.type == EventType.INTERRUPT_REUSED and ev.node:
             reused.setdefault(ev.node, []).append(str(ev.data.get("interrupt_id")))
-    order = rt.graph_for(replay).order
+    order = deps.graphs.graph_for(replay).order
     nodes = compare(order, recorded, replayed, inherited=inherited, reused=reused)
     return ReplayReport(run_id=replay.id, source_run_id=source.id,
                         base_checkpoint_id=replay.base_checkpoint_id or first.id, status=replay.status.value,
@@ -84,20 +84,21 @@ def build_report(rt: Runtime, replay: Run) -> ReplayReport:
                         recorded_graph_version=source.graph_version, run=replay)
 
 
-def _recording(rt: Runtime, run: Run, lineage: list[str]) -> Recording:
+def _recording(deps: EngineDeps, run: Run, lineage: list[str]) -> Recording:
     """What a run and the runs it continued recorded, per node."""
-    statuses = dict(rt._head(run.id).node_states)
+    store = deps.store
+    statuses = dict(head(store, run.id).node_states)
     writes: dict[str, JSON] = {}
     errors: dict[str, str] = {}
     for rid in reversed(lineage):  # oldest first: a later run's outcome replaces an earlier one
-        for w in rt.store.pending_writes(rid):
+        for w in store.pending_writes(rid):
             if w.kind == WriteKind.WRITES:
                 writes[w.node] = w.value
             elif w.kind == WriteKind.ERROR:
                 errors[w.node] = str((w.value or {}).get("message", w.value))
-    entries = rt.store.journal(list(reversed(lineage)))
+    entries = store.journal(list(reversed(lineage)))
     effects = effective_effects(entries)
-    for intr in rt.store.interrupts(run.id, InterruptStatus.PENDING):
+    for intr in store.interrupts(run.id, InterruptStatus.PENDING):
         if intr.kind == InterruptKind.UNRECORDED:  # asked for, not yet served: still a request to compare
             value = (intr.payload or {}).get("value") or {}
             effects.setdefault(intr.node, []).append(JournalEntry(

@@ -46,7 +46,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime import EffectInfo, Graph, NodeContext, Runtime, SemanticError, SqlStore
-from runtime.records import Batch, EffectStatus
+from runtime import EffectStatus
+from runtime.core.records import Batch
 
 LOG_ENV = "HARNESS_COMP_LOG"
 MARKER_ENV = "HARNESS_COMP_MARKER"

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from runtime import Runtime
-from runtime.graph import ExecutableGraph
-from runtime.records import EffectStatus, JournalEntry
+from runtime import ExecutableGraph
+from runtime import EffectStatus, JournalEntry
 from runtime.core.trace import gaps, node_states_from_events
 
 

@@ -39,7 +39,7 @@ import pytest
 from harness_checks import assert_trace_consistent
 
 from runtime import InvalidRequest, NodeStatus, RunKind, RunStatus, Runtime, SqlStore
-from runtime.records import EffectStatus
+from runtime import EffectStatus
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]                 # the repository root

@@ -31,7 +31,7 @@ import pytest
 from harness_checks import assert_trace_consistent, effect_entries, statuses
 
 from runtime import InvalidAnswer, NodeStatus, RunKind, RunStatus, Runtime, SqlStore
-from runtime.records import EffectStatus, InterruptKind
+from runtime import EffectStatus, InterruptKind
 from runtime.core.trace import node_states_from_events
 
 pytestmark = pytest.mark.slow

@@ -45,8 +45,8 @@ from runtime import (
     SqlStore,
     TransientError,
 )
-from runtime.graph import ExecutableGraph
-from runtime.records import EffectStatus
+from runtime import ExecutableGraph
+from runtime import EffectStatus
 
 TIMEOUT = 10.0          # no gate or condition may take longer than this
 ORDERS = ["a_first", "before_effect", "in_effect", "after_effect"]

@@ -23,7 +23,8 @@ from runtime import (
     append,
     compile_plan,
 )
-from runtime.records import Batch, InterruptKind, InterruptStatus
+from runtime import InterruptKind, InterruptStatus
+from runtime.core.records import Batch
 
 FAST = dict(initial_interval=0.001, backoff=1.0)
 
@@ -340,7 +341,7 @@ async def test_a_store_accepts_only_one_continuation_per_run(rt: Runtime):
     g = Graph("g", state=S)
     g.add_node("a", lambda s: (_ for _ in ()).throw(ValueError("x")))
     failed = await rt.start(g, {})
-    first = rt._continuation(failed)  # two callers racing past the runtime's own checks
+    first = await rt.resume(failed.id)  # a second caller racing past the runtime's own checks:
     with pytest.raises(InvalidRequest, match=f"already continued by {first.id}"):
         rt.store.create_run(Batch(run_id="run_second", run=first.evolve(id="run_second")))
 

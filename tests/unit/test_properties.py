@@ -30,9 +30,9 @@ from runtime import (
     append,
     merge,
 )
-from runtime.errors import WriteConflict
+from runtime.core.errors import WriteConflict
 from runtime.engine import scheduler
-from runtime.graph import ExecutableGraph
+from runtime import ExecutableGraph
 from runtime.graph.reducers import fold
 from runtime.core.states import FINISHED_NODE, NodeStatus, RunStatus
 from runtime.core.trace import gaps, node_states_from_events

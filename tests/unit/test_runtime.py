@@ -24,7 +24,7 @@ from runtime import (
     TransientError,
     append,
 )
-from runtime.records import InterruptKind, InterruptStatus
+from runtime import InterruptKind, InterruptStatus
 
 FAST = dict(initial_interval=0.001, backoff=1.0)
 

@@ -22,8 +22,8 @@ from runtime import (
     SqlStore,
     append,
 )
-from runtime.graph import ExecutableGraph
-from runtime.records import EffectStatus, InterruptKind
+from runtime import ExecutableGraph
+from runtime import EffectStatus, InterruptKind
 
 
 class Order(BaseModel):

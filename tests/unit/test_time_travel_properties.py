@@ -14,9 +14,9 @@ from pydantic import BaseModel
 from test_properties import DELAY, Dag, dags
 
 from runtime import Graph, MemoryStore, NodeContext, Runtime, add, append, merge
-from runtime.graph import ExecutableGraph
-from runtime.records import EffectStatus
-from runtime.core.states import RunStatus
+from runtime import ExecutableGraph
+from runtime import EffectStatus
+from runtime import RunStatus
 
 SETTINGS = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

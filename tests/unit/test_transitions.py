@@ -8,21 +8,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.errors import IllegalTransition
+from runtime.core.records import EffectStatus, EventType
 from runtime.core.states import (
     ACTIVE_NODE,
     FINISHED_NODE,
     NODE_TRANSITIONS,
+    RESUME_PATHS,
     RUN_TRANSITIONS,
+    STOP_NODE_EVENT,
+    STOP_PRIORITY,
     TERMINAL_NODE,
     TERMINAL_RUN,
     NodeEvent,
     NodeStatus,
+    ResumePath,
     RunEvent,
     RunStatus,
+    StopKind,
     next_node_status,
     next_run_status,
+    supersedes,
 )
+from runtime.errors import IllegalTransition
 
 RUN_PAIRS = list(itertools.product(RunStatus, RunEvent))
 NODE_PAIRS = list(itertools.product(NodeStatus, NodeEvent))
@@ -134,3 +141,71 @@ def test_legal_node_walks_reach_terminal_then_every_event_raises(data):
         for event in NodeEvent:
             with pytest.raises(IllegalTransition):
                 next_node_status(status, event)
+
+
+# --------------------------------------------------------------------------- stop reasons
+
+@given(st.sampled_from(list(StopKind)))
+def test_any_stop_reason_replaces_no_reason(kind):
+    assert supersedes(kind, None)
+
+
+@given(st.sampled_from(list(StopKind)))
+def test_a_stop_reason_never_replaces_itself(kind):
+    """The first failure is the one reported; a second cancel keeps the first reason."""
+    assert not supersedes(kind, kind)
+
+
+@given(st.sampled_from(list(StopKind)), st.sampled_from(list(StopKind)))
+def test_stop_priority_is_a_strict_order(a, b):
+    assert not (supersedes(a, b) and supersedes(b, a))
+    assert a == b or supersedes(a, b) or supersedes(b, a)
+
+
+def test_cancel_wins_over_failure_and_failure_over_a_pause():
+    assert supersedes(StopKind.CANCEL, StopKind.FAIL) and supersedes(StopKind.FAIL, StopKind.INTERRUPT)
+    assert not supersedes(StopKind.INTERRUPT, StopKind.FAIL) and not supersedes(StopKind.FAIL, StopKind.CANCEL)
+    assert set(STOP_PRIORITY) == set(StopKind)
+
+
+@pytest.mark.parametrize("kind", list(StopKind))
+def test_stopping_moves_waiting_nodes_only_by_legal_transitions_to_an_end(kind):
+    for status, event in STOP_NODE_EVENT[kind].items():
+        assert NODE_TRANSITIONS[status][event] in TERMINAL_NODE
+
+
+def test_a_pause_leaves_waiting_nodes_as_they_are():
+    assert STOP_NODE_EVENT[StopKind.INTERRUPT] == {}
+
+
+# --------------------------------------------------------------------------- resume paths
+
+def test_resume_has_a_path_for_every_run_status():
+    assert set(RESUME_PATHS) == set(RunStatus)
+
+
+@pytest.mark.parametrize("status", sorted(TERMINAL_RUN))
+def test_resume_never_reopens_a_terminal_run(status):
+    """Terminal states are monotonic: continuing is a new run, or refused."""
+    assert RESUME_PATHS[status] in (ResumePath.CONTINUE, ResumePath.REFUSE)
+
+
+def test_only_a_paused_run_takes_answers():
+    assert [s for s, p in RESUME_PATHS.items() if p == ResumePath.ANSWER] == [RunStatus.INTERRUPTED]
+
+
+# --------------------------------------------------------------------------- event types
+
+@pytest.mark.parametrize("event", list(NodeEvent))
+def test_every_node_transition_has_an_event_type_that_names_it(event):
+    assert EventType.of_node(event).node_event == event
+
+
+@pytest.mark.parametrize("event", list(RunEvent))
+def test_every_run_transition_has_an_event_type(event):
+    assert EventType.of_run(event).value == f"run.{event.value}"
+
+
+@pytest.mark.parametrize("status", list(EffectStatus))
+def test_every_journal_status_has_an_event_type(status):
+    assert EventType.of_effect(status).value == f"effect.{status.value}"

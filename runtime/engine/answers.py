@@ -1,0 +1,67 @@
+"""Matching a resume's answers to a paused run's interrupts, and validating them.
+
+Everything here runs before anything is written: an answer that does not fit is
+rejected with a clear error and the run stays exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pydantic import ValidationError
+
+from ..core.errors import InvalidAnswer
+from ..core.jsonvalues import JSON, problems, to_json
+from ..core.records import Interrupt, InterruptKind, InterruptStatus, Run
+from ..history.registry import GraphRegistry
+from .effects import validate_in_doubt_answer, validate_unrecorded_answer
+
+#: ``resume(run_id)`` with no answer at all
+MISSING: JSON = object()
+
+
+def match_answers(run: Run, interrupts: Sequence[Interrupt], answer: JSON,
+                  answers: Mapping[str, JSON] | None) -> list[tuple[Interrupt, JSON]]:
+    """Pair each answer with the pending interrupt it answers."""
+    pending = [i for i in interrupts if i.status == InterruptStatus.PENDING]
+    by_id = {i.id: i for i in pending}
+    answered = {i.id for i in interrupts if i.status == InterruptStatus.ANSWERED}
+    if answers:
+        already = sorted(set(answers) & answered)
+        if already:
+            raise InvalidAnswer(f"run {run.id}: interrupt {', '.join(already)} was already answered")
+        unknown = sorted(set(answers) - set(by_id))
+        if unknown:
+            raise InvalidAnswer(f"run {run.id} has no pending interrupt {', '.join(unknown)}; "
+                                f"pending: {', '.join(by_id) or 'none'}")
+        return [(by_id[k], v) for k, v in answers.items()]
+    if not pending:
+        raise InvalidAnswer(f"run {run.id} has no pending interrupt: it was already answered")
+    if answer is MISSING:
+        raise InvalidAnswer(f"run {run.id} is waiting for an answer to {', '.join(by_id)}")
+    if len(pending) != 1:
+        raise InvalidAnswer(f"run {run.id} has {len(pending)} pending interrupts "
+                            f"({', '.join(by_id)}); answer them by id with answers={{id: value}}")
+    return [(pending[0], answer)]
+
+
+def validate_answer(graphs: GraphRegistry, interrupt: Interrupt, value: JSON) -> JSON:
+    """The answer as it will be recorded, or ``InvalidAnswer`` saying what is wrong."""
+    if interrupt.kind == InterruptKind.IN_DOUBT:
+        return validate_in_doubt_answer(value).model_dump(mode="json")
+    if interrupt.kind == InterruptKind.UNRECORDED:
+        return validate_unrecorded_answer(value).model_dump(mode="json")
+    ref = (interrupt.payload or {}).get("response_ref")
+    if not ref:
+        try:
+            return to_json(value, "answer")
+        except Exception as e:
+            raise InvalidAnswer(str(e)) from None
+    model = graphs.model(ref)
+    if model is None:
+        raise InvalidAnswer(f"interrupt {interrupt.id} expects a {ref} answer, and that model "
+                            f"cannot be imported here")
+    try:
+        return model.model_validate(value).model_dump(mode="json")
+    except ValidationError as e:
+        raise InvalidAnswer(f"answer to interrupt {interrupt.id} is invalid: {problems(e, 'answer')}") from None

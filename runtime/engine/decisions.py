@@ -1,0 +1,50 @@
+"""Pure decisions the run loop takes about outcomes: retry or fail, and budgets.
+
+Each returns the decision with its reason in words, which is recorded on the node
+attempt (and shown in the debugger) so nobody has to read code to learn why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..core.errors import ErrorClass
+from ..core.jsonvalues import JSON
+from ..core.states import StopKind
+from ..graph import RetryPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class FailureDecision:
+    retry: bool
+    delay: float
+    reason: str
+
+
+def on_failure(policy: RetryPolicy, cls: ErrorClass, failures: int, *, stopping: StopKind | None,
+               deadline: float | None, now: float) -> FailureDecision:
+    """Whether a node's ``failures``-th failure of class ``cls`` is retried, and why."""
+    retryable = cls in policy.retry_on
+    if (stopping is None and retryable and failures < policy.max_attempts
+            and (deadline is None or now < deadline)):
+        delay = policy.delay(failures)
+        return FailureDecision(True, delay,
+                               f"retry in {delay:g}s (failure {failures} of at most {policy.max_attempts})")
+    if retryable and failures >= policy.max_attempts:
+        reason = f"fail: {failures} failure(s), max_attempts={policy.max_attempts}"
+    elif stopping is not None:
+        reason = "fail: the run is already stopping"
+    else:
+        reason = f"fail: {cls.value} errors are not retried by this node's policy"
+    return FailureDecision(False, 0.0, reason)
+
+
+def budget_exceeded(limits: Mapping[str, JSON], usage: Mapping[str, JSON]) -> str | None:
+    """Why the run's token or cost budget is exhausted, or None."""
+    over = []
+    if limits.get("max_tokens") is not None and usage["tokens"] > limits["max_tokens"]:
+        over.append(f"tokens {usage['tokens']} > max_tokens {limits['max_tokens']}")
+    if limits.get("max_cost") is not None and usage["cost"] > limits["max_cost"]:
+        over.append(f"cost {usage['cost']:g} > max_cost {limits['max_cost']:g}")
+    return "run budget exceeded: " + "; ".join(over) if over else None

@@ -1,0 +1,168 @@
+"""Taking runs over and driving them: resume (by the status table), continuation,
+cancel, and the compensation a run's policy asks for when it ends.
+
+The Runtime facade delegates here; this module is given the store, environment,
+slots, graphs and compensation registry (``EngineDeps``), never the facade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+
+from ..core.errors import InvalidRequest, LeaseLost
+from ..core.jsonvalues import JSON
+from ..core.records import COMPENSATION_STATUSES, Checkpoint, CheckpointSource, Run, RunKind
+from ..core.states import RESUME_PATHS, TERMINAL_RUN, ResumePath, RunEvent, RunStatus
+from ..graph import ExecutableGraph
+from ..history.creation import branch_statuses, inherited_of, insert_run, renew_limits
+from ..history.lineage import continuations, continued_chain, head
+from ..history.state import state_json
+from .answers import MISSING, match_answers, validate_answer
+from .compensation import compensate
+from .deps import EngineDeps
+from .leases import lease_expired, orphaned
+from .loop import RunLoop
+from .rehydrate import load_loop
+
+log = logging.getLogger(__name__)
+
+
+class Driver:
+    def __init__(self, deps: EngineDeps):
+        self.deps = deps
+        self.store, self.env = deps.store, deps.env
+
+    def driven_here(self, run_id: str) -> bool:
+        return self.deps.slots.driving(run_id) is not None
+
+    def orphaned(self, run: Run) -> bool:
+        return orphaned(run, self.env, driven_here=self.driven_here(run.id))
+
+    def lease_expired(self, run: Run) -> bool:
+        return lease_expired(run, self.env, driven_here=self.driven_here(run.id))
+
+    # ------------------------------------------------------------------ driving
+
+    async def drive(self, run: Run, graph: ExecutableGraph | None = None,
+                    fresh: Checkpoint | None = None) -> Run:
+        return await self.finished(await load_loop(self.deps, run, graph, fresh).drive())
+
+    async def finished(self, run: Run) -> Run:
+        """A run's opt-in policy: compensate its effects when it ends failed or cancelled."""
+        if run.status.value in (run.options.get("compensate_on") or ()):
+            await compensate(self.deps, run.id)
+            run = self.store.get_run(run.id)
+        return run
+
+    def take_lease(self, run: Run, event: RunEvent, answered: Mapping[str, JSON] | None = None) -> RunLoop:
+        """Acquire the run's lease (bumping its fencing token), then record why."""
+        run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
+        loop = load_loop(self.deps, run)
+        loop.begin(event, answered or {})
+        return loop
+
+    # ------------------------------------------------------------------ resume
+
+    async def resume(self, run_id: str, answer: JSON = MISSING, answers: Mapping[str, JSON] | None = None) -> Run:
+        run = self.store.get_run(run_id)
+        answering = answer is not MISSING or bool(answers)
+        path = RESUME_PATHS[run.status]
+        if path == ResumePath.RECOVER and answering and self.orphaned(run):
+            # its process died while a question was open: recover it (it pauses again), then answer
+            run = await self.finished(await self.take_lease(run, RunEvent.RECOVER).drive())
+            path = RESUME_PATHS[run.status]
+        if path == ResumePath.ANSWER:
+            return await self.answer(run, answer, answers)
+        if answering:
+            raise InvalidRequest(f"run {run_id} is {run.status.value}, not interrupted: there is nothing to answer")
+        if path == ResumePath.CONTINUE:
+            new, first, graph = self.continuation(run)
+            return await self.drive(new, graph, first)
+        if path == ResumePath.REFUSE:
+            raise InvalidRequest(f"run {run_id} already succeeded; a succeeded run never changes")
+        if path == ResumePath.CLAIM:
+            return await self.finished(await self.take_lease(run, RunEvent.CLAIM).drive())
+        if self.driven_here(run_id):
+            raise_busy(run, "in this process")
+        if not self.lease_expired(run):
+            raise_busy(run, f"by {run.lease_owner} until its lease expires")
+        log.info("run %s: its process stopped while running; recovering it here", run_id)
+        return await self.finished(await self.take_lease(run, RunEvent.RECOVER).drive())
+
+    async def answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None) -> Run:
+        given = match_answers(run, self.store.interrupts(run.id), answer, answers)
+        checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
+        try:
+            loop = self.take_lease(run, RunEvent.RESUME, answered=checked)
+        except LeaseLost:
+            raise InvalidRequest(f"run {run.id} was already answered by another caller") from None
+        return await self.finished(await loop.drive())
+
+    def continuation(self, parent: Run) -> tuple[Run, Checkpoint, ExecutableGraph]:
+        """A new run in the thread continuing a failed or cancelled one from its last checkpoint."""
+        graphs = self.deps.graphs
+        graph = graphs.graph_for(parent)
+        self._check_not_continued(parent)
+        if any(e.status in COMPENSATION_STATUSES for e in self.store.journal(continued_chain(self.store, parent))):
+            raise InvalidRequest(f"run {parent.id} was compensated (its effects were undone, or may have "
+                                 f"been); it cannot be continued; fork it to try again")
+        try:  # claiming the parent's fence makes a concurrent second resume fail here
+            self.store.acquire_lease(parent.id, self.env.owner, self.env.now(), parent.fence)
+        except LeaseLost:
+            raise InvalidRequest(f"run {parent.id} is being continued by another caller") from None
+        self._check_not_continued(parent)
+        last = head(self.store, parent.id)
+        statuses = branch_statuses(last.node_states)
+        now = self.env.now()
+        run = Run(id=self.env.ids.new("run"), thread_id=parent.thread_id, graph_name=graph.name,
+                  graph_version=graph.version, status=RunStatus.QUEUED, kind=RunKind.CONTINUATION,
+                  input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
+                  base_checkpoint_id=last.id, limits=renew_limits(parent.limits, now),
+                  max_concurrency=parent.max_concurrency, options=parent.options)
+        graphs.inherit_run_graph(parent.id, run.id, graph)
+        run, first = insert_run(self.store, self.env, run, statuses, snapshot=state_json(self.store, graphs, last),
+                                claim=True, source=CheckpointSource.CONTINUATION, inherited=inherited_of(statuses))
+        return run, first, graphs.run_graph(run)
+
+    def _check_not_continued(self, parent: Run) -> None:
+        done = continuations(self.store, parent.id)
+        if done:
+            raise InvalidRequest(f"run {parent.id} was already continued by {done[-1].id}; "
+                                 f"resume that run instead")
+
+    # ------------------------------------------------------------------ cancel
+
+    async def cancel(self, run_id: str, reason: str, wait: float) -> Run:
+        run = self.store.get_run(run_id)
+        if run.status in TERMINAL_RUN:
+            raise InvalidRequest(f"run {run_id} is already {run.status.value}; terminal runs never change")
+        loop = self.deps.slots.driving(run_id)
+        if loop is not None:
+            loop.request_cancel(reason)
+            return await self.wait_terminal(run_id, wait)
+        if run.status == RunStatus.RUNNING and not self.lease_expired(run):
+            self.store.request_cancel(run_id, reason)
+            run = await self.wait_terminal(run_id, wait)
+            if run.status in TERMINAL_RUN or (run.status == RunStatus.RUNNING and not self.lease_expired(run)):
+                return run
+            # it paused (or its owner died) before seeing the request: cancel it here
+        run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
+        loop = load_loop(self.deps, run)
+        loop.begin_cancel(reason)
+        return await self.finished(await loop.drive())
+
+    async def wait_terminal(self, run_id: str, wait: float) -> Run:
+        """Poll until the run ends or stops being RUNNING (or ``wait`` seconds pass)."""
+        step, waited = 0.02, 0.0
+        while True:
+            run = self.store.get_run(run_id)
+            if run.status != RunStatus.RUNNING or waited >= wait:
+                return run
+            await asyncio.sleep(step)
+            waited += step
+
+
+def raise_busy(run: Run, where: str) -> None:
+    raise InvalidRequest(f"run {run.id} is running {where}; cancel it or wait for it to finish")

@@ -1,0 +1,192 @@
+"""What a running run offers its nodes' contexts and the effect journal protocol.
+
+Holds the run's view of the journal (its own lineage's entries, the source
+lineage's served records for a mocked branch) and of its interrupts, and records
+what the protocol decides through the run's ``Recorder``. Called on the run's
+event-loop thread, except ``add_usage`` (sync nodes report from their threads).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, NoReturn
+
+from pydantic import BaseModel
+
+from ..core.errors import LimitExceeded, NodeInterrupt
+from ..core.jsonvalues import JSON
+from ..core.records import (
+    COMPENSATION_STATUSES,
+    EffectStatus,
+    EventType,
+    Interrupt,
+    InterruptKind,
+    InterruptStatus,
+    JournalEntry,
+)
+from ..history.registry import GraphRegistry
+from .decisions import budget_exceeded
+from .recorder import Recorder
+from .scope import AttemptScope
+
+log = logging.getLogger(__name__)
+
+
+class CompensationRegistry:
+    """Compensation functions of effects run here, by effect key (lambdas and closures
+    can only be compensated by the process that ran them), and the runs being
+    compensated by this process right now."""
+
+    def __init__(self) -> None:
+        self.functions: dict[str, Callable[..., Any]] = {}
+        self.busy: set[str] = set()
+
+
+class RunHost:
+    def __init__(self, rec: Recorder, graphs: GraphRegistry, compensations: CompensationRegistry, *,
+                 key_scope: str, journal: Sequence[JournalEntry], interrupts: Sequence[Interrupt],
+                 source_journal: Sequence[JournalEntry]):
+        self.rec = rec
+        self.graphs = graphs
+        self.compensations = compensations
+        run = rec.run
+        self.key_scope = key_scope
+        self.thread_id = run.thread_id
+        self.effects_mode = run.effects_mode
+        # a replay compares: it serves an identity's record even when the request changed
+        self.serve_changed = bool(run.options.get("compare"))
+        self._mocks: Mapping[str, JSON] = run.options.get("mocks") or {}
+        self._journal: dict[tuple[str, str, int], JournalEntry] = {}
+        for e in journal:  # lineage order is oldest run first, so our own entries win
+            if e.status not in COMPENSATION_STATUSES:
+                self._journal[(e.node, e.name, e.occurrence)] = e
+        #: mocked runs: the source lineage's served records per identity, nearest run first
+        self._source: dict[tuple[str, str, int], list[JournalEntry]] = {}
+        latest: dict[tuple[str, str, str, int], JournalEntry] = {}
+        for e in source_journal:  # nearest run first, each run's entries in the order recorded
+            if e.status in (EffectStatus.SUCCEEDED, EffectStatus.MOCKED):
+                latest[(e.run_id, e.node, e.name, e.occurrence)] = e
+        for (_, node, name, occ), e in latest.items():
+            self._source.setdefault((node, name, occ), []).append(e)
+        self.interrupts: dict[tuple[str, str, str], Interrupt] = {}
+        for i in interrupts:
+            if i.run_id == run.id or i.status == InterruptStatus.ANSWERED:
+                self.interrupts[(i.node, i.slot, i.kind)] = i
+        #: why the run's token/cost budget is exhausted, once it is
+        self.over_budget: str | None = budget_exceeded(run.limits, rec.usage)
+
+    @property
+    def run_id(self) -> str:
+        return self.rec.run.id
+
+    def now(self) -> float:
+        return self.rec.env.now()
+
+    # ------------------------------------------------------------------ the journal
+
+    def journal_latest(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
+        return self._journal.get((node, name, occurrence))
+
+    def source_entry(self, node: str, name: str, occurrence: int, request: JSON) -> JournalEntry | None:
+        found = self._source.get((node, name, occurrence))
+        if not found:
+            return None
+        return next((e for e in found if e.request == request), found[0])
+
+    def mock_result(self, name: str) -> tuple[bool, JSON]:
+        return (name in self._mocks, self._mocks.get(name))
+
+    def compensation_ref(self, key: str, fn: Callable[..., Any] | None) -> str | None:
+        if fn is None:
+            return None
+        self.compensations.functions[key] = fn  # this process can always run it
+        qualname = getattr(fn, "__qualname__", "")
+        module = getattr(fn, "__module__", None)
+        # a lambda, closure, bound method or partial: another process cannot import it as is
+        if not inspect.isfunction(fn) or not module or "<" in qualname:
+            return "<local>"
+        return f"{module}:{qualname}"
+
+    def record_effect(self, entry: JournalEntry, durable: bool) -> None:
+        self._journal[(entry.node, entry.name, entry.occurrence)] = entry
+        self.rec.batch.effects.append(entry)
+        extra = {"source": entry.source} if entry.source else {}
+        self.rec.emit(EventType.of_effect(entry.status), entry.node, entry.attempt, name=entry.name,
+                      occurrence=entry.occurrence, key=entry.key, **extra)
+        if entry.status == EffectStatus.MOCKED:
+            return  # nothing outside was touched: it may share the next group commit
+        # STARTED is forced to disk before the call; outcomes are committed at once
+        # (a process crash keeps them) so that recovery never repeats the effect.
+        self.rec.flush(durable=durable)
+
+    # ------------------------------------------------------------------ interrupts
+
+    def find_interrupt(self, node: str, slot: str, kind: InterruptKind) -> Interrupt | None:
+        found = self.interrupts.get((node, slot, kind.value))
+        if found is not None and kind != InterruptKind.USER and found.run_id != self.run_id:
+            return None  # a continuation asks again: whoever continues the run decides afresh
+        if found is not None and found.run_id != self.run_id and found.answer is not None:
+            # an answer recorded by an earlier run (a continued run, or the run a replay re-executes)
+            self.rec.emit(EventType.INTERRUPT_REUSED, node, interrupt_id=found.id,
+                          source_run_id=found.run_id, slot=slot)
+        return found
+
+    def raise_interrupt(self, scope: AttemptScope, kind: InterruptKind, payload: JSON, *, slot: str,
+                        response_schema: JSON = None, response_ref: str | None = None) -> NoReturn:
+        key = (scope.node, slot, kind.value)
+        existing = self.interrupts.get(key)
+        if existing is None or existing.run_id != self.run_id or existing.status != InterruptStatus.PENDING:
+            existing = Interrupt(
+                id=self.rec.env.ids.new("int"), run_id=self.run_id, node=scope.node, slot=slot, kind=kind,
+                payload={"value": payload, "response_ref": response_ref}, status=InterruptStatus.PENDING,
+                created_at=self.now(), response_schema=response_schema,
+            )
+            self.interrupts[key] = existing
+            self.rec.batch.interrupts.append(existing)
+            self.rec.emit(EventType.INTERRUPT_CREATED, scope.node, scope.attempt, interrupt_id=existing.id,
+                          kind=kind.value, slot=slot)
+            if kind == InterruptKind.IN_DOUBT:
+                log.warning("run %s node %s: effect %s is in doubt (started, outcome unknown); "
+                            "waiting for a person (interrupt %s)", self.run_id, scope.node,
+                            (payload or {}).get("effect"), existing.id)
+        scope.interrupt_id = existing.id
+        raise NodeInterrupt(existing.id)
+
+    def answer(self, interrupt_id: str, value: JSON) -> Interrupt:
+        """Record a validated answer; returns the answered interrupt."""
+        key = next(k for k, i in self.interrupts.items() if i.id == interrupt_id)
+        done = replace(self.interrupts[key], status=InterruptStatus.ANSWERED, answer=value,
+                       answered_at=self.now())
+        self.interrupts[key] = done
+        self.rec.batch.interrupts.append(done)
+        self.rec.emit(EventType.INTERRUPT_ANSWERED, done.node, interrupt_id=interrupt_id)
+        return done
+
+    def close_pending(self) -> None:
+        """An ending run leaves no question open."""
+        for key, intr in list(self.interrupts.items()):
+            if intr.run_id == self.run_id and intr.status == InterruptStatus.PENDING:
+                closed = replace(intr, status=InterruptStatus.CANCELLED)
+                self.interrupts[key] = closed
+                self.rec.batch.interrupts.append(closed)
+
+    # ------------------------------------------------------------------ usage and models
+
+    def add_usage(self, scope: AttemptScope, tokens: int, cost: float) -> None:
+        usage = self.rec.usage
+        with self.rec.usage_lock:
+            scope.tokens += tokens
+            scope.cost += cost
+            usage["tokens"] += tokens
+            usage["cost"] += cost
+        over = budget_exceeded(self.rec.run.limits, usage)
+        if over:
+            # the run ends even if node code catches this
+            self.over_budget = over
+            raise LimitExceeded(over)
+
+    def remember_model(self, ref: str, model: type[BaseModel]) -> None:
+        self.graphs.remember_model(ref, model)

@@ -1,0 +1,185 @@
+"""Recording a run as it executes: trace events, transitions, checkpoints, commits.
+
+Every status change goes through ``node``/``run_event`` (the transition tables)
+and emits a trace event into the current batch; the batch commits in one
+transaction, so trace and checkpoints never disagree. A batch commits when the
+group-commit window closes or the lease needs renewing (``maybe_flush``), and is
+forced to disk before every effect and when the run pauses or ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from pydantic_core import to_json
+
+from ..core.env import Environment
+from ..core.errors import ErrorClass
+from ..core.jsonvalues import JSON
+from ..core.records import (
+    Batch,
+    Checkpoint,
+    CheckpointSource,
+    EventType,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    TraceEvent,
+    WriteKind,
+)
+from ..core.states import (
+    SETTLED_NODE,
+    NodeEvent,
+    NodeStatus,
+    RunEvent,
+    RunStatus,
+    next_node_status,
+    next_run_status,
+)
+from ..graph import ExecutableGraph
+from ..store.base import CheckpointStore
+from .folding import StateFold
+from .scope import AttemptScope
+
+SNAPSHOT_EVERY = 200
+SNAPSHOT_MIN_BYTES = 4096
+
+
+class Recorder:
+    def __init__(self, store: CheckpointStore, env: Environment, graph: ExecutableGraph, run: Run,
+                 head: Checkpoint, statuses: Mapping[str, NodeStatus], state: StateFold):
+        self.store, self.env, self.graph, self.state = store, env, graph, state
+        self.run = run
+        self.head = head
+        self._parent = head
+        self.statuses: dict[str, NodeStatus] = dict(statuses)
+        self._changed = {n for n, st in self.statuses.items() if head.node_states.get(n) != st}
+        self.batch = Batch(run_id=run.id, fence=run.fence)
+        self.seq = run.event_seq
+        self.last_flush = env.now()
+        self._dirty = False
+        self._folded: list[str] = []
+        self._since_snapshot = 0
+        self._bytes_since_snapshot = 0
+        self._snapshot_bytes = 0
+        self.usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
+                      "steps": int(run.usage.get("steps", 0))}
+        self.usage_lock = threading.Lock()   # sync nodes report usage from worker threads
+
+    # ------------------------------------------------------------------ events and transitions
+
+    def emit(self, type_: EventType, node: str | None = None, attempt: int | None = None, **data: Any) -> None:
+        self.seq += 1  # copied into the run row when the batch commits
+        self.batch.events.append(TraceEvent(self.run.id, self.seq, self.env.now(), type_, node, attempt, data))
+
+    def node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: Any) -> bool:
+        """Apply a node transition; True when the node's outcome is now settled."""
+        status = next_node_status(self.statuses[node], event)
+        self.statuses[node] = status
+        self._changed.add(node)
+        self.emit(EventType.of_node(event), node, attempt, **data)  # the status follows from the table
+        if status in SETTLED_NODE:
+            self._dirty = True
+            return True
+        return False
+
+    def run_event(self, event: RunEvent, **data: Any) -> None:
+        status = next_run_status(self.run.status, event)
+        self.run = self.run.evolve(status=status, updated_at=self.env.now())
+        self.emit(EventType.of_run(event), status=status.value, **data)
+
+    def pending(self, scope: AttemptScope, kind: WriteKind, value: JSON) -> None:
+        self.batch.writes.append(PendingWrite(self.run.id, self.head.seq, scope.node, scope.attempt,
+                                              kind, value, self.env.now()))
+
+    def attempt(self, scope: AttemptScope, status: NodeStatus, error_class: ErrorClass | None = None,
+                error: str | None = None, decision: str | None = None) -> None:
+        self.batch.attempts.append(NodeAttempt(
+            self.run.id, scope.node, scope.attempt, status, scope.started_at, self.env.now(),
+            error_class.value if error_class else None, error, decision))
+        if scope.tokens or scope.cost:
+            self.emit(EventType.USAGE, scope.node, scope.attempt, tokens=scope.tokens, cost=scope.cost)
+
+    def folded(self, node: str, size: int) -> None:
+        """A succeeded node's writes go into the next checkpoint."""
+        self._folded.append(node)
+        self._bytes_since_snapshot += size
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _take_changed(self, parent: Checkpoint) -> tuple[str, ...]:
+        """Nodes whose status differs from the parent checkpoint's, canonical order."""
+        before = parent.node_states
+        changed = [n for n in self._changed if before.get(n) != self.statuses[n]]
+        self._changed = set()
+        return tuple(self.graph.canonical(changed))
+
+    def checkpoint_if_dirty(self) -> None:
+        if not self._dirty:
+            return
+        self._dirty = False
+        self._since_snapshot += 1
+        snapshot = None
+        # A full snapshot once the writes since the last one outweigh it (or after
+        # SNAPSHOT_EVERY steps): snapshots then cost at most about as much as the
+        # writes themselves, so storage stays linear even when the state keeps growing.
+        if (self._since_snapshot >= SNAPSHOT_EVERY or self.run.status != RunStatus.RUNNING
+                or self._bytes_since_snapshot >= max(self._snapshot_bytes, SNAPSHOT_MIN_BYTES)):
+            snapshot = self.state.head_state()
+            self._since_snapshot = self._bytes_since_snapshot = 0
+            self._snapshot_bytes = len(to_json(snapshot))
+        cp = Checkpoint(
+            id=self.env.ids.new("cp"), run_id=self.run.id, seq=self.head.seq + 1,
+            parent_id=self.head.id, nodes=tuple(self.graph.canonical(self._folded)),
+            node_states=dict(self.statuses), event_seq=self.seq,
+            created_at=self.env.now(), source=CheckpointSource.STEP, snapshot=snapshot,
+            changed=self._take_changed(self.head),
+        )
+        self._folded = []
+        self._parent, self.head = self.head, cp
+        self.batch.checkpoints.append(cp)
+
+    def final_checkpoint(self) -> None:
+        """The last checkpoint of a pause or end carries every status and a full snapshot."""
+        self._dirty = True
+        self._since_snapshot = SNAPSHOT_EVERY
+        if self.batch.checkpoints:
+            last = self.batch.checkpoints.pop()
+            self._changed |= set(last.changed or ())
+            self.head = replace(last, node_states=dict(self.statuses), event_seq=self.seq,
+                                snapshot=self.state.head_state(), changed=self._take_changed(self._parent))
+            self.batch.checkpoints.append(self.head)
+            self._dirty = False
+            return
+        self.checkpoint_if_dirty()
+
+    # ------------------------------------------------------------------ commits
+
+    def lease_due(self, now: float) -> bool:
+        lease = self.run.lease_expires_at
+        return lease is not None and lease - now < self.env.lease_ttl / 2
+
+    def maybe_flush(self) -> None:
+        """Group commit: pure outcomes may wait up to ``group_commit`` seconds to share a
+        transaction. Nothing outside the process can have seen them yet, and a crash
+        before the commit just runs those pure nodes again."""
+        now = self.env.now()
+        if self.lease_due(now):
+            self.flush()  # heartbeat: renew the lease even when nothing else happened
+        elif not self.batch.empty() and now - self.last_flush >= self.env.group_commit:
+            self.flush()
+
+    def flush(self, durable: bool = False) -> None:
+        batch = self.batch
+        now = self.env.now()
+        self.last_flush = now
+        if self.run.status == RunStatus.RUNNING and self.lease_due(now):
+            self.run = self.run.evolve(lease_expires_at=now + self.env.lease_ttl)
+        self.run = self.run.evolve(usage=dict(self.usage), event_seq=self.seq, head_seq=self.head.seq)
+        batch.run = self.run
+        batch.durable = durable
+        self.store.commit(batch)
+        self.batch = Batch(run_id=self.run.id, fence=self.run.fence)

@@ -1,0 +1,69 @@
+"""Walks up a thread's tree of runs.
+
+A thread is a tree: forks, replays and continuations record their parent run and
+base checkpoint. Which ancestors matter depends on the question asked, so each
+walk below answers one question and says which.
+"""
+
+from __future__ import annotations
+
+from ..core.errors import NotFound
+from ..core.records import Checkpoint, Run, RunKind
+from ..store.base import CheckpointStore
+
+
+def continued_chain(store: CheckpointStore, run: Run) -> list[str]:
+    """The run and the runs it continues (the same execution), nearest first."""
+    out = [run.id]
+    while run.parent_run_id is not None and run.kind == RunKind.CONTINUATION:
+        run = store.get_run(run.parent_run_id)
+        out.append(run.id)
+    return out
+
+
+def writes_lineage(store: CheckpointStore, run: Run) -> list[str]:
+    """The runs whose node writes a run's state folds, nearest first: continuations,
+    replays and forks inherit the outcomes of the nodes they did not re-execute; a
+    patched fork does not (the patched state at its base is its input)."""
+    out = [run.id]
+    # (a continuation copies its parent's options: only the fork itself was patched)
+    while (run.parent_run_id is not None and run.kind != RunKind.MAIN
+           and not (run.kind == RunKind.FORK and run.options.get("patched"))):
+        run = store.get_run(run.parent_run_id)
+        out.append(run.id)
+    return out
+
+
+def origin(store: CheckpointStore, run: Run) -> Run:
+    """The first run of a continuation chain (whose id scopes the chain's effect keys)."""
+    while run.kind == RunKind.CONTINUATION and run.parent_run_id is not None:
+        run = store.get_run(run.parent_run_id)
+    return run
+
+
+def sources(store: CheckpointStore, run: Run) -> list[str]:
+    """The source lineage of a fork or replay: every ancestor past its own
+    continuation chain, nearest first (their journals serve its mocked effects)."""
+    run = origin(store, run)
+    out: list[str] = []
+    while run.parent_run_id is not None:
+        run = store.get_run(run.parent_run_id)
+        out.append(run.id)
+    return out
+
+
+def key_scope(store: CheckpointStore, run: Run) -> str:
+    """Continuations keep their origin's effect keys: they are the same execution."""
+    return origin(store, run).id
+
+
+def head(store: CheckpointStore, run_id: str) -> Checkpoint:
+    """The run's latest checkpoint."""
+    found = store.find_checkpoint(run_id)
+    if found is None:
+        raise NotFound(f"run {run_id} has no checkpoints")
+    return found
+
+
+def continuations(store: CheckpointStore, run_id: str) -> list[Run]:
+    return [c for c in store.child_runs(run_id) if c.kind == RunKind.CONTINUATION]

@@ -1,0 +1,85 @@
+"""The graphs and answer models a Runtime knows, by version and by reference.
+
+A run stores its graph's name and structural version; to continue, inspect or
+replay it, the code must be found again: registered here, or importable by the
+``module:attr`` reference saved with the graph's description.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from ..core.errors import InvalidRequest, NotFound
+from ..core.records import Run
+from ..graph import ExecutableGraph, Graph
+from ..graph.refs import resolve_model, resolve_ref
+from ..store.base import CheckpointStore
+
+#: how many runs keep the exact graph object they were started with (bounded memory)
+RUN_GRAPHS_KEPT = 10_000
+
+
+def compiled(graph: Graph | ExecutableGraph) -> ExecutableGraph:
+    return graph.compile() if isinstance(graph, Graph) else graph
+
+
+class GraphRegistry:
+    def __init__(self, store: CheckpointStore):
+        self.store = store
+        self._graphs: dict[str, ExecutableGraph] = {}
+        #: the graph object each run was started with here (factories may build several
+        #: graphs of one structure and version that differ in their closures)
+        self._run_graphs: dict[str, ExecutableGraph] = {}
+        self._saved: set[tuple[str, str | None]] = set()
+        self._models: dict[str, type[BaseModel]] = {}
+
+    def register(self, graph: Graph | ExecutableGraph) -> ExecutableGraph:
+        """Make a graph known (and its description stored) so its runs can be resumed."""
+        done = compiled(graph)
+        self._graphs[done.version] = done
+        ref = getattr(done, "ref", None)
+        if (done.version, ref) in self._saved:
+            return done
+        self._saved.add((done.version, ref))
+        desc = done.describe()
+        if ref:
+            desc["ref"] = ref
+        self.store.save_graph(desc)
+        return done
+
+    def graph_for(self, run: Run) -> ExecutableGraph:
+        """The graph a run was made by: registered, or imported by its stored reference."""
+        graph = self._graphs.get(run.graph_version)
+        if graph is not None:
+            return graph
+        desc = self.store.graph_description(run.graph_version) or {}
+        if desc.get("ref"):
+            graph = resolve_ref(desc["ref"])
+            if graph.version == run.graph_version:
+                self._graphs[graph.version] = graph
+                return graph
+            raise InvalidRequest(
+                f"run {run.id} was made by graph {run.graph_name!r} version {run.graph_version}, but "
+                f"{desc['ref']} is now version {graph.version} (its structure changed)")
+        raise NotFound(f"graph {run.graph_name!r} version {run.graph_version} is not registered with "
+                       f"this Runtime; pass it in Runtime(graphs=[...])")
+
+    def run_graph(self, run: Run) -> ExecutableGraph:
+        """The graph object to execute a run with: the one it was started with here, if any."""
+        return self._run_graphs.get(run.id) or self.graph_for(run)
+
+    def remember_run(self, run_id: str, graph: ExecutableGraph) -> None:
+        self._run_graphs[run_id] = graph
+        if len(self._run_graphs) > RUN_GRAPHS_KEPT:  # oldest runs fall back to the registry
+            del self._run_graphs[next(iter(self._run_graphs))]
+
+    def inherit_run_graph(self, parent_id: str, child_id: str, fallback: ExecutableGraph) -> None:
+        """A continuation runs with the graph object its parent ran with here."""
+        self.remember_run(child_id, self._run_graphs.get(parent_id, fallback))
+
+    def remember_model(self, ref: str, model: type[BaseModel]) -> None:
+        """An interrupt's answer model, defined perhaps where no import can reach it."""
+        self._models[ref] = model
+
+    def model(self, ref: str) -> type[BaseModel] | None:
+        return self._models.get(ref) or resolve_model(ref)
