@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..core.errors import GraphError, Problem
-from .spec import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
+from .definitions import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 _CTX_NAMES = {"ctx", "context"}
 _ID = re.compile(r"[\w.-]+")  # letters (any script), digits, _ . -
