@@ -18,10 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import ErrorClass, GraphError, InvalidRequest, Problem
-from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
-from .refs import resolve_callable
+from .definitions import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
+from .locate import resolve_callable
 from .validate import build
-from ..core.jsonvalues import JSON
 
 
 class Registry:
