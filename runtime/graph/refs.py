@@ -7,14 +7,14 @@ objects by reference lives in ``locate`` (plans need it too); ``resolve_callable
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from ..core.errors import GraphError, InvalidRequest, Problem
+from ..core.errors import InvalidRequest
 from .builder import Graph
 from .definitions import ExecutableGraph
 from .locate import import_ref, resolve_callable, resolve_model
 from .plan import compile_plan
+from .loader import load_plan_file
 
 __all__ = ["resolve_callable", "resolve_model", "resolve_ref"]
 
@@ -24,13 +24,7 @@ def resolve_ref(ref: str) -> ExecutableGraph:
     ``.json`` plan file. Raises ``GraphError`` for invalid graphs, ``InvalidRequest`` otherwise."""
     is_file = ref.endswith(".json") and ":" not in ref
     if is_file:
-        try:
-            doc = json.loads(Path(ref).read_text())
-        except OSError as e:
-            raise InvalidRequest(f"cannot read plan {ref}: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise GraphError([Problem(f"{ref}:{e.lineno}:{e.colno}", f"not valid JSON: {e.msg}")]) from None
-        graph = compile_plan(doc)
+        graph = compile_plan(load_plan_file(ref))
     else:
         obj = import_ref(ref)
         if isinstance(obj, Graph):

@@ -1,16 +1,19 @@
-"""Bad input at the graph's edge (plans, decorator options) is refused with
+"""Bad input at the graph's edge (plans, plan files, decorator options) is refused with
 located problems before anything runs or is written."""
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runtime import Graph, GraphError, RetryPolicy, compile_plan
+from runtime.errors import InvalidRequest
+from runtime.graph.refs import resolve_ref
 from server.cli import main
 
 NOTHING = None  # a module attribute a plan can name that is not a function
@@ -179,3 +182,46 @@ def test_decorator_args_nested_far_too_deep_are_located():
     g.add_node("a", takes, args={"x": nested(DEEP)})
     found = compile_problems(g)
     assert len(found) == 1 and found[0].endswith(" args: nested more than 100 levels deep")
+
+
+# --- plan files ----------------------------------------------------------------------------
+
+def test_plan_file_that_is_not_utf8_names_the_file(tmp_path: Path):
+    path = tmp_path / "plan.json"
+    path.write_bytes(b'{"name": "p\xff"}')
+    with pytest.raises(InvalidRequest) as e:
+        resolve_ref(str(path))
+    assert str(e.value) == f"cannot read plan {path}: not UTF-8 text (byte 0xff at offset 11)"
+
+
+def test_plan_file_nested_far_too_deep_names_the_file(tmp_path: Path):
+    path = tmp_path / "plan.json"
+    path.write_text("[" * DEEP + "]" * DEEP)
+    with pytest.raises(GraphError) as e:
+        resolve_ref(str(path))
+    assert [str(p) for p in e.value.problems] == [
+        f"{path}: JSON nested too deeply (a plan may nest at most 100 levels)"]
+
+
+def test_plan_file_with_an_integer_over_the_digit_limit_names_the_file(tmp_path: Path):
+    limit = sys.get_int_max_str_digits()
+    path = tmp_path / "plan.json"
+    path.write_text('{"name": "p", "nodes": [], "n": ' + "7" * (limit + 1) + "}")
+    with pytest.raises(GraphError) as e:
+        resolve_ref(str(path))
+    assert [str(p) for p in e.value.problems] == [f"{path}: JSON holds an integer longer than {limit} digits"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"name": "\xfe"}', "not UTF-8 text"),
+    (b"[" * DEEP + b"]" * DEEP, "JSON nested too deeply"),
+    (b'{"n": ' + b"9" * 5000 + b"}", "JSON holds an integer longer than"),
+])
+def test_cli_reports_an_unusable_plan_file_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      content: bytes, message: str):
+    path = tmp_path / "plan.json"
+    path.write_bytes(content)
+    assert main(["run", str(path), "--db", str(tmp_path / "runs.db")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert str(path) in err and message in err
