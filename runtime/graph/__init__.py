@@ -3,6 +3,7 @@
 Pure: turns declarations into an immutable ``ExecutableGraph``; imports only ``core``.
 """
 
-from .spec import AnyState, ExecutableGraph, Graph, NodeDecl, NodeSpec, RetryPolicy
+from .builder import Graph
+from .definitions import AnyState, ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 __all__ = ["AnyState", "ExecutableGraph", "Graph", "NodeDecl", "NodeSpec", "RetryPolicy"]

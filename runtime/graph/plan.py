@@ -13,15 +13,15 @@ the Python builder and is validated the same way: every problem at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ..core.errors import ErrorClass, GraphError, InvalidRequest, Problem
-from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
-from .refs import resolve_callable
-from .validate import build
-from ..core.jsonvalues import JSON
+from .definitions import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
+from .locate import resolve_callable
+from .validate import MAX_NESTING, build, nesting_path, show
 
 
 class Registry:
@@ -42,12 +42,24 @@ class Registry:
         return model
 
 
+def _not_bool(value: Any) -> Any:
+    # JSON true/false would otherwise pass as 1 and 0
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_not_number", "Input should be a number, not a boolean")
+    return value
+
+
+#: numbers in a plan: no booleans, and no NaN or infinity (they would act as "no limit")
+_Count = Annotated[int, BeforeValidator(_not_bool)]
+_Seconds = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
+
+
 class _Retry(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_attempts: int = Field(3, ge=1)
-    initial_interval: float = Field(0.5, ge=0)
-    backoff: float = Field(2.0, ge=1)
-    max_interval: float = Field(30.0, ge=0)
+    max_attempts: _Count = Field(3, ge=1)
+    initial_interval: _Seconds = Field(0.5, ge=0)
+    backoff: _Seconds = Field(2.0, ge=1)
+    max_interval: _Seconds = Field(30.0, ge=0)
     retry_on: list[ErrorClass] = [ErrorClass.TRANSIENT, ErrorClass.DEADLINE]
 
 
@@ -58,7 +70,7 @@ class _Node(BaseModel):
     args: dict[str, Any] = {}
     after: list[str] = []
     when: str | None = None
-    timeout: float | None = None
+    timeout: Annotated[_Seconds, Field(gt=0)] | None = None
     retry: _Retry | None = None
 
 
@@ -72,6 +84,9 @@ class _Plan(BaseModel):
 def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> ExecutableGraph:
     """Validate and compile a plan; ``GraphError`` lists every problem with its location."""
     registry = registry or Registry()
+    deep = nesting_path(plan)
+    if deep is not None:  # checked first: everything below walks the plan recursively
+        raise GraphError([Problem(_loc(tuple(deep[:4]), plan), f"nested more than {MAX_NESTING} levels deep")])
     try:
         doc = _Plan.model_validate(plan)
     except ValidationError as e:
@@ -80,10 +95,11 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
     problems: list[Problem] = []
     state: type[BaseModel] = AnyState
     if doc.state is not None:
+        before = len(problems)
         found = _lookup(doc.state, registry.states, "state", problems, "state")
         if isinstance(found, type) and issubclass(found, BaseModel):
             state = found
-        elif found is not None:
+        elif len(problems) == before:
             problems.append(Problem("state", f"{doc.state!r} is not a pydantic model"))
 
     decls: list[NodeDecl] = []
@@ -92,17 +108,19 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
             node = _Node.model_validate(raw)
         except ValidationError as e:
             problems.extend(Problem(_loc(("nodes", i, *err["loc"]), plan), err["msg"]) for err in e.errors())
+            if isinstance(raw, dict):
+                _check_names(raw, _loc(("nodes", i), plan), registry, problems)
             node_id = raw.get("id") if isinstance(raw, dict) else None
             if isinstance(node_id, str):  # keep the id known, so its dependents are not misreported
                 decls.append(NodeDecl(name=node_id, fn=_unresolved, location=f"nodes[{i}] ({node_id!r})",
                                       retry=NO_RETRY))
             continue
         where = f"nodes[{i}] ({node.id!r})"
-        fn = _lookup(node.fn, registry.functions, f"{where}.fn", problems, "function")
-        when = _lookup(node.when, registry.functions, f"{where}.when", problems, "predicate") if node.when else None
+        fn = _callable(node.fn, registry, f"{where}.fn", problems, "function")
+        when = _callable(node.when, registry, f"{where}.when", problems, "predicate") if node.when else None
         retry = RetryPolicy(**{**node.retry.model_dump(), "retry_on": frozenset(node.retry.retry_on)}) if node.retry else NO_RETRY
         decls.append(NodeDecl(
-            name=node.id, fn=fn if callable(fn) else _unresolved, after=tuple(node.after), retry=retry,
+            name=node.id, fn=fn or _unresolved, after=tuple(node.after), retry=retry,
             timeout=node.timeout, when=when, args=node.args, location=where,
             fn_ref=node.fn, when_ref=node.when,
         ))
@@ -113,6 +131,29 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
     if problems:
         raise GraphError(problems)
     return graph
+
+
+def _check_names(raw: Mapping[str, Any], where: str, registry: Registry, problems: list[Problem]) -> None:
+    """Check the functions a malformed node names too, so fixing its fields reveals nothing new."""
+    for key, what in (("fn", "function"), ("when", "predicate")):
+        name = raw.get(key)
+        if isinstance(name, str):
+            _callable(name, registry, f"{where}.{key}", problems, what)
+
+
+def _callable(name: str, registry: Registry, where: str, problems: list[Problem],
+              what: str) -> Callable[..., Any] | None:
+    """The function ``name`` stands for, or None with the reason added to ``problems``."""
+    before = len(problems)
+    found = _lookup(name, registry.functions, where, problems, what)
+    if len(problems) > before:
+        return None
+    if not callable(found):  # e.g. "os:sep": it imports, but a run could never call it
+        problems.append(Problem(where, f"{name!r} is a {type(found).__name__}, not a {what}: "
+                                       f"{show(found)}"))
+        return None
+    fn: Callable[..., Any] = found
+    return fn
 
 
 def _unresolved(state: Any, **_: Any) -> None:  # stands in for an unknown function during validation
@@ -140,7 +181,9 @@ def _loc(loc: tuple[Any, ...], plan: Mapping[str, Any]) -> str:
     if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int):
         try:
             node_id = plan["nodes"][loc[1]].get("id")
-            out = out.replace(f"nodes[{loc[1]}]", f"nodes[{loc[1]}] ({node_id!r})", 1)
         except (KeyError, IndexError, AttributeError, TypeError):
-            pass
+            return out
+        if isinstance(node_id, (str, int, float, type(None))):  # a container id could be huge
+            label = repr(node_id) if isinstance(node_id, str) else show(node_id)
+            out = out.replace(f"nodes[{loc[1]}]", f"nodes[{loc[1]}] ({label})", 1)
     return out or "plan"

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import heapq
 import inspect
+import math
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..core.errors import GraphError, Problem
-from .spec import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
+from .definitions import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 _CTX_NAMES = {"ctx", "context"}
 _ID = re.compile(r"[\w.-]+")  # letters (any script), digits, _ . -
+
+#: how deeply a plan or a node's args may nest; deeper values would exhaust the stack of
+#: the recursive code that hashes, stores and prints them
+MAX_NESTING = 100
 
 
 def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> ExecutableGraph:
@@ -80,24 +86,84 @@ def _check_node(d: NodeDecl, problems: list[Problem]) -> NodeSpec | None:
     if not callable(d.fn):
         problems.append(Problem(d.location, f"node function {d.fn!r} is not callable"))
         return None
-    if d.timeout is not None and (not isinstance(d.timeout, (int, float)) or d.timeout <= 0):
-        problems.append(Problem(d.location, f"timeout must be a positive number of seconds, got {d.timeout!r}"))
+    if d.timeout is not None and not (finite_number(d.timeout) and d.timeout > 0):
+        problems.append(Problem(f"{d.location} timeout", "timeout must be a positive number of seconds "
+                                                         f"(finite, not a bool), got {show(d.timeout)}"))
     if d.when is not None and not callable(d.when):
         problems.append(Problem(d.location, f"when= must be a callable taking the state, got {d.when!r}"))
     elif d.when is not None and _is_async(d.when):
         problems.append(Problem(d.location, "when= must be a plain function, not async: it decides "
                                             "from the state alone"))
-    retry = d.retry
-    if not isinstance(retry, RetryPolicy) or retry.max_attempts < 1 or retry.initial_interval < 0:
-        problems.append(Problem(d.location, f"retry must be a RetryPolicy with max_attempts >= 1, got {retry!r}"))
+    _check_retry(d, problems)
+    deep = nesting_path(d.args)
+    if deep is not None:
+        problems.append(Problem(f"{d.location} args", f"nested more than {MAX_NESTING} levels deep"))
+        return None
     wants_ctx, bound = _check_signature(d, problems)
     if len(problems) > before:
         return None
     return NodeSpec(
-        name=d.name, fn=d.fn, after=tuple(d.after), retry=retry, timeout=d.timeout, when=d.when,
+        name=d.name, fn=d.fn, after=tuple(d.after), retry=d.retry, timeout=d.timeout, when=d.when,
         args=dict(d.args), bound=bound, is_async=_is_async(d.fn), wants_ctx=wants_ctx,
         fn_ref=d.fn_ref, when_ref=d.when_ref, location=d.location,
     )
+
+
+def _check_retry(d: NodeDecl, problems: list[Problem]) -> None:
+    """Every bad field of the retry policy, each located: NaN or infinite intervals would
+    silently mean "retry at once" or "never again"."""
+    retry = d.retry
+    if not isinstance(retry, RetryPolicy):
+        problems.append(Problem(d.location, f"retry must be a RetryPolicy with max_attempts >= 1, got {retry!r}"))
+        return
+    attempts = retry.max_attempts
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        problems.append(Problem(f"{d.location} retry.max_attempts",
+                                f"must be a whole number >= 1, got {show(attempts)}"))
+    for name in ("initial_interval", "backoff", "max_interval"):
+        value = getattr(retry, name)
+        if not (finite_number(value) and value >= 0):
+            problems.append(Problem(f"{d.location} retry.{name}",
+                                    f"must be a finite number >= 0 (not a bool), got {show(value)}"))
+
+
+def finite_number(value: object) -> bool:
+    """A real number, not a bool, that is finite as a float (NaN and ±inf are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def show(value: object) -> str:
+    """``repr`` for a message, kept short; some values cannot be shown at all (an int over
+    Python's digit limit, a structure nested past the recursion limit)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def nesting_path(value: Any, limit: int = MAX_NESTING) -> list[object] | None:
+    """The path (keys and indexes) to a point more than ``limit`` containers deep inside
+    ``value``, or None. Iterative, so it cannot itself run out of stack; a value that
+    contains itself counts as too deep."""
+    stack: list[tuple[Any, list[object]]] = [(value, [])]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, Mapping):
+            children: list[tuple[object, Any]] = list(item.items())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            children = list(enumerate(item))
+        else:
+            continue
+        if len(path) >= limit:
+            return path
+        stack.extend((child, [*path, key]) for key, child in children)
+    return None
 
 
 def _is_async(fn: object) -> bool:
