@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from ..core.jsonvalues import to_json
 from ..core.errors import InvalidRequest, LeaseLost
-from ..graph.refs import resolve_callable
+from ..graph.locate import resolve_callable
 from ..history.lineage import continuations, continued_chain
 from ..core.records import (
     COMPENSATION_STATUSES,

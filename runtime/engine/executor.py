@@ -15,7 +15,7 @@ from typing import Any
 from .context import NodeContext
 from .scope import AttemptScope
 from ..core.errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
-from ..graph.spec import NodeSpec
+from ..graph import NodeSpec
 
 
 class OutcomeKind(StrEnum):

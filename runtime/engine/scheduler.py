@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..graph.spec import ExecutableGraph
+from ..graph import ExecutableGraph
 from ..core.states import FINISHED_NODE, NodeStatus
 
 N = NodeStatus

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .definitions import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
+from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
 from .validate import build
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from ..core.errors import ErrorClass, GraphError, InvalidRequest, Problem
-from .definitions import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
+from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
 from .locate import resolve_callable
 from .validate import MAX_NESTING, build, nesting_path, show
 

@@ -1,8 +1,7 @@
 """Find graphs by reference: ``package.module:attribute`` or a plan ``.json`` file.
 
 The top of the graph layer: it may use both the builder and plans. Finding plain
-objects by reference lives in ``locate`` (plans need it too); ``resolve_callable`` and
-``resolve_model`` are named here as well, where other layers import them from.
+objects by reference (functions, answer models) lives in ``locate``: plans need it too.
 """
 
 from __future__ import annotations
@@ -11,12 +10,12 @@ from pathlib import Path
 
 from ..core.errors import InvalidRequest
 from .builder import Graph
-from .definitions import ExecutableGraph
-from .locate import import_ref, resolve_callable, resolve_model
-from .plan import compile_plan
 from .loader import load_plan_file
+from .locate import import_ref
+from .plan import compile_plan
+from .spec import ExecutableGraph
 
-__all__ = ["resolve_callable", "resolve_model", "resolve_ref"]
+__all__ = ["resolve_ref"]
 
 
 def resolve_ref(ref: str) -> ExecutableGraph:

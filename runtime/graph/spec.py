@@ -1,12 +1,194 @@
-"""The graph layer's public types under the path other layers import them from.
+"""The graph layer's data types: node declarations, retry policies, compiled nodes and
+the immutable ``ExecutableGraph``.
 
-The data types live in ``definitions`` and the decorator builder in ``builder``; this
-module only names them together, so ``runtime.graph.spec.Graph`` keeps working.
+Only data lives here, so that validation (which builds these) and the builders (which
+call validation) can both import it without importing each other.
 """
 
 from __future__ import annotations
 
-from .builder import Graph
-from .definitions import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
-__all__ = ["NO_RETRY", "AnyState", "ExecutableGraph", "Graph", "NodeDecl", "NodeSpec", "RetryPolicy"]
+from pydantic import BaseModel, ConfigDict
+
+from ..core.errors import ErrorClass
+from .reducers import Reducer, last_value, reducers_for
+
+
+class AnyState(BaseModel):
+    """State used when a graph declares none: any field, last-value everywhere."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how soon a failed attempt is tried again, by error class."""
+
+    max_attempts: int = 3
+    initial_interval: float = 0.5
+    backoff: float = 2.0
+    max_interval: float = 30.0
+    retry_on: frozenset[ErrorClass] = frozenset({ErrorClass.TRANSIENT, ErrorClass.DEADLINE})
+
+    def delay(self, failed_attempt: int) -> float:
+        """Seconds to wait after attempt number ``failed_attempt`` (1-based) failed."""
+        return min(self.max_interval, self.initial_interval * self.backoff ** (failed_attempt - 1))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_interval": self.initial_interval,
+            "backoff": self.backoff,
+            "max_interval": self.max_interval,
+            "retry_on": sorted(self.retry_on),
+        }
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDecl:
+    """A node as declared, before validation (from a decorator or a plan entry)."""
+
+    name: Any
+    fn: Any
+    after: Any = ()
+    retry: Any = None
+    timeout: Any = None
+    when: Any = None
+    args: Any = field(default_factory=dict)
+    response: Any = None
+    location: str = ""
+    fn_ref: str = ""
+    when_ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A validated node of a compiled graph."""
+
+    name: str
+    fn: Callable[..., Any]
+    after: tuple[str, ...]
+    retry: RetryPolicy
+    timeout: float | None
+    when: Callable[[Any], bool] | None
+    args: Mapping[str, Any]        # as declared (JSON, part of the structure)
+    bound: Mapping[str, Any]       # converted to the function's annotated types, passed on call
+    is_async: bool
+    wants_ctx: bool
+    fn_ref: str
+    when_ref: str | None
+    location: str
+
+    def structure(self) -> dict[str, Any]:
+        """What identifies the node in a graph version (defaults left out, to stay small)."""
+        out: dict[str, Any] = {"name": self.name, "fn": self.fn_ref}
+        if self.after:
+            out["after"] = sorted(self.after)
+        if self.args:
+            out["args"] = dict(self.args)
+        if self.when_ref:
+            out["when"] = self.when_ref
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        if self.retry != NO_RETRY:
+            out["retry"] = self.retry.to_json()
+        return out
+
+
+class ExecutableGraph:
+    """An immutable, validated graph: nodes, dependencies, canonical order, reducers.
+
+    Build it with ``Graph.compile()`` (builder) or ``compile_plan()`` (plan); both validate first.
+    """
+
+    __slots__ = ("name", "state_model", "nodes", "order", "index", "reducers", "version", "ref",
+                 "_ancestors", "_children", "_frozen")
+
+    def __init__(self, name: str, state_model: type[BaseModel], nodes: Sequence[NodeSpec],
+                 order: Sequence[str]):
+        self.name = name
+        self.state_model = state_model
+        self.ref: str | None = None   # where it can be imported from, when known (for resume elsewhere)
+        self.nodes: Mapping[str, NodeSpec] = {n.name: n for n in nodes}
+        self.order: tuple[str, ...] = tuple(order)
+        self.index: Mapping[str, int] = {n: i for i, n in enumerate(self.order)}
+        self.reducers: Mapping[str, Reducer] = reducers_for(state_model)
+        children: dict[str, list[str]] = {n: [] for n in self.order}
+        for n in nodes:
+            for d in n.after:
+                children[d].append(n.name)
+        self._children: Mapping[str, tuple[str, ...]] = {
+            k: tuple(sorted(v, key=self.index.__getitem__)) for k, v in children.items()}
+        # Ancestor sets as bitmasks over canonical positions: cheap to test and to iterate.
+        anc: dict[str, int] = {}
+        for name in self.order:
+            mask = 0
+            for d in self.nodes[name].after:
+                mask |= anc[d] | (1 << self.index[d])
+            anc[name] = mask
+        self._ancestors: Mapping[str, int] = anc
+        self.version = self._structural_hash()
+        self.nodes = MappingProxyType(dict(self.nodes))
+        self.index = MappingProxyType(dict(self.index))
+        self.reducers = MappingProxyType(dict(self.reducers))
+        self._children = MappingProxyType(self._children)
+        self._ancestors = MappingProxyType(self._ancestors)
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # compiled graphs are values: only ``ref`` (where it can be imported from) is settable
+        if getattr(self, "_frozen", False) and name != "ref":
+            raise AttributeError(f"ExecutableGraph is immutable; cannot set {name!r}")
+        object.__setattr__(self, name, value)
+
+    def _structural_hash(self) -> str:
+        doc = {
+            "name": self.name,
+            "state": self.state_model.model_json_schema(),
+            "nodes": [self.nodes[n].structure() for n in sorted(self.nodes)],
+        }
+        raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+    def reducer(self, field_name: str) -> Reducer:
+        return self.reducers.get(field_name, last_value)
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        """True when ``a`` must finish before ``b`` can start (transitively)."""
+        return bool(self._ancestors[b] >> self.index[a] & 1)
+
+    def ancestor_mask(self, node: str) -> int:
+        """Ancestors of ``node`` as a bitmask over canonical positions."""
+        return self._ancestors[node]
+
+    def ancestors(self, node: str) -> list[str]:
+        """Ancestors of ``node`` in canonical order."""
+        mask = self._ancestors[node]
+        return [n for i, n in enumerate(self.order) if mask >> i & 1]
+
+    def children(self, node: str) -> tuple[str, ...]:
+        return self._children[node]
+
+    def canonical(self, names: Sequence[str]) -> list[str]:
+        return sorted(names, key=self.index.__getitem__)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON description of the structure (for stores, exports and the UI)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "order": list(self.order),
+            "nodes": [self.nodes[n].structure() for n in self.order],
+        }
+
+    def __repr__(self) -> str:
+        return f"<ExecutableGraph {self.name!r} v{self.version} {len(self.order)} nodes>"

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..core.errors import GraphError, Problem
-from .definitions import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
+from .spec import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 _CTX_NAMES = {"ctx", "context"}
 _ID = re.compile(r"[\w.-]+")  # letters (any script), digits, _ . -

