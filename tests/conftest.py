@@ -27,4 +27,4 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpoint
 def rt(store: CheckpointStore) -> Iterator[Runtime]:
     runtime = Runtime(store=store, max_concurrency=4)
     yield runtime
-    runtime._pool.shutdown(wait=False, cancel_futures=True)
+    runtime.close()

@@ -11,9 +11,9 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from ..core.errors import InvalidRequest, LeaseLost
+from ..core.errors import InvalidAnswer, InvalidRequest, LeaseLost
 from ..core.jsonvalues import JSON
-from ..core.records import COMPENSATION_STATUSES, Checkpoint, CheckpointSource, Run, RunKind
+from ..core.records import COMPENSATION_STATUSES, Checkpoint, CheckpointSource, InterruptStatus, Run, RunKind
 from ..core.states import RESUME_PATHS, TERMINAL_RUN, ResumePath, RunEvent, RunStatus
 from ..graph import ExecutableGraph
 from ..history.creation import branch_statuses, inherited_of, insert_run, renew_limits
@@ -76,6 +76,10 @@ class Driver:
         if path == ResumePath.ANSWER:
             return await self.answer(run, answer, answers)
         if answering:
+            if any(i.status == InterruptStatus.ANSWERED for i in self.store.interrupts(run_id)):
+                # most likely another caller answered first
+                raise InvalidAnswer(f"run {run_id} has no pending interrupt: it was already answered "
+                                    f"(the run is now {run.status.value})")
             raise InvalidRequest(f"run {run_id} is {run.status.value}, not interrupted: there is nothing to answer")
         if path == ResumePath.CONTINUE:
             new, first, graph = self.continuation(run)
@@ -97,7 +101,7 @@ class Driver:
         try:
             loop = self.take_lease(run, RunEvent.RESUME, answered=checked)
         except LeaseLost:
-            raise InvalidRequest(f"run {run.id} was already answered by another caller") from None
+            raise InvalidAnswer(f"run {run.id} was already answered by another caller") from None
         return await self.finished(await loop.drive())
 
     def continuation(self, parent: Run) -> tuple[Run, Checkpoint, ExecutableGraph]:

@@ -77,11 +77,7 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
     if input is not None and not isinstance(input, Mapping):
         raise InvalidRequest(f"input must be an object of state fields, got {type(input).__name__}")
     given = dict(input or {})
-    if model.model_config.get("extra") != "allow":
-        unknown = sorted(str(k) for k in given if k not in model.model_fields)
-        if unknown:
-            raise InvalidRequest(f"input names unknown state field(s) {', '.join(map(repr, unknown))}; "
-                                 f"{model.__name__} has: {', '.join(model.model_fields)}")
+    refuse_unknown_fields(model, given, "input")
     try:
         state = model.model_validate(given).model_dump(mode="json")
     except ValidationError as e:
@@ -92,6 +88,17 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
         return to_json(state, "input")  # type: ignore[no-any-return]
     except NodeError as e:   # NaN or infinity: no JSON form
         raise InvalidRequest(str(e)) from None
+
+
+def refuse_unknown_fields(model: type[BaseModel], given: Mapping[str, JSON], what: str) -> None:
+    """``InvalidRequest`` naming the fields the state model does not have (unless it
+    takes extra fields): a typo must not be silently dropped."""
+    if model.model_config.get("extra") == "allow":
+        return
+    unknown = sorted(str(k) for k in given if k not in model.model_fields)
+    if unknown:
+        raise InvalidRequest(f"{what} names unknown state field(s) {', '.join(map(repr, unknown))}; "
+                             f"{model.__name__} has: {', '.join(model.model_fields)}")
 
 
 def new_limits(now: float, *, deadline: Any = None, max_steps: Any = None, max_tokens: Any = None,

@@ -29,7 +29,7 @@ from ..core.states import NodeStatus, RunStatus
 from ..engine.deps import EngineDeps
 from ..graph import ExecutableGraph
 from ..graph.reducers import fold
-from ..history.creation import branch_statuses, inherited_of, insert_run, renew_limits
+from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
 from ..history.lineage import continued_chain, writes_lineage
 from ..history.state import state_json
 
@@ -42,11 +42,7 @@ def apply_patch(graph: ExecutableGraph, base: Mapping[str, JSON], patch: Any) ->
     model = graph.state_model
     if not isinstance(patch, Mapping):
         raise InvalidRequest(f"a patch is an object of state fields, got {type(patch).__name__}")
-    if model.model_config.get("extra") != "allow":
-        unknown = sorted(str(k) for k in patch if k not in model.model_fields)
-        if unknown:
-            raise InvalidRequest(f"patch names unknown state field(s) {', '.join(map(repr, unknown))}; "
-                                 f"{model.__name__} has: {', '.join(model.model_fields)}")
+    refuse_unknown_fields(model, patch, "patch")
     try:
         checked = model.model_validate({**base, **to_json(dict(patch), "patch")})
     except NodeError as e:  # a value with no JSON form

@@ -1,0 +1,135 @@
+"""Bad input to the Runtime's API is refused with an error that names the problem,
+and nothing is written: NaN and infinities, fractional counts, unknown input fields,
+patches that are not objects, and a resume that lost a race."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from runtime import Graph, InvalidAnswer, InvalidRequest, NodeContext, Runtime, RunStatus
+
+
+class S(BaseModel):
+    n: int = 0
+    x: float = 0.0
+    notes: list[str] = []
+
+
+def one_node() -> Graph:
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: {"n": s.n + 1})
+    return g
+
+
+async def nothing_stored(rt: Runtime) -> bool:
+    return await rt.runs() == []
+
+
+@pytest.mark.parametrize("option, value", [
+    ("deadline", math.nan), ("deadline", math.inf), ("deadline", -1.0), ("deadline", True),
+    ("max_steps", 1.5), ("max_steps", 0), ("max_steps", math.nan),
+    ("max_tokens", 2.5), ("max_cost", math.inf), ("max_cost", math.nan),
+    ("max_concurrency", 0.5), ("max_concurrency", -2),
+])
+async def test_a_limit_that_is_not_a_positive_finite_number_is_refused(rt: Runtime, option, value):
+    with pytest.raises(InvalidRequest, match=option):
+        await rt.start(one_node(), {}, **{option: value})
+    assert await nothing_stored(rt)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, float("1e400")])
+async def test_an_input_holding_nan_or_infinity_is_refused_naming_the_field(rt: Runtime, value):
+    with pytest.raises(InvalidRequest, match="x"):
+        await rt.start(one_node(), {"x": value})
+    assert await nothing_stored(rt)
+
+
+async def test_an_input_with_an_unknown_field_is_refused_like_a_patch(rt: Runtime):
+    with pytest.raises(InvalidRequest, match="unknown state field.*'colour'"):
+        await rt.start(one_node(), {"n": 1, "colour": "red"})
+    assert await nothing_stored(rt)
+
+
+async def test_a_state_model_that_allows_extra_fields_accepts_them_in_the_input(rt: Runtime):
+    class Open(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        n: int = 0
+
+    g = Graph("open", state=Open)
+    g.add_node("a", lambda s: None)
+    run = await rt.start(g, {"colour": "red"})
+    assert run.status == RunStatus.SUCCEEDED and run.input["colour"] == "red"
+
+
+async def test_an_input_that_is_not_an_object_is_refused(rt: Runtime):
+    with pytest.raises(InvalidRequest, match="object of state fields"):
+        await rt.start(one_node(), [1, 2])  # type: ignore[arg-type]
+    assert await nothing_stored(rt)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5])
+async def test_listing_runs_refuses_a_limit_below_one(rt: Runtime, limit):
+    with pytest.raises(InvalidRequest, match="limit"):
+        await rt.runs(limit=limit)
+
+
+async def first_checkpoint(rt: Runtime) -> tuple[str, str]:
+    run = await rt.start(one_node(), {})
+    return run.id, (await rt.history(run.id))[0].id
+
+
+@pytest.mark.parametrize("patch", [[], [1, 2], "n=3", 7])
+async def test_a_patch_that_is_not_an_object_is_refused_not_ignored(rt: Runtime, patch):
+    run_id, cp = await first_checkpoint(rt)
+    with pytest.raises(InvalidRequest, match="object of state fields"):
+        await rt.fork(cp, patch=patch)
+    assert [r.id for r in await rt.runs()] == [run_id]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+async def test_a_patch_holding_nan_or_infinity_is_refused(rt: Runtime, value):
+    run_id, cp = await first_checkpoint(rt)
+    with pytest.raises(InvalidRequest, match="x"):
+        await rt.fork(cp, patch={"x": value})
+    assert [r.id for r in await rt.runs()] == [run_id]
+
+
+def approval() -> Graph:
+    g = Graph("ask", state=S)
+
+    @g.node()
+    async def ask(state: S, ctx: NodeContext) -> dict:
+        answer = await ctx.interrupt({"question": "go?"})
+        return {"notes": [str(answer)]}
+
+    return g
+
+
+async def test_the_loser_of_two_simultaneous_answers_is_told_it_was_already_answered(rt: Runtime):
+    run = await rt.start(approval(), {})
+    assert run.status == RunStatus.INTERRUPTED
+    first, second = await asyncio.gather(rt.resume(run.id, "yes"), rt.resume(run.id, "no"),
+                                         return_exceptions=True)
+    assert isinstance(first, type(run)) and first.status == RunStatus.SUCCEEDED
+    assert isinstance(second, InvalidAnswer)
+    assert "already answered" in str(second) and "by id" not in str(second)
+    assert (await rt.get_run(run.id)).status == RunStatus.SUCCEEDED
+
+
+async def test_answering_an_interrupt_by_id_twice_says_it_was_answered(rt: Runtime):
+    run = await rt.start(approval(), {})
+    [pending] = await rt.interrupts(run.id)
+    await rt.resume(run.id, answers={pending.id: "yes"})
+    with pytest.raises(InvalidAnswer, match="already answered"):
+        await rt.resume(run.id, answers={pending.id: "again"})
+
+
+async def test_an_answer_holding_nan_is_refused_and_the_run_stays_paused(rt: Runtime):
+    run = await rt.start(approval(), {})
+    with pytest.raises(InvalidAnswer, match="no JSON form"):
+        await rt.resume(run.id, {"amount": math.nan})
+    assert (await rt.get_run(run.id)).status == RunStatus.INTERRUPTED
