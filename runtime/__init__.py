@@ -45,6 +45,7 @@ from .core.records import (
     WriteKind,
 )
 from .core.states import NodeStatus, RunStatus
+from .core.streams import StreamEvent
 from .engine.compensation import CompensationReport, CompensationStep, StepStatus
 from .engine.context import NodeContext
 from .engine.effects import EffectInfo
@@ -114,6 +115,7 @@ __all__ = [
     "SemanticError",
     "SqlStore",
     "StepStatus",
+    "StreamEvent",
     "SystemClock",
     "TraceEvent",
     "TransientError",

@@ -9,7 +9,7 @@ reports) and ``history`` (run creation, lineage, state at a checkpoint).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,6 +31,7 @@ from .core.records import (
     TraceEvent,
 )
 from .core.states import NodeStatus, RunStatus
+from .core.streams import StreamEvent
 from .engine.answers import MISSING
 from .engine.compensation import CompensationReport, compensate
 from .engine.deps import EngineDeps
@@ -38,6 +39,7 @@ from .engine.driver import Driver
 from .engine.host import CompensationRegistry
 from .engine.leases import make_owner
 from .engine.slots import Slots
+from .engine.streaming import follow, stream_call
 from .graph import ExecutableGraph, Graph
 from .history.creation import insert_run, new_limits, validate_input
 from .history.registry import GraphRegistry, compiled
@@ -179,6 +181,30 @@ class Runtime:
     async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0) -> Run:
         """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED."""
         return await self._driver.cancel(run_id, reason, wait)
+
+    def stream(self, target: Graph | ExecutableGraph | Awaitable[object], input: Mapping[str, JSON] | BaseModel | None = None,
+               **options: Any) -> AsyncIterator[StreamEvent]:
+        """Run a graph (as ``start`` does) and yield its events as they commit:
+        ``run.created`` first (it names the run), node starts and outputs
+        (``node.succeed`` carries the writes), checkpoints, interrupts, ``ctx.emit``
+        payloads, and the run's end or pause.
+
+        ``target`` may also be a call of this Runtime, to stream what it does:
+        ``rt.stream(rt.resume(run_id, answer))``, ``rt.stream(rt.fork(cp))``,
+        ``rt.stream(rt.replay(run_id))``; events of every run the call creates or
+        drives are yielded, in order."""
+        if isinstance(target, (Graph, ExecutableGraph)):
+            return stream_call(self.start(target, input, **options))
+        if input is not None or options:
+            raise InvalidRequest("stream(call) takes the call alone; give the input and options to the call")
+        return stream_call(target)
+
+    def follow(self, run_id: str, *, after_seq: int = 0, poll: float = 0.1) -> AsyncIterator[StreamEvent]:
+        """The stream of a run that another process (or another call) drives, read from
+        the store every ``poll`` seconds until it ends or pauses; the same events as its
+        live stream, except ephemeral ones."""
+        self.store.get_run(run_id)  # NotFound now, not at the first iteration
+        return follow(self.store, run_id, after_seq=after_seq, poll=poll)
 
     def orphaned(self, run: Run) -> bool:
         """A RUNNING run whose process is gone (lease expired or its PID dead here)."""

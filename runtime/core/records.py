@@ -117,6 +117,7 @@ class EventType(StrEnum):
     INTERRUPT_REUSED = "interrupt.reused"    # a replay or continuation re-used a recorded answer
     STATE_PATCHED = "state.patched"          # a fork's patch, recorded as its own checkpoint
     USAGE = "usage"                          # tokens/cost an attempt reported
+    CUSTOM = "custom"                        # a node's ctx.emit(payload)
 
     @classmethod
     def of_node(cls, event: NodeEvent) -> EventType:

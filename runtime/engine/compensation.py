@@ -29,6 +29,7 @@ from ..core.records import (
     TraceEvent,
 )
 from ..core.states import RunStatus
+from ..core.streams import publish
 from ..core.jsonvalues import JSON
 
 from .deps import EngineDeps
@@ -188,6 +189,7 @@ class _Recorder:
         batch = Batch(run_id=self.run.id, fence=self.run.fence, run=self.run, effects=[entry],
                       events=[event], durable=True)
         self.store.commit(batch)
+        publish(self.run.id, [event])
 
     def release(self) -> None:
         self.run = self.run.evolve(lease_owner=None, lease_expires_at=None)

@@ -28,6 +28,7 @@ class NodeHost(JournalHost, Protocol):
     thread_id: str
 
     def add_usage(self, scope: AttemptScope, tokens: int, cost: float) -> None: ...
+    def emit(self, scope: AttemptScope, payload: JSON, ephemeral: bool) -> None: ...
     def remember_model(self, ref: str, model: type[BaseModel]) -> None: ...
 
 
@@ -69,7 +70,7 @@ class NodeContext:
     def effect(self, name: str, fn: Callable[..., Any], *, request: JSON = None,
                key: str | None = None, compensate: Callable[..., Any] | None = None,
                idempotent: bool = False) -> Any:
-        """Run an external side effect at most once per lineage; see ``runtime.effects``.
+        """Run an external side effect at most once per lineage; see ``runtime.engine.effects``.
 
         ``fn()`` (or ``fn(info)`` to read ``info.key`` and ``info.deadline``) may be sync or
         async. Its JSON result is recorded and served on every later execution.
@@ -93,6 +94,20 @@ class NodeContext:
         """Report model usage; the run fails with ``limit_exceeded`` past its budget."""
         self._check_alive()
         self._host.add_usage(self._scope, tokens, cost)
+
+    def emit(self, payload: JSON, *, ephemeral: bool = False) -> None:
+        """Send a custom event (progress, a model's token chunk) to whoever streams the run.
+
+        Recorded in the trace, and so visible to a follower in another process, unless
+        ``ephemeral``; an ephemeral event is only delivered live. Never blocks: in an
+        ``async def`` node call it without ``await``; from a sync node it is handed to
+        the run's event loop in order."""
+        self._check_alive()
+        value = to_json(payload, "emitted payload")
+        if threading.get_ident() == self._loop_thread:
+            self._host.emit(self._scope, value, ephemeral)
+        else:
+            self._event_loop.call_soon_threadsafe(self._host.emit, self._scope, value, ephemeral)
 
     async def _interrupt(self, payload: JSON, response: type[BaseModel] | None) -> Any:
         slot = str(self._scope.interrupts)

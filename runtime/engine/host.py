@@ -27,6 +27,7 @@ from ..core.records import (
     InterruptStatus,
     JournalEntry,
 )
+from ..core.streams import CUSTOM, StreamEvent
 from ..history.registry import GraphRegistry
 from .decisions import budget_exceeded
 from .recorder import Recorder
@@ -77,6 +78,8 @@ class RunHost:
                 self.interrupts[(i.node, i.slot, i.kind)] = i
         #: why the run's token/cost budget is exhausted, once it is
         self.over_budget: str | None = budget_exceeded(run.limits, rec.usage)
+        #: wakes the run loop, so a recorded event does not wait for the next heartbeat
+        self.wake: Callable[[], None] = lambda: None
 
     @property
     def run_id(self) -> str:
@@ -172,6 +175,20 @@ class RunHost:
                 closed = replace(intr, status=InterruptStatus.CANCELLED)
                 self.interrupts[key] = closed
                 self.rec.batch.interrupts.append(closed)
+
+    # ------------------------------------------------------------------ custom events
+
+    def emit(self, scope: AttemptScope, payload: JSON, ephemeral: bool) -> None:
+        """A node's custom event: recorded in the trace (and streamed once committed),
+        or, ``ephemeral``, only delivered to whoever streams the run right now."""
+        if scope.abandoned:
+            return
+        if ephemeral:
+            self.rec.publish_now(StreamEvent(self.run_id, self.rec.seq, CUSTOM, scope.node, scope.attempt,
+                                             {"payload": payload}, self.now(), ephemeral=True))
+            return
+        self.rec.emit(EventType.CUSTOM, scope.node, scope.attempt, payload=payload)
+        self.wake()  # group commit: it is committed (and streamed) within the window
 
     # ------------------------------------------------------------------ usage and models
 

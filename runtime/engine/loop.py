@@ -64,6 +64,7 @@ class RunLoop:
         self._next_poll = 0.0
         self._done: list[asyncio.Future[Outcome]] = []   # finished attempts not yet collected
         self._waiter = Waiter()
+        self.host.wake = self.wake
         self._starved = False
 
     # what the Runtime's slots see

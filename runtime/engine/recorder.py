@@ -30,6 +30,7 @@ from ..core.records import (
     TraceEvent,
     WriteKind,
 )
+from ..core.streams import SINK, StreamEvent, merge_stream
 from ..core.states import (
     SETTLED_NODE,
     NodeEvent,
@@ -68,6 +69,8 @@ class Recorder:
         self.usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
                       "steps": int(run.usage.get("steps", 0))}
         self.usage_lock = threading.Lock()   # sync nodes report usage from worker threads
+        #: who streams the call driving this run (captured here: node threads have no context)
+        self.sink = SINK.get()
 
     # ------------------------------------------------------------------ events and transitions
 
@@ -183,3 +186,13 @@ class Recorder:
         batch.durable = durable
         self.store.commit(batch)
         self.batch = Batch(run_id=self.run.id, fence=self.run.fence)
+        if self.sink is not None:
+            self.sink(merge_stream(self.run.id, batch.events, batch.checkpoints, batch.writes))
+
+    def publish_now(self, event: StreamEvent) -> None:
+        """Deliver an ephemeral event after everything recorded before it."""
+        if self.sink is None:
+            return
+        if self.batch.events:
+            self.flush()
+        self.sink([event])

@@ -17,6 +17,7 @@ from ..core.env import Environment
 from ..core.errors import InvalidRequest, NodeError
 from ..core.jsonvalues import JSON, problems, to_json
 from ..core.records import Batch, Checkpoint, CheckpointSource, EventType, Run, TraceEvent
+from ..core.streams import publish
 from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..graph import ExecutableGraph
 from ..store.base import CheckpointStore
@@ -49,6 +50,7 @@ def insert_run(store: CheckpointStore, env: Environment, run: Run, statuses: Map
     # not forced to disk: nothing outside has seen the run yet (output-commit rule);
     # the first effect, a pause or the end of the run forces it
     store.create_run(Batch(run_id=run.id, run=run, checkpoints=cps, events=events))
+    publish(run.id, events, cps)
     return run, cps[-1]
 
 

@@ -1,0 +1,65 @@
+"""Streaming a call's runs live, and following a run from the store.
+
+``stream_call`` runs a call (start, resume, fork, replay) in a task of its own whose
+context carries a sink; every commit that call makes — for every run it creates or
+drives — is published there and yielded in order. ``follow`` reads the same records
+back from the store at a polling pace, so another process sees the same sequence
+(ephemeral events excepted: they are never stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import AsyncIterator, Awaitable
+
+from ..core.states import RunStatus
+from ..core.streams import SINK, StreamEvent, merge_stream
+from ..store.base import CheckpointStore
+
+#: a run still to be followed: it may record more events
+_LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+async def stream_call(call: Awaitable[object]) -> AsyncIterator[StreamEvent]:
+    queue: asyncio.Queue[list[StreamEvent] | None] = asyncio.Queue()
+    context = contextvars.copy_context()
+    context.run(SINK.set, queue.put_nowait)
+
+    async def run() -> None:
+        try:
+            await call
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.get_running_loop().create_task(run(), context=context)
+    try:
+        while (items := await queue.get()) is not None:
+            for item in items:
+                yield item
+        await task  # the call's own error, if it raised
+    finally:
+        if not task.done():  # the consumer stopped listening: the call goes on without it
+            await asyncio.shield(task)
+
+
+async def follow(store: CheckpointStore, run_id: str, *, after_seq: int = 0,
+                 poll: float = 0.1) -> AsyncIterator[StreamEvent]:
+    """The run's stream read back from the store, until it stops (ends or pauses)."""
+    last_seq, last_cp = after_seq, -1
+    while True:
+        run = store.get_run(run_id)   # read first: events it counts are already committed
+        events = store.events(run_id, last_seq)
+        if events:
+            top = events[-1].seq
+            cps = [c for c in store.checkpoints(run_id) if c.seq > last_cp and c.event_seq <= top]
+            nodes = {(e.node, e.attempt) for e in events if e.node}
+            writes = [w for w in store.pending_writes(run_id) if (w.node, w.attempt) in nodes]
+            for item in merge_stream(run_id, events, cps, writes):
+                if item.seq > after_seq:
+                    yield item
+            last_seq = top
+            last_cp = max([c.seq for c in cps], default=last_cp)
+        if run.status not in _LIVE and last_seq >= run.event_seq:
+            return
+        await asyncio.sleep(poll)

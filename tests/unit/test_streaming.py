@@ -1,0 +1,163 @@
+"""Streaming: ``rt.stream`` yields a run's events as they commit, in trace order with
+no gap; ``ctx.emit`` sends custom events (recorded, or ephemeral); ``rt.follow``
+reads the same sequence back from the store."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import Graph, NodeContext, NotFound, Runtime, RunStatus, StreamEvent, append
+
+
+class S(BaseModel):
+    n: int = 0
+    log: Annotated[list[str], append] = []
+
+
+def chain(emit_ephemeral: bool = False) -> Graph:
+    g = Graph("streamed", state=S)
+
+    @g.node()
+    async def first(state: S, ctx: NodeContext) -> dict:
+        ctx.emit({"progress": 0.5})
+        if emit_ephemeral:
+            for token in ("he", "llo"):
+                ctx.emit({"token": token}, ephemeral=True)
+        return {"n": 1, "log": ["first"]}
+
+    @g.node(after=["first"])
+    def second(state: S, ctx: NodeContext) -> dict:   # a sync node emits from its thread
+        ctx.emit({"progress": 1.0})
+        return {"log": ["second"]}
+
+    return g
+
+
+def recorded(events: list[StreamEvent]) -> list[StreamEvent]:
+    return [e for e in events if not e.ephemeral]
+
+
+async def collect(stream) -> list[StreamEvent]:
+    return [ev async for ev in stream]
+
+
+async def test_the_stream_starts_with_the_run_id_and_ends_with_the_runs_end(rt: Runtime):
+    events = await collect(rt.stream(chain(), {}))
+    assert events[0].type == "run.created"
+    run_id = events[0].run_id
+    assert all(e.run_id == run_id for e in events)
+    assert [e.type for e in events if e.type.startswith("run.")][-1] == "run.succeed"
+    assert (await rt.get_run(run_id)).status == RunStatus.SUCCEEDED
+
+
+async def test_recorded_stream_events_are_the_trace_in_order_with_no_gap(rt: Runtime):
+    events = recorded(await collect(rt.stream(chain(), {})))
+    trace = await rt.events(events[0].run_id)
+    streamed = [e for e in events if e.type != "checkpoint"]
+    assert [e.seq for e in streamed] == list(range(1, len(trace) + 1))
+    assert [(e.type, e.node, e.attempt) for e in streamed] == [(str(t.type), t.node, t.attempt) for t in trace]
+
+
+async def test_node_outputs_and_checkpoints_are_streamed(rt: Runtime):
+    events = await collect(rt.stream(chain(), {}))
+    succeeded = {e.node: e.data["writes"] for e in events if e.type == "node.succeed"}
+    assert succeeded == {"first": {"n": 1, "log": ["first"]}, "second": {"log": ["second"]}}
+    cps = [e.data["id"] for e in events if e.type == "checkpoint"]
+    assert cps == [cp.id for cp in await rt.history(events[0].run_id)]
+
+
+async def test_emitted_payloads_are_recorded_in_the_trace_from_async_and_sync_nodes(rt: Runtime):
+    events = await collect(rt.stream(chain(), {}))
+    custom = [(e.node, e.data["payload"]) for e in events if e.type == "custom"]
+    assert custom == [("first", {"progress": 0.5}), ("second", {"progress": 1.0})]
+    trace = await rt.events(events[0].run_id)
+    assert [t.data["payload"] for t in trace if t.type == "custom"] == [{"progress": 0.5}, {"progress": 1.0}]
+
+
+async def test_ephemeral_payloads_are_streamed_in_order_but_never_stored(rt: Runtime):
+    events = await collect(rt.stream(chain(emit_ephemeral=True), {}))
+    tokens = [e for e in events if e.ephemeral]
+    assert [e.data["payload"]["token"] for e in tokens] == ["he", "llo"]
+    # after the node's start and its recorded progress, before its end
+    order = [(e.type, e.node) for e in events if e.node == "first"]
+    assert order == [("node.start", "first"), ("custom", "first"), ("custom", "first"), ("custom", "first"),
+                     ("node.succeed", "first")]
+    trace = await rt.events(events[0].run_id)
+    assert all("token" not in (t.data.get("payload") or {}) for t in trace)
+
+
+async def test_a_pause_ends_the_stream_and_a_streamed_resume_continues_it(rt: Runtime):
+    g = Graph("ask", state=S)
+
+    @g.node()
+    async def ask(state: S, ctx: NodeContext) -> dict:
+        answer = await ctx.interrupt({"question": "go?"})
+        return {"log": [str(answer)]}
+
+    first = await collect(rt.stream(g, {}))
+    run_id = first[0].run_id
+    assert [e.type for e in first if e.type.startswith(("run.", "interrupt."))][-2:] == [
+        "interrupt.created", "run.interrupt"]
+    more = await collect(rt.stream(rt.resume(run_id, "yes")))
+    assert more[0].seq == max(e.seq for e in first) + 1   # it picks up where the pause left off
+    assert more[-1].type in ("checkpoint", "run.succeed")
+    assert "run.succeed" in [e.type for e in more]
+
+
+async def test_a_streamed_fork_yields_the_new_runs_events(rt: Runtime):
+    run = await rt.start(chain(), {})
+    cp = (await rt.history(run.id))[1]
+    events = await collect(rt.stream(rt.fork(cp.id)))
+    assert events[0].type == "run.created" and events[0].run_id != run.id
+    assert (await rt.get_run(events[0].run_id)).kind == "fork"
+
+
+async def test_a_stream_of_a_call_takes_no_input_of_its_own(rt: Runtime):
+    coro = rt.start(chain(), {})
+    with pytest.raises(Exception, match="takes the call alone"):
+        rt.stream(coro, {"n": 1})
+    await coro
+
+
+async def test_following_a_run_from_the_store_sees_the_live_sequence(rt: Runtime):
+    gate = asyncio.Event()
+    g = Graph("slow", state=S)
+
+    @g.node()
+    async def a(state: S, ctx: NodeContext) -> dict:
+        ctx.emit({"step": "a"})
+        await gate.wait()
+        return {"log": ["a"]}
+
+    @g.node(after=["a"])
+    async def b(state: S, ctx: NodeContext) -> dict:
+        return {"log": ["b"]}
+
+    live: list[StreamEvent] = []
+
+    async def stream_it() -> None:
+        async for ev in rt.stream(g, {}):
+            live.append(ev)
+            if ev.type == "custom":
+                gate.set()
+
+    task = asyncio.create_task(stream_it())
+    while not live:
+        await asyncio.sleep(0.01)
+    followed = await collect(rt.follow(live[0].run_id, poll=0.01))
+    await task
+    assert followed == recorded(live)
+
+
+async def test_following_an_unknown_run_is_not_found(rt: Runtime):
+    with pytest.raises(NotFound):
+        rt.follow("run_nope")
+
+
+def test_stream_events_serialise_to_json():
+    ev = StreamEvent("run_1", 3, "custom", "a", 1, {"payload": {"x": 1}}, 1.5)
+    assert ev.to_json()["data"] == {"payload": {"x": 1}} and ev.to_json()["ephemeral"] is False
