@@ -7,7 +7,7 @@ from typing import Any
 
 from runtime import RunStatus
 from runtime.graph.refs import resolve_ref
-from server.inputs import parse_json, parse_object
+from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import run_line
 
 from . import exits
@@ -40,7 +40,9 @@ async def cmd_runs(args: argparse.Namespace) -> int:
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
-    answers = parse_object(args.answers, "--answers", ANSWERS_MEANING) if args.answers is not None else None
+    # each answer may nest as deeply as a --response; the object around them adds a level
+    answers = (parse_object(args.answers, "--answers", ANSWERS_MEANING, MAX_DEPTH + 1)
+               if args.answers is not None else None)
     response = parse_json(args.response, "--response") if args.response is not None else None
     with opened(args, args.graph) as rt:
         if args.response is not None:

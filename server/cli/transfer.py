@@ -8,11 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from server.inputs import InputError, parse_json
+from server.inputs import MAX_DEPTH, InputError, parse_json
 from server.present import run_line
 
 from . import exits
 from .common import add_command, emit, opened
+
+#: an exported thread holds values of up to MAX_DEPTH levels inside an envelope of its
+#: own, six levels at the deepest (runs[i].run.options.mocks.NAME, runs[i].checkpoints[j]
+#: .snapshot.FIELD), so a thread made through harness always imports again
+DOCUMENT_DEPTH = MAX_DEPTH + 10
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
@@ -43,7 +48,7 @@ def read_document(file: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{name} is not UTF-8 text (byte {e.start} cannot be decoded)") from None
-    return parse_json(text, name)
+    return parse_json(text, name, DOCUMENT_DEPTH)
 
 
 async def cmd_import(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from server.cli import main
+from server.cli.transfer import DOCUMENT_DEPTH
+from server.inputs import MAX_DEPTH
 
 GRAPH = textwrap.dedent('''
     from typing import Any
@@ -22,13 +24,14 @@ GRAPH = textwrap.dedent('''
     class State(BaseModel):
         order_id: int = 0
         data: Any = None
+        total: int = 0
         approved: Any = None
 
     graph = Graph("inputs_demo", state=State)
 
     @graph.node()
     def total(state):
-        return {"data": state.order_id * 2}
+        return {"total": state.order_id * 2}
 
     @graph.node(after=["total"])
     async def confirm(state, ctx):
@@ -85,46 +88,68 @@ def one_line_mistake(code: int, out: str, err: str, *needles: str) -> None:
 
 def test_deeply_nested_input_is_one_line(harness: Harness):
     one_line_mistake(*harness("run", harness.graph, "--input", '{"data": ' + DEEP + "}"),
-                     "--input nests deeper than 512 levels")
+                     f"--input nests deeper than {MAX_DEPTH} levels")
     assert harness.runs() == []
 
 
 @pytest.mark.parametrize("option", ["--response", "--answers"])
 def test_a_deeply_nested_answer_is_one_line_and_the_run_still_waits(harness: Harness, option: str):
     run_id = harness.paused_run()
-    one_line_mistake(*harness("resume", run_id, option, DEEP), f"{option} nests deeper than 512 levels")
+    one_line_mistake(*harness("resume", run_id, option, DEEP), f"{option} nests deeper than")
     assert harness.json("show", run_id)["run"]["status"] == "interrupted"
 
 
 @pytest.mark.parametrize("option", [["--patch", "{\"data\": " + DEEP + "}"], ["--mock", "x=" + DEEP]])
 def test_a_deeply_nested_fork_option_is_one_line_and_forks_nothing(harness: Harness, option: list[str]):
     cp = harness.json("show", harness.paused_run())["checkpoints"][0]["id"]
-    one_line_mistake(*harness("fork", cp, *option), f"{option[0]}", "nests deeper than 512 levels")
+    one_line_mistake(*harness("fork", cp, *option), f"{option[0]}", f"nests deeper than {MAX_DEPTH} levels")
     assert len(harness.runs()) == 1
 
 
 def test_nesting_just_past_the_limit_is_refused_before_the_runtime_sees_it(harness: Harness):
-    one_line_mistake(*harness("run", harness.graph, "--input", '{"data": ' + "[" * 600 + "]" * 600 + "}"),
-                     "--input nests deeper than 512 levels")
+    too_deep = '{"data": ' + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "}"
+    one_line_mistake(*harness("run", harness.graph, "--input", too_deep),
+                     f"--input nests deeper than {MAX_DEPTH} levels")
+
+
+def test_nesting_at_the_limit_is_accepted(harness: Harness):
+    deep = "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1)
+    doc = harness.json("run", harness.graph, "--input", '{"data": ' + deep + "}")
+    assert doc["run"]["status"] == "interrupted" and doc["state"]["data"] == json.loads(deep)
+
+
+def test_values_at_the_limit_survive_fork_export_and_import(harness: Harness):
+    deep = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    field = '{"data": ' + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "}"
+    run_id = harness.json("run", harness.graph, "--input", field)["run"]["id"]
+    assert harness.json("resume", run_id, "--response", deep)["state"]["approved"] == json.loads(deep)
+    cp = harness.json("show", run_id)["checkpoints"][0]["id"]
+    harness.json("fork", cp, "--patch", field, "--mock", f"x={deep}")
+    assert harness("export", run_id, "--out", "thread.json")[0] == 0
+    document = json.loads((harness.dir / "thread.json").read_text())
+    assert len(document["runs"]) == 2
+    code, out, err = main(["import", "thread.json", "--db", str(harness.dir / "b.db")]), *harness.capsys.readouterr()
+    assert code == 0 and "imported 2 run(s)" in out, err
 
 
 def test_a_deeply_nested_import_file_is_one_line(harness: Harness):
     (harness.dir / "thread.json").write_text(DEEP)
-    one_line_mistake(*harness("import", "thread.json"), "thread.json nests deeper than 512 levels")
+    one_line_mistake(*harness("import", "thread.json"), f"thread.json nests deeper than {DOCUMENT_DEPTH} levels")
 
 
 def test_installed_script_refuses_a_deeply_nested_import_file_in_one_line(harness: Harness):
     (harness.dir / "thread.json").write_text('{"runs": ' + DEEP + "}")
     proc = subprocess.run([str(SCRIPT), "import", "thread.json", "--db", "a.db"], capture_output=True, text=True,
                           timeout=60, cwd=harness.dir, check=False)
-    one_line_mistake(proc.returncode, proc.stdout, proc.stderr, "thread.json nests deeper than 512 levels")
+    one_line_mistake(proc.returncode, proc.stdout, proc.stderr,
+                     f"thread.json nests deeper than {DOCUMENT_DEPTH} levels")
 
 
 def test_installed_script_refuses_a_deeply_nested_input_in_one_line(harness: Harness):
     deep = "[" * 60_000 + "]" * 60_000   # one argument may hold at most 128 KiB
     proc = subprocess.run([str(SCRIPT), "run", harness.graph, "--input", '{"data": ' + deep + "}", "--db", "a.db"],
                           capture_output=True, text=True, timeout=60, cwd=harness.dir, check=False)
-    one_line_mistake(proc.returncode, proc.stdout, proc.stderr, "--input nests deeper than 512 levels")
+    one_line_mistake(proc.returncode, proc.stdout, proc.stderr, f"--input nests deeper than {MAX_DEPTH} levels")
 
 
 # ------------------------------------------------------------------ numbers JSON cannot hold
