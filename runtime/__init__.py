@@ -52,6 +52,7 @@ from .engine.effects import EffectInfo
 from .graph import ExecutableGraph, Graph, RetryPolicy
 from .graph.plan import Registry, compile_plan
 from .graph.reducers import add, append, last_value, merge, reducer
+from .graph.refs import resolve_ref
 from .runtime import Runtime
 from .store.base import CheckpointStore
 from .store.memory import MemoryStore
@@ -127,4 +128,5 @@ __all__ = [
     "last_value",
     "merge",
     "reducer",
+    "resolve_ref",
 ]

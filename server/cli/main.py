@@ -1,0 +1,81 @@
+"""The ``harness`` parser and entry point: parse, run one command, turn what went
+wrong into an exit code (see :mod:`server.cli.exits`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from . import exits, runs, transfer, travel
+from .common import Parser, add_global_options, db_url
+
+#: the command modules, in the order ``--help`` lists their commands
+COMMANDS = (runs, travel, transfer)
+LOG_FORMAT = "harness: %(levelname)s %(name)s: %(message)s"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog="harness", description="Shadow Harness: durable runs you can step back through.",
+               epilog="--db, --json and -v may come before the command or after it.")
+    add_global_options(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True)
+    for module in COMMANDS:
+        module.register(sub)
+    return p
+
+
+@contextmanager
+def log_output(verbose: bool) -> Iterator[None]:
+    """Where log records and Python warnings go while a command runs.
+
+    By default nowhere: stderr carries only the one-line error of a mistake, and
+    output piped from stdout stays clean. With ``verbose`` the runtime's records
+    (INFO and up), WARNING and up from anything else, and warnings go to stderr.
+    Everything is put back afterwards, so ``main`` can be called more than once in
+    one process."""
+    root, runtime_log = logging.getLogger(), logging.getLogger("runtime")
+    handler: logging.Handler = logging.StreamHandler(sys.stderr) if verbose else logging.NullHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    level = runtime_log.level
+    root.addHandler(handler)   # a handler anywhere keeps logging's last-resort printer quiet
+    logging.captureWarnings(True)   # warnings become "py.warnings" records, which go the same way
+    if verbose:
+        runtime_log.setLevel(min(level or logging.INFO, logging.INFO))
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        root.removeHandler(handler)
+        runtime_log.setLevel(level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``harness`` command; the exit code (0 ok, 1 failed outcome, 2 mistake)."""
+    if os.getcwd() not in sys.path:  # graphs named MODULE:GRAPH may live in the working directory
+        sys.path.insert(0, os.getcwd())
+    try:
+        args = parser().parse_args(argv)
+    except exits.UsageError as e:
+        return exits.report(str(e))
+    except SystemExit as e:  # --help and --version print, then exit
+        return e.code if isinstance(e.code, int) else exits.OK
+    with log_output(args.verbose):
+        try:
+            code: int = asyncio.run(args.fn(args))
+            return code
+        except BrokenPipeError:  # the reader went away (| head): not an error worth a traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return exits.OK
+        except KeyboardInterrupt:
+            print("harness: interrupted", file=sys.stderr)
+            return exits.INTERRUPTED
+        except Exception as e:
+            message = exits.mistake(e, db_url(args))
+            if message is None:
+                raise
+            return exits.report(message)

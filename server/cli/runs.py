@@ -1,0 +1,88 @@
+"""Driving runs: ``run``, ``runs``, ``show``, ``resume`` and ``cancel``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from runtime import RunStatus
+from runtime import resolve_ref
+from server.inputs import MAX_DEPTH, parse_json, parse_object
+from server.present import run_line
+
+from . import exits
+from .common import GRAPH_HELP, add_command, emit, opened, positive_int, positive_seconds, show_run
+
+INPUT_MEANING = 'input must be an object of state fields, {"field": value}'
+ANSWERS_MEANING = 'answers are an object of {"interrupt id": answer}'
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    graph = resolve_ref(args.graph)
+    data = parse_object(args.input, "--input", INPUT_MEANING) if args.input is not None else {}
+    with opened(args) as rt:
+        run = await rt.start(graph, data, deadline=args.deadline, max_steps=args.max_steps)
+        await show_run(rt, args, run.id)
+    return exits.for_run(run)
+
+
+async def cmd_show(args: argparse.Namespace) -> int:
+    with opened(args, args.graph) as rt:
+        await show_run(rt, args, args.run)
+    return exits.OK
+
+
+async def cmd_runs(args: argparse.Namespace) -> int:
+    with opened(args) as rt:
+        runs = await rt.runs(status=args.status, limit=args.limit)
+    emit(args, runs, "\n".join(map(run_line, runs)) or "no runs")
+    return exits.OK
+
+
+async def cmd_resume(args: argparse.Namespace) -> int:
+    # each answer may nest as deeply as a --response; the object around them adds a level
+    answers = (parse_object(args.answers, "--answers", ANSWERS_MEANING, MAX_DEPTH + 1)
+               if args.answers is not None else None)
+    response = parse_json(args.response, "--response") if args.response is not None else None
+    with opened(args, args.graph) as rt:
+        if args.response is not None:
+            run = await rt.resume(args.run, response)
+        else:
+            run = await rt.resume(args.run, answers=answers)
+        await show_run(rt, args, run.id)
+    return exits.for_run(run)
+
+
+async def cmd_cancel(args: argparse.Namespace) -> int:
+    with opened(args, args.graph) as rt:
+        run = await rt.cancel(args.run, args.reason)
+    emit(args, run, run_line(run) if run.status == RunStatus.CANCELLED else f"cancel requested; {run_line(run)}")
+    return exits.OK
+
+
+def register(sub: Any) -> None:
+    """Add these commands to the ``harness`` parser."""
+    r = add_command(sub, "run", "run a graph until it ends or pauses")
+    r.add_argument("graph", help="MODULE:GRAPH or a plan .json file")
+    r.add_argument("--input", help="run input as a JSON object")
+    r.add_argument("--deadline", type=positive_seconds, help="run deadline in seconds")
+    r.add_argument("--max-steps", type=positive_int, help="stop after this many node attempts")
+    r.set_defaults(fn=cmd_run)
+
+    ls = add_command(sub, "runs", "list runs, newest first")
+    ls.add_argument("--status", choices=[s.value for s in RunStatus])
+    ls.add_argument("--limit", type=positive_int, default=50, help="at most this many (default: 50)")
+    ls.set_defaults(fn=cmd_runs)
+
+    for name, fn, text in (("show", cmd_show, "a run: status, checkpoints, state, pending interrupts"),
+                           ("resume", cmd_resume, "answer a paused run, continue a failed one, recover a crashed one"),
+                           ("cancel", cmd_cancel, "cancel a run")):
+        c = add_command(sub, name, text)
+        c.add_argument("run", help="run id")
+        c.add_argument("--graph", help=GRAPH_HELP)
+        c.set_defaults(fn=fn)
+        if name == "resume":
+            c.add_argument("--response", help="answer to the pending interrupt (JSON)")
+            c.add_argument("--answers", help='answers by interrupt id: {"int_…": …} (JSON)')
+        if name == "cancel":
+            c.add_argument("--reason", default="cancelled from the command line")

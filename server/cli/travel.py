@@ -1,0 +1,128 @@
+"""Stepping back through runs: ``history``, ``diff``, ``fork``, ``replay`` and ``compensate``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from runtime import RunKind
+from runtime import resolve_ref
+from server.inputs import InputError, parse_object
+from server.present import (
+    change_line,
+    checkpoint_view_line,
+    compensation_lines,
+    replay_report_lines,
+    run_line,
+    waiting_lines,
+)
+
+from . import exits
+from .common import GRAPH_HELP, MOCK_HELP, add_command, emit, mocks_arg, opened, show_run
+
+PATCH_MEANING = 'a patch is an object of state fields, {"field": value}'
+
+
+async def cmd_history(args: argparse.Namespace) -> int:
+    with opened(args, args.graph) as rt:
+        run = await rt.get_run(args.run)
+        views = [await rt.checkpoint(cp.id) for cp in await rt.history(args.run)]
+    data = [v.to_json() for v in views]
+    if args.no_state:
+        for d in data:
+            del d["state"]
+    emit(args, data, "\n".join([run_line(run), *map(checkpoint_view_line, views)]))
+    return exits.OK
+
+
+async def cmd_diff(args: argparse.Namespace) -> int:
+    with opened(args, args.graph) as rt:
+        changes = await rt.diff(args.checkpoint_a, args.checkpoint_b)
+    emit(args, [c.to_json() for c in changes], "\n".join(map(change_line, changes)) or "no differences")
+    return exits.OK
+
+
+async def cmd_fork(args: argparse.Namespace) -> int:
+    patch = parse_object(args.patch, "--patch", PATCH_MEANING) if args.patch is not None else None
+    mocks = mocks_arg(args.mock)
+    if mocks is not None and args.effects == "live":
+        raise InputError("--mock serves effects of a mocked fork; with --effects live every effect runs for real")
+    graph = resolve_ref(args.graph) if args.graph else None
+    with opened(args) as rt:
+        run = await rt.fork(args.checkpoint, patch, effects=args.effects, mocks=mocks, graph=graph)
+        await show_run(rt, args, run.id)
+    return exits.for_run(run)
+
+
+async def cmd_replay(args: argparse.Namespace) -> int:
+    mocks = mocks_arg(args.mock)
+    if args.report and mocks is not None:
+        raise InputError("--report shows an existing replay; it takes no --mock")
+    graph = resolve_ref(args.graph) if args.graph else None
+    with opened(args) as rt:
+        if args.report:
+            if graph is not None:
+                rt.register(graph)
+            run = await rt.get_run(args.run)
+            if run.kind != RunKind.REPLAY:
+                raise InputError(f"run {run.id} is a {run.kind.value} run, not a replay")
+            report = await rt.replay_report(run.id)
+        else:
+            report = await rt.replay(args.run, graph, mocks=mocks)
+        waiting = waiting_lines(report.run_id, await rt.interrupts(report.run_id))
+    emit(args, report.to_json(), "\n".join(replay_report_lines(report, waiting)))
+    return exits.for_outcome(report.same)
+
+
+async def cmd_compensate(args: argparse.Namespace) -> int:
+    with opened(args) as rt:
+        report = await rt.compensate(args.run, retry_in_doubt=args.retry_in_doubt)
+    emit(args, report.to_json(), "\n".join(compensation_lines(report)))
+    return exits.for_outcome(report.complete)
+
+
+def register(sub: Any) -> None:
+    """Add these commands to the ``harness`` parser."""
+    h = add_command(sub, "history", "a run's checkpoints, oldest first")
+    h.add_argument("run", help="run id")
+    h.add_argument("--graph", help=GRAPH_HELP)
+    h.add_argument("--no-state", action="store_true", help="leave each checkpoint's state out of --json")
+    h.set_defaults(fn=cmd_history)
+
+    d = add_command(sub, "diff", "field-level changes between the states at two checkpoints")
+    d.add_argument("checkpoint_a", metavar="CP_A", help="checkpoint id (before)")
+    d.add_argument("checkpoint_b", metavar="CP_B", help="checkpoint id (after); any run of any thread")
+    d.add_argument("--graph", help=GRAPH_HELP)
+    d.set_defaults(fn=cmd_diff)
+
+    f = add_command(sub, "fork", "branch off at a checkpoint (optionally patching its state)",
+                    "Start a new run from the state at CHECKPOINT, with --patch applied; nodes "
+                    "finished there are not run again. Exit 0 when it succeeded or paused, else 1.")
+    f.add_argument("checkpoint", help="checkpoint id")
+    f.add_argument("--patch", help='state fields to replace: {"field": value} (a JSON object)')
+    f.add_argument("--effects", choices=["mock", "live"], default="mock",
+                   help="mock (default): serve effects from the recording and pause on any it lacks; "
+                        "live: run them for real")
+    f.add_argument("--mock", action="append", metavar="NAME=JSON", help=MOCK_HELP)
+    f.add_argument("--graph", help="MODULE:GRAPH of the run's own graph version (a fork continues that code)")
+    f.set_defaults(fn=cmd_fork)
+
+    r = add_command(sub, "replay", "re-execute a recorded run with effects mocked; compare",
+                    "Re-execute a run (or everything after a checkpoint) with every effect "
+                    "mocked, and report per node what differs from the recording. Like a test "
+                    "runner: exit 0 when the replay matches the recording, 1 when it differs.")
+    r.add_argument("run", metavar="RUN", help="run id (replayed whole) or checkpoint id (replayed from there)")
+    r.add_argument("--graph", help="MODULE:GRAPH of the new code to run against the recording "
+                                   "(with --report: the replay's own graph, if it cannot be imported)")
+    r.add_argument("--mock", action="append", metavar="NAME=JSON", help=MOCK_HELP)
+    r.add_argument("--report", action="store_true",
+                   help="show the report of an existing replay run RUN again (say, after resuming it)")
+    r.set_defaults(fn=cmd_replay)
+
+    c = add_command(sub, "compensate", "undo a run's live effects, newest first, each once",
+                    "Undo the ended run's live, succeeded effects that registered a compensation. "
+                    "Exit 0 when every one is compensated (now or before), else 1.")
+    c.add_argument("run", help="run id")
+    c.add_argument("--retry-in-doubt", action="store_true",
+                   help="run again a compensation whose outcome was never recorded (same key)")
+    c.set_defaults(fn=cmd_compensate)
