@@ -9,8 +9,9 @@ the run's fencing token so that a process that lost its lease cannot write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
     Checkpoint,
@@ -23,9 +24,6 @@ from ..core.records import (
     TraceEvent,
 )
 from ..core.states import RunStatus
-from ..core.jsonvalues import JSON
-
-
 
 
 @runtime_checkable

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from ..core.errors import InvalidRequest, LeaseLost, NotFound
+from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
     Checkpoint,
@@ -22,9 +22,6 @@ from ..core.records import (
     WriteKind,
 )
 from ..core.states import RunStatus
-from ..core.jsonvalues import JSON
-
-
 
 
 class MemoryStore:

@@ -1,6 +1,7 @@
 """SQL tables (SQLModel) — one schema for SQLite and PostgreSQL.
 
-Table rows stay here; the kernel only sees the records in ``runtime.records``.
+Table rows stay here; the kernel only sees the records in ``runtime.core.records``
+(``read.py`` turns rows into records, ``write.py`` records into rows).
 Rows are appended, never rewritten, except a run's own row (status, heads,
 lease) and an interrupt's answer. Child tables point at ``runs.pk`` (an integer)
 rather than repeating the run's text id in every row: it keeps the database small.
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, Table, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
-#: bumped by each entry of MIGRATIONS in sql.py
+#: the version a new database is created at; each entry of ``migrations.MIGRATIONS``
+#: brings an older database one version closer to it (a test keeps the two in step)
 SCHEMA_VERSION = 2
 
 Json = JSON().with_variant(JSONB(), "postgresql")
@@ -157,3 +159,13 @@ class EventRow(SQLModel, table=True):
     node: str | None = None
     attempt: int | None = None
     data: Any = _json()
+
+
+def _table(model: type[SQLModel]) -> Table:
+    return model.__table__  # type: ignore[attr-defined, no-any-return]
+
+
+#: the tables as SQLAlchemy Core objects (queries, ``create_all``, the writer's statements)
+VERSIONS, GRAPHS, RUNS, CHECKPOINTS, WRITES, ATTEMPTS, EFFECTS, INTERRUPTS, EVENTS = TABLES = tuple(
+    _table(m) for m in (SchemaVersion, GraphRow, RunRow, CheckpointRow, WriteRow, AttemptRow, EffectRow,
+                        InterruptRow, EventRow))

@@ -1,53 +1,102 @@
-"""The write path of SqlStore: one DBAPI connection, fixed SQL, ``executemany``.
+"""The write side of SqlStore: one DBAPI connection, fixed SQL, ``executemany``.
 
 Writes are the hot path (every run step commits a batch), so they skip the
 SQLAlchemy execution layer and send statements built once from the table
-definitions in ``schema.py``; reads keep using SQLAlchemy Core.
+definitions in ``schema.py``; reads keep using SQLAlchemy Core (``read.py``).
+Every write is one transaction on this connection, taken under a lock, and a
+batch for a leased run is refused unless its fencing token is still the run's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 from sqlalchemy import JSON, Engine, Table
+from sqlalchemy.exc import IntegrityError
+
+from ...core.errors import InvalidRequest, LeaseLost, NotFound
+from ...core.jsonvalues import JSON as JSONValue
+from ...core.records import Batch, Checkpoint, Run, RunKind
+from ...core.states import RunStatus
+from .read import Reader, run_record
+from .schema import TABLES, VERSIONS
 
 
 def dumps(value: Any) -> str | None:
+    """The text stored in a JSON column (None stays SQL NULL)."""
     return None if value is None else to_json(value).decode()
 
 
 class Statements:
-    """INSERT statements for a table, in the driver's parameter style."""
+    """The INSERT statement of a table, in the driver's parameter style."""
 
     def __init__(self, table: Table, dialect: str):
         cols = [c for c in table.columns if not (c.primary_key and c.name == "pk")]  # pk: assigned by the database
-        self.columns = [c.name for c in cols]
+        self.columns = tuple(c.name for c in cols)
         self.json = [isinstance(c.type, JSON) for c in cols]
         mark = "?" if dialect == "sqlite" else "%s"
         values = ", ".join(f"CAST({mark} AS JSONB)" if j and dialect == "postgresql" else mark
                            for j in self.json)
         self.insert = f"INSERT INTO {table.name} ({', '.join(self.columns)}) VALUES ({values})"
 
-    def row(self, values: dict[str, Any]) -> tuple[Any, ...]:
+    def row(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(dumps(values.get(c)) if j else values.get(c) for c, j in zip(self.columns, self.json))
 
 
-class Writer:
-    def __init__(self, engine: Engine, tables: Sequence[Table]):
-        self.dialect = engine.dialect.name
-        self.mark = "?" if self.dialect == "sqlite" else "%s"
-        self._conn: Any = engine.raw_connection()
-        self.stmts = {t.name: Statements(t, self.dialect) for t in tables}
+#: the tables whose rows the hot path builds as tuples, in this column order
+_TUPLE_COLUMNS = {
+    "checkpoints": ("id", "run_pk", "seq", "parent_id", "nodes", "states", "full", "snapshot", "event_seq",
+                    "created_at", "source"),
+    "pending_writes": ("run_pk", "checkpoint_seq", "node", "attempt", "kind", "value", "created_at"),
+    "node_attempts": ("run_pk", "node", "attempt", "status", "started_at", "ended_at", "error_class", "error",
+                      "decision"),
+    "trace_events": ("run_pk", "seq", "at", "type", "node", "attempt", "data"),
+}
+#: the columns of a run's row that change as it runs (``_run_state``), and those of them holding JSON
+_RUN_STATE = ("status", "error", "usage", "head_seq", "event_seq", "fence", "lease_owner", "lease_expires_at",
+              "updated_at")
+_RUN_STATE_JSON = ("error", "usage")
 
-    def sql(self, text: str) -> str:
-        """Write statements with ``?``; this gives them the driver's parameter style."""
-        return text if self.mark == "?" else text.replace("?", self.mark)
+
+class Writer:
+    """The store's one write connection; every method is one transaction on it."""
+
+    def __init__(self, engine: Engine, reader: Reader):
+        self.dialect = engine.dialect.name
+        sqlite = self.dialect == "sqlite"
+        self._conn: Any = engine.raw_connection()
+        self._stmts = {t.name: Statements(t, self.dialect) for t in TABLES if t is not VERSIONS}
+        for table, columns in _TUPLE_COLUMNS.items():
+            if self._stmts[table].columns != columns:
+                raise AssertionError(f"{table}: columns {self._stmts[table].columns} != {columns}")
+        self._lock = threading.RLock()
+        self._reader = reader
+        self._pks = reader.pks
+        #: run id -> (seq, node states) of the last checkpoint written: the base of the next delta
+        self._last_states: dict[str, tuple[int, Mapping[str, str]]] = {}
+        self._integrity_errors = _integrity_errors(engine)
+        # statements of the hot path, built once (``?`` turned into the driver's style)
+        json = "?" if sqlite else "CAST(? AS JSONB)"
+        run_set = ", ".join(f"{c} = {json if c in _RUN_STATE_JSON else '?'}" for c in _RUN_STATE)
+        self._update_run = {(stopped, fenced): self._sql(
+            f"UPDATE runs SET {run_set}{', cancel_reason = NULL' if stopped else ''} "
+            f"WHERE pk = ?{' AND fence = ?' if fenced else ''}")
+            for stopped in (False, True) for fenced in (False, True)}
+        self._answer = self._sql(f"UPDATE interrupts SET status = ?, answer = {json}, answered_at = ? WHERE id = ?")
+        self._describe = self._sql(f"UPDATE graphs SET description = {json} WHERE version = ?")
+
+    def _sql(self, text: str) -> str:
+        """Statements are written with ``?``; this gives them the driver's parameter style."""
+        return text if self.dialect == "sqlite" else text.replace("?", "%s")
 
     @contextmanager
     def transaction(self, durable: bool) -> Iterator[Any]:
+        """A cursor in a transaction that commits on exit, forced to disk when ``durable``."""
         conn = self._conn
         sqlite = self.dialect == "sqlite"
         if sqlite and durable:
@@ -66,23 +115,187 @@ class Writer:
             if sqlite and durable:
                 conn.execute("PRAGMA synchronous=NORMAL")
 
-    def insert(self, cur: Any, table: str, rows: Sequence[dict[str, Any]]) -> None:
-        if rows:
-            st = self.stmts[table]
-            cur.executemany(st.insert, [st.row(r) for r in rows])
-
-    def insert_tuples(self, cur: Any, table: str, columns: tuple[str, ...], rows: Sequence[tuple[Any, ...]]) -> None:
-        """Hot-path insert of rows already in column order (JSON columns as text)."""
-        if rows:
-            st = self.stmts[table]
-            if tuple(st.columns) != columns:
-                raise AssertionError(f"{table}: columns {st.columns} != {columns}")
-            cur.executemany(st.insert, rows)
-
-    def insert_returning_pk(self, cur: Any, table: str, values: dict[str, Any]) -> int:
-        st = self.stmts[table]
-        cur.execute(st.insert + " RETURNING pk", st.row(values))
-        return int(cur.fetchone()[0])
-
     def close(self) -> None:
         self._conn.close()
+
+    # ------------------------------------------------------------------ runs and batches
+
+    def create_runs(self, batches: Sequence[Batch]) -> None:
+        runs = [b.run for b in batches if b.run is not None]
+        if len(runs) != len(batches):
+            raise InvalidRequest("create_run needs batch.run")
+        with self._lock:
+            try:
+                with self.transaction(any(b.durable for b in batches)) as cur:
+                    for batch, run in zip(batches, runs):
+                        self._insert_run(cur, run, batch)
+            except self._integrity_errors as e:
+                self._forget(runs)  # rolled back: so must the caches be
+                ids = ", ".join(r.id for r in runs)
+                if "runs.id" in str(e) or "runs_id" in str(e):
+                    raise InvalidRequest(f"run {ids} already exists") from None
+                raise InvalidRequest(f"run {ids}: batch rejected by the database: {e}") from None
+            except BaseException:
+                self._forget(runs)
+                raise
+
+    def _insert_run(self, cur: Any, run: Run, batch: Batch) -> None:
+        if run.kind == RunKind.CONTINUATION:  # one per parent, checked under the write lock
+            cur.execute(self._sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
+                        [run.parent_run_id, RunKind.CONTINUATION.value])
+            found = cur.fetchone()
+            if found is not None:
+                raise InvalidRequest(f"run {run.parent_run_id} was already continued by "
+                                     f"{found[0]}; resume that run instead")
+        st = self._stmts["runs"]
+        cur.execute(st.insert + " RETURNING pk", st.row({
+            **_run_state(run), "id": run.id, "thread_id": run.thread_id,
+            "graph_name": run.graph_name, "graph_version": run.graph_version,
+            "kind": run.kind.value, "parent_run_id": run.parent_run_id,
+            "base_checkpoint_id": run.base_checkpoint_id, "input": dict(run.input),
+            "limits": dict(run.limits), "max_concurrency": run.max_concurrency,
+            "options": dict(run.options), "created_at": run.created_at}))
+        pk = self._pks[run.id] = int(cur.fetchone()[0])
+        self._write_children(cur, pk, batch)
+
+    def _forget(self, runs: Sequence[Run]) -> None:
+        for run in runs:
+            self._pks.pop(run.id, None)
+            self._last_states.pop(run.id, None)
+
+    def commit(self, batch: Batch) -> None:
+        with self._lock:
+            try:
+                with self.transaction(batch.durable) as cur:
+                    pk = self._pk(cur, batch.run_id)
+                    if batch.run is not None:
+                        stmt = self._update_run[batch.run.status != RunStatus.RUNNING, batch.fence is not None]
+                        params = [dumps(v) if c in _RUN_STATE_JSON else v for c, v in _run_state(batch.run).items()]
+                        cur.execute(stmt, [*params, pk] if batch.fence is None else [*params, pk, batch.fence])
+                        if cur.rowcount != 1:
+                            raise _stale(batch)
+                    elif batch.fence is not None:
+                        cur.execute(self._sql("SELECT fence FROM runs WHERE pk = ?"), [pk])
+                        if cur.fetchone()[0] != batch.fence:
+                            raise _stale(batch)
+                    self._write_children(cur, pk, batch)
+            except BaseException:
+                self._last_states.pop(batch.run_id, None)
+                raise
+
+    def _write_children(self, cur: Any, pk: int, b: Batch) -> None:
+        # the four per-step tables are built as tuples in column order: this is the hot path
+        st = self._stmts
+        if b.checkpoints:
+            cur.executemany(st["checkpoints"].insert, [self._checkpoint_row(pk, cp) for cp in b.checkpoints])
+        if b.writes:
+            cur.executemany(st["pending_writes"].insert, [
+                (pk, x.checkpoint_seq, x.node, x.attempt, x.kind, dumps(x.value), x.created_at) for x in b.writes])
+        if b.attempts:
+            cur.executemany(st["node_attempts"].insert, [
+                (pk, a.node, a.attempt, a.status, a.started_at, a.ended_at, a.error_class, a.error, a.decision)
+                for a in b.attempts])
+        if b.effects:
+            effects = st["effect_journal"]
+            cur.executemany(effects.insert, [effects.row({
+                "run_pk": self._pk(cur, e.run_id), "node": e.node, "name": e.name, "occurrence": e.occurrence,
+                "attempt": e.attempt, "key": e.key, "status": e.status.value, "request": e.request,
+                "result": e.result, "error": e.error, "at": e.at, "source": e.source,
+                "compensate": e.compensate}) for e in b.effects])
+        for i in b.interrupts:  # a new interrupt, or the answer to one already stored
+            cur.execute(self._answer, [i.status.value, dumps(i.answer), i.answered_at, i.id])
+            if cur.rowcount == 0:
+                cur.execute(st["interrupts"].insert, st["interrupts"].row({
+                    "id": i.id, "run_pk": self._pk(cur, i.run_id), "node": i.node, "slot": i.slot,
+                    "kind": i.kind.value, "payload": i.payload, "status": i.status.value,
+                    "response_schema": i.response_schema, "answer": i.answer, "created_at": i.created_at,
+                    "answered_at": i.answered_at}))
+        if b.events:
+            cur.executemany(st["trace_events"].insert, [
+                (pk, e.seq, e.at, e.type, e.node, e.attempt, dumps(e.data) if e.data else None) for e in b.events])
+
+    def _checkpoint_row(self, pk: int, cp: Checkpoint) -> tuple[Any, ...]:
+        states = cp.node_states  # StrEnum values: they compare and serialise as plain strings
+        last = self._last_states.get(cp.run_id)
+        if last is None and cp.seq > 0:
+            prev = self._reader.node_states(pk, cp.seq - 1)
+            last = (cp.seq - 1, prev) if prev is not None else None
+        # full rows only where no delta base is known (a run's first checkpoint, a new
+        # process): periodic full rows would grow with nodes × checkpoints
+        if last is None or last[0] != cp.seq - 1:
+            full, stored = True, dict(states)
+        elif cp.changed is not None:
+            full, stored = False, {n: states[n] for n in cp.changed}
+        else:
+            full, stored = False, {n: s for n, s in states.items() if last[1].get(n) != s}
+        self._last_states[cp.run_id] = (cp.seq, states)
+        return (cp.id, pk, cp.seq, cp.parent_id, dumps(list(cp.nodes)), dumps(stored), full,
+                None if cp.snapshot is None else dumps(dict(cp.snapshot)), cp.event_seq, cp.created_at, cp.source)
+
+    def _pk(self, cur: Any, run_id: str) -> int:
+        pk = self._pks.get(run_id)
+        if pk is None:
+            cur.execute(self._sql("SELECT pk FROM runs WHERE id = ?"), [run_id])
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound(f"no run with id {run_id!r}")
+            pk = self._pks[run_id] = row[0]
+        return pk
+
+    # ------------------------------------------------------------------ outside batches
+
+    def acquire_lease(self, run_id: str, owner: str, expires_at: float, expected_fence: int) -> Run:
+        with self._lock, self.transaction(True) as cur:
+            pk = self._pk(cur, run_id)
+            cur.execute(self._sql("UPDATE runs SET lease_owner = ?, lease_expires_at = ?, fence = ? "
+                                  "WHERE pk = ? AND fence = ?"),
+                        [owner, expires_at, expected_fence + 1, pk, expected_fence])
+            if cur.rowcount != 1:
+                raise LeaseLost(f"run {run_id}: another process took the lease first")
+            self._last_states.pop(run_id, None)
+            st = self._stmts["runs"]
+            cur.execute(self._sql(f"SELECT {', '.join(st.columns)} FROM runs WHERE pk = ?"), [pk])
+            row = cur.fetchone()
+        parse = self.dialect == "sqlite"  # SQLite's driver gives JSON back as text; PostgreSQL's decodes it
+        return run_record(SimpleNamespace(**{c: from_json(v) if j and v is not None and parse else v
+                                             for c, v, j in zip(st.columns, row, st.json)}))
+
+    def request_cancel(self, run_id: str, reason: str) -> None:
+        with self._lock, self.transaction(True) as cur:
+            cur.execute(self._sql("UPDATE runs SET cancel_reason = ? WHERE id = ?"), [reason, run_id])
+            if cur.rowcount == 0:
+                raise NotFound(f"no run with id {run_id!r}")
+
+    def save_graph(self, description: Mapping[str, JSONValue]) -> None:
+        version = description["version"]
+        with self._lock:
+            try:
+                with self.transaction(False) as cur:
+                    cur.execute(self._sql("SELECT 1 FROM graphs WHERE version = ?"), [version])
+                    if cur.fetchone() is None:
+                        graphs = self._stmts["graphs"]
+                        cur.execute(graphs.insert, graphs.row({"version": version, "name": description["name"],
+                                                               "description": dict(description)}))
+                    elif description.get("ref"):
+                        cur.execute(self._describe, [dumps(dict(description)), version])
+            except self._integrity_errors:
+                pass  # another process saved this version first
+
+
+def _run_state(run: Run) -> dict[str, Any]:
+    """The ``_RUN_STATE`` columns of this run's row, in that order."""
+    return {"status": run.status.value, "error": dict(run.error) if run.error else None,
+            "usage": dict(run.usage), "head_seq": run.head_seq, "event_seq": run.event_seq,
+            "fence": run.fence, "lease_owner": run.lease_owner, "lease_expires_at": run.lease_expires_at,
+            "updated_at": run.updated_at}
+
+
+def _stale(batch: Batch) -> LeaseLost:
+    return LeaseLost(f"run {batch.run_id}: another process took it over (fence {batch.fence} is stale)")
+
+
+def _integrity_errors(engine: Engine) -> tuple[type[BaseException], ...]:
+    """The driver's own IntegrityError (the write path bypasses SQLAlchemy's wrapping)."""
+    module = engine.dialect.dbapi
+    found = getattr(module, "IntegrityError", None)
+    return (IntegrityError, found) if isinstance(found, type) else (IntegrityError,)

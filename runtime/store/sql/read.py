@@ -1,0 +1,219 @@
+"""The read side of SqlStore: SQLAlchemy Core queries that turn rows into records.
+
+Callers only ever see the records of ``runtime.core.records``. Checkpoint rows
+hold node states as deltas (see ``Writer.checkpoint_row``); the reads here
+rebuild the full statuses from the last full row at or before a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.engine import Connection
+
+from ...core.errors import NotFound
+from ...core.jsonvalues import JSON
+from ...core.records import (
+    Checkpoint,
+    EffectStatus,
+    Interrupt,
+    InterruptKind,
+    InterruptStatus,
+    JournalEntry,
+    NodeAttempt,
+    PendingWrite,
+    Run,
+    RunKind,
+    TraceEvent,
+    WriteKind,
+)
+from ...core.states import NodeStatus, RunStatus
+from .schema import ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, RUNS, WRITES
+
+
+class Reader:
+    """Every query of the store; each opens its own pooled connection."""
+
+    def __init__(self, engine: Engine, pks: dict[str, int]):
+        self.engine = engine
+        #: run id -> runs.pk; shared with the writer, which fills it as it creates runs
+        self.pks = pks
+
+    def pk(self, conn: Connection, run_id: str) -> int:
+        """The run's integer key, or ``NotFound``."""
+        pk = self.pks.get(run_id)
+        if pk is None:
+            pk = conn.execute(select(RUNS.c.pk).where(RUNS.c.id == run_id)).scalar()
+            if pk is None:
+                raise NotFound(f"no run with id {run_id!r}")
+            self.pks[run_id] = pk
+        return pk
+
+    def graph_description(self, version: str) -> Mapping[str, JSON] | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(GRAPHS.c.description).where(GRAPHS.c.version == version)).scalar()
+
+    def cancel_request(self, run_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(RUNS.c.cancel_reason).where(RUNS.c.id == run_id)).scalar()
+
+    # ------------------------------------------------------------------ runs
+
+    def get_run(self, run_id: str) -> Run:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(RUNS).where(RUNS.c.id == run_id)).first()
+        if row is None:
+            raise NotFound(f"no run with id {run_id!r}")
+        return run_record(row)
+
+    def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
+                  limit: int = 100) -> list[Run]:
+        stmt = select(RUNS).order_by(RUNS.c.pk.desc()).limit(limit)
+        if status is not None:
+            stmt = stmt.where(RUNS.c.status == status.value)
+        if thread_id is not None:
+            stmt = stmt.where(RUNS.c.thread_id == thread_id)
+        with self.engine.connect() as conn:
+            return [run_record(r) for r in conn.execute(stmt)]
+
+    def child_runs(self, run_id: str) -> list[Run]:
+        with self.engine.connect() as conn:
+            return [run_record(r) for r in conn.execute(select(RUNS).where(RUNS.c.parent_run_id == run_id)
+                                                        .order_by(RUNS.c.pk))]
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        with self.engine.connect() as conn:
+            pk = self.pk(conn, run_id)
+            rows = conn.execute(select(CHECKPOINTS).where(CHECKPOINTS.c.run_pk == pk).order_by(CHECKPOINTS.c.seq)).all()
+        out: list[Checkpoint] = []
+        states: dict[str, str] = {}
+        for row in rows:
+            changed = None if not out else tuple(n for n, st in row.states.items() if states.get(n) != st)
+            states = dict(row.states) if row.full else {**states, **row.states}
+            out.append(checkpoint_record(run_id, row, states, changed))
+        return out
+
+    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(CHECKPOINTS).where(CHECKPOINTS.c.id == checkpoint_id)).first()
+            if row is None:
+                raise NotFound(f"no checkpoint with id {checkpoint_id!r}")
+            run_id = conn.execute(select(RUNS.c.id).where(RUNS.c.pk == row.run_pk)).scalar_one()
+            states = self._node_states(conn, row.run_pk, row.seq) or {}
+        return checkpoint_record(run_id, row, states)
+
+    def find_checkpoint(self, run_id: str, at_or_before: int | None = None, *,
+                        with_snapshot: bool = False) -> Checkpoint | None:
+        with self.engine.connect() as conn:
+            pk = self.pk(conn, run_id)
+            stmt = select(CHECKPOINTS).where(CHECKPOINTS.c.run_pk == pk).order_by(CHECKPOINTS.c.seq.desc()).limit(1)
+            if at_or_before is not None:
+                stmt = stmt.where(CHECKPOINTS.c.seq <= at_or_before)
+            if with_snapshot:
+                stmt = stmt.where(CHECKPOINTS.c.snapshot.is_not(None))
+            row = conn.execute(stmt).first()
+            if row is None:
+                return None
+            states = self._node_states(conn, pk, row.seq) or {}
+        return checkpoint_record(run_id, row, states)
+
+    def node_states(self, pk: int, seq: int) -> dict[str, str] | None:
+        """Full node states at checkpoint ``seq`` of run ``pk``; None if it has none stored."""
+        with self.engine.connect() as conn:
+            return self._node_states(conn, pk, seq)
+
+    def _node_states(self, conn: Connection, pk: int, seq: int) -> dict[str, str] | None:
+        c = CHECKPOINTS.c
+        # the last full row at or before seq, plus the deltas after it
+        base = conn.execute(select(c.seq).where(c.run_pk == pk, c.seq <= seq, c.full.is_(True))
+                            .order_by(c.seq.desc()).limit(1)).scalar()
+        if base is None:
+            return None
+        states: dict[str, str] = {}
+        for row in conn.execute(select(c.states).where(c.run_pk == pk, c.seq >= base, c.seq <= seq)
+                                .order_by(c.seq)):
+            states.update(row.states)
+        return states
+
+    # ------------------------------------------------------------------ outcomes and trace
+
+    def pending_writes(self, run_id: str) -> list[PendingWrite]:
+        with self.engine.connect() as conn:
+            pk = self.pk(conn, run_id)
+            rows = conn.execute(select(WRITES).where(WRITES.c.run_pk == pk).order_by(WRITES.c.pk)).all()
+        return [PendingWrite(run_id, r.checkpoint_seq, r.node, r.attempt, WriteKind(r.kind), r.value, r.created_at)
+                for r in rows]
+
+    def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
+        out: dict[str, JSON] = {}
+        with self.engine.connect() as conn:
+            for rid in run_ids:
+                pk = self.pk(conn, rid)
+                for r in conn.execute(select(WRITES.c.node, WRITES.c.value).where(
+                        WRITES.c.run_pk == pk, WRITES.c.kind == WriteKind.WRITES.value).order_by(WRITES.c.pk)):
+                    out.setdefault(r.node, r.value)
+        return out
+
+    def node_attempts(self, run_id: str) -> list[NodeAttempt]:
+        with self.engine.connect() as conn:
+            pk = self.pk(conn, run_id)
+            rows = conn.execute(select(ATTEMPTS).where(ATTEMPTS.c.run_pk == pk).order_by(ATTEMPTS.c.pk)).all()
+        return [NodeAttempt(run_id, r.node, r.attempt, NodeStatus(r.status), r.started_at, r.ended_at,
+                            r.error_class, r.error, r.decision) for r in rows]
+
+    def journal(self, run_ids: Sequence[str]) -> list[JournalEntry]:
+        out: list[JournalEntry] = []
+        with self.engine.connect() as conn:
+            for rid in run_ids:
+                pk = self.pk(conn, rid)
+                for r in conn.execute(select(EFFECTS).where(EFFECTS.c.run_pk == pk).order_by(EFFECTS.c.pk)):
+                    out.append(JournalEntry(rid, r.node, r.name, r.occurrence, r.attempt, r.key,
+                                            EffectStatus(r.status), r.request, r.result, r.error, r.at, r.source,
+                                            r.compensate))
+        return out
+
+    def interrupts(self, run_id: str | None = None,
+                   status: InterruptStatus | None = None) -> list[Interrupt]:
+        stmt = (select(INTERRUPTS, RUNS.c.id.label("run_id")).join(RUNS, RUNS.c.pk == INTERRUPTS.c.run_pk)
+                .order_by(INTERRUPTS.c.created_at, INTERRUPTS.c.id))
+        if run_id is not None:
+            stmt = stmt.where(RUNS.c.id == run_id)
+        if status is not None:
+            stmt = stmt.where(INTERRUPTS.c.status == status.value)
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        return [Interrupt(r.id, r.run_id, r.node, r.slot, InterruptKind(r.kind), r.payload,
+                          InterruptStatus(r.status), r.created_at, r.response_schema, r.answer, r.answered_at)
+                for r in rows]
+
+    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
+        with self.engine.connect() as conn:
+            pk = self.pk(conn, run_id)
+            rows = conn.execute(select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > after_seq)
+                                .order_by(EVENTS.c.seq)).all()
+        return [TraceEvent(run_id, r.seq, r.at, r.type, r.node, r.attempt, r.data or {}) for r in rows]
+
+
+def run_record(r: Any) -> Run:
+    """A ``runs`` row (anything with its columns as attributes, JSON decoded) as a ``Run``."""
+    return Run(id=r.id, thread_id=r.thread_id, graph_name=r.graph_name, graph_version=r.graph_version,
+               status=RunStatus(r.status), kind=RunKind(r.kind), input=r.input, created_at=r.created_at,
+               updated_at=r.updated_at, parent_run_id=r.parent_run_id, base_checkpoint_id=r.base_checkpoint_id,
+               error=r.error, limits=r.limits or {}, usage=r.usage or {}, max_concurrency=r.max_concurrency,
+               head_seq=r.head_seq, event_seq=r.event_seq, fence=r.fence, lease_owner=r.lease_owner,
+               lease_expires_at=r.lease_expires_at, options=r.options or {})
+
+
+_STATUS = {s.value: s for s in NodeStatus}
+
+
+def checkpoint_record(run_id: str, r: Any, states: Mapping[str, str],
+                      changed: tuple[str, ...] | None = None) -> Checkpoint:
+    """A ``checkpoints`` row with its node states rebuilt in full, as a ``Checkpoint``."""
+    return Checkpoint(id=r.id, run_id=run_id, seq=r.seq, parent_id=r.parent_id, nodes=tuple(r.nodes or ()),
+                      node_states={n: _STATUS[s] for n, s in states.items()}, event_seq=r.event_seq,
+                      created_at=r.created_at, source=r.source, snapshot=r.snapshot, changed=changed)

@@ -1,0 +1,125 @@
+"""The migration list brings an older database to the layout a new one gets, in place, once.
+
+``SCHEMA_V1`` is the SQLite layout version 1 wrote, frozen here as it was. A column
+added to ``schema.py`` without a migration makes a migrated database differ from
+a new one, and the layout test below fails.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from runtime.core.records import EffectStatus
+from runtime.core.states import RunStatus
+from runtime.store.sql import SqlStore
+from runtime.store.sql.migrations import MIGRATIONS
+from runtime.store.sql.schema import SCHEMA_VERSION
+
+SCHEMA_V1 = """
+CREATE TABLE harness_schema (version INTEGER NOT NULL, applied_at FLOAT NOT NULL, PRIMARY KEY (version));
+CREATE TABLE graphs (version VARCHAR NOT NULL, name VARCHAR NOT NULL, description JSON NOT NULL,
+    PRIMARY KEY (version));
+CREATE TABLE runs (pk INTEGER NOT NULL, id VARCHAR NOT NULL, thread_id VARCHAR NOT NULL,
+    graph_name VARCHAR NOT NULL, graph_version VARCHAR NOT NULL, status VARCHAR NOT NULL, kind VARCHAR NOT NULL,
+    parent_run_id VARCHAR, base_checkpoint_id VARCHAR, input JSON NOT NULL, error JSON, limits JSON, usage JSON,
+    max_concurrency INTEGER NOT NULL, head_seq INTEGER NOT NULL, event_seq INTEGER NOT NULL,
+    fence INTEGER NOT NULL, lease_owner VARCHAR, lease_expires_at FLOAT, cancel_reason VARCHAR,
+    created_at FLOAT NOT NULL, updated_at FLOAT NOT NULL, PRIMARY KEY (pk), UNIQUE (id));
+CREATE INDEX ix_runs_status ON runs (status);
+CREATE INDEX ix_runs_thread ON runs (thread_id);
+CREATE INDEX ix_runs_parent ON runs (parent_run_id);
+CREATE TABLE checkpoints (pk INTEGER NOT NULL, id VARCHAR NOT NULL, run_pk INTEGER NOT NULL,
+    seq INTEGER NOT NULL, parent_id VARCHAR, nodes JSON, states JSON, "full" BOOLEAN NOT NULL, snapshot JSON,
+    event_seq INTEGER NOT NULL, created_at FLOAT NOT NULL, source VARCHAR NOT NULL, PRIMARY KEY (pk),
+    UNIQUE (run_pk, seq), UNIQUE (id));
+CREATE TABLE pending_writes (pk INTEGER NOT NULL, run_pk INTEGER NOT NULL, checkpoint_seq INTEGER NOT NULL,
+    node VARCHAR NOT NULL, attempt INTEGER NOT NULL, kind VARCHAR NOT NULL, value JSON,
+    created_at FLOAT NOT NULL, PRIMARY KEY (pk));
+CREATE INDEX ix_writes_run ON pending_writes (run_pk, node);
+CREATE TABLE node_attempts (pk INTEGER NOT NULL, run_pk INTEGER NOT NULL, node VARCHAR NOT NULL,
+    attempt INTEGER NOT NULL, status VARCHAR NOT NULL, started_at FLOAT NOT NULL, ended_at FLOAT NOT NULL,
+    error_class VARCHAR, error VARCHAR, decision VARCHAR, PRIMARY KEY (pk));
+CREATE INDEX ix_attempts_run ON node_attempts (run_pk);
+CREATE TABLE effect_journal (pk INTEGER NOT NULL, run_pk INTEGER NOT NULL, node VARCHAR NOT NULL,
+    name VARCHAR NOT NULL, occurrence INTEGER NOT NULL, attempt INTEGER NOT NULL, "key" VARCHAR NOT NULL,
+    status VARCHAR NOT NULL, request JSON, result JSON, error VARCHAR, at FLOAT NOT NULL, source VARCHAR,
+    PRIMARY KEY (pk));
+CREATE INDEX ix_effects_run ON effect_journal (run_pk);
+CREATE TABLE interrupts (id VARCHAR NOT NULL, run_pk INTEGER NOT NULL, node VARCHAR NOT NULL,
+    slot VARCHAR NOT NULL, kind VARCHAR NOT NULL, payload JSON, status VARCHAR NOT NULL, response_schema JSON,
+    answer JSON, created_at FLOAT NOT NULL, answered_at FLOAT, PRIMARY KEY (id));
+CREATE INDEX ix_interrupts_run ON interrupts (run_pk);
+CREATE INDEX ix_interrupts_status ON interrupts (status);
+CREATE TABLE trace_events (run_pk INTEGER NOT NULL, seq INTEGER NOT NULL, at FLOAT NOT NULL,
+    type VARCHAR NOT NULL, node VARCHAR, attempt INTEGER, data JSON, PRIMARY KEY (run_pk, seq)) WITHOUT ROWID;
+INSERT INTO harness_schema (version, applied_at) VALUES (1, 1700000000.0);
+INSERT INTO runs (pk, id, thread_id, graph_name, graph_version, status, kind, input, limits, usage,
+    max_concurrency, head_seq, event_seq, fence, created_at, updated_at)
+    VALUES (1, 'r1', 't1', 'g', 'v1', 'succeeded', 'main', '{"q": 1}', '{}', '{}', 8, 0, 0, 1,
+            1700000000.0, 1700000001.0);
+INSERT INTO effect_journal (run_pk, node, name, occurrence, attempt, "key", status, request, at)
+    VALUES (1, 'n1', 'pay', 0, 1, 'k1', 'succeeded', '{"amount": 10}', 1700000000.5);
+"""
+
+
+def version_1_database(path: Path) -> str:
+    """A database as version 1 left it (one finished run with one effect); its URL."""
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_V1)
+    conn.close()
+    return f"sqlite:///{path}"
+
+
+def open_and_close(url: str) -> None:
+    SqlStore(url).close()
+
+
+def layout(path: Path) -> dict[str, set[tuple[object, ...]]]:
+    """Each table's columns (name, type, not null, primary key) and each index, by name."""
+    with sqlite3.connect(path) as conn:
+        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        out = {t: {(c[1], c[2], c[3], c[5]) for c in conn.execute(f'PRAGMA table_info("{t}")')} for t in tables}
+        out["indexes"] = set(conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type = 'index'"))
+    conn.close()
+    return out
+
+
+def versions(path: Path) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        found = [v for (v,) in conn.execute("SELECT version FROM harness_schema ORDER BY version")]
+    conn.close()
+    return found
+
+
+def test_migrations_are_in_order_one_version_apart_up_to_the_schema_version() -> None:
+    assert [m.version for m in MIGRATIONS] == list(range(2, SCHEMA_VERSION + 1))
+
+
+def test_a_version_1_database_is_migrated_to_the_layout_of_a_new_one(tmp_path: Path) -> None:
+    open_and_close(version_1_database(tmp_path / "old.db"))
+    open_and_close(f"sqlite:///{tmp_path / 'new.db'}")
+    assert layout(tmp_path / "old.db") == layout(tmp_path / "new.db")
+
+
+def test_a_version_1_database_records_each_version_it_was_migrated_through(tmp_path: Path) -> None:
+    open_and_close(version_1_database(tmp_path / "old.db"))
+    assert versions(tmp_path / "old.db") == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_migrated_database_is_not_migrated_again_when_reopened(tmp_path: Path) -> None:
+    url = version_1_database(tmp_path / "old.db")
+    open_and_close(url)
+    open_and_close(url)
+    assert versions(tmp_path / "old.db") == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_rows_written_by_version_1_read_back_after_migration(tmp_path: Path) -> None:
+    store = SqlStore(version_1_database(tmp_path / "old.db"))
+    try:
+        run = store.get_run("r1")
+        assert (run.status, run.input, run.options) == (RunStatus.SUCCEEDED, {"q": 1}, {})
+        [entry] = store.journal(["r1"])
+        assert (entry.status, entry.request, entry.compensate) == (EffectStatus.SUCCEEDED, {"amount": 10}, None)
+    finally:
+        store.close()
