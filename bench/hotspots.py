@@ -93,10 +93,11 @@ def profile_history(n: int, top: int = 10) -> tuple[float, list]:
 
 
 SPLIT = [
-    ("runtime.runloop", "RunLoop", ["_flush", "_schedule", "_poll_limits", "_launch", "_collect",
-                                    "_checkpoint_if_dirty", "_wait"]),
-    ("runtime.store.sql", "SqlStore", ["commit", "_write_children", "_checkpoint_row", "cancel_request"]),
-    ("runtime.runtime", "Runtime", ["_create", "_load"]),
+    ("runtime.engine.loop", "RunLoop", ["_schedule", "_poll_limits", "_launch", "_collect", "_wait"]),
+    ("runtime.engine.recorder", "Recorder", ["flush", "checkpoint_if_dirty"]),
+    ("runtime.store.sql.write", "Writer", ["commit", "_write_children", "_checkpoint_row"]),
+    ("runtime.store.sql.read", "Reader", ["cancel_request"]),
+    ("runtime.runtime", "Runtime", ["_create"]),
 ]
 
 
@@ -208,16 +209,14 @@ def parallel_timeline(n: int, max_concurrency: int, reps: int = 3) -> dict[str, 
 
 def commit_split(n: int, reps: int = 3) -> tuple[float, dict[str, float]]:
     """Inside ``SqlStore.commit`` during one n-node chain run: where a step's commit goes."""
-    from sqlalchemy.engine import Connection
 
-    from runtime.store import sql
+    from runtime.store.sql import store as sql
+    from runtime.store.sql.write import Writer
 
     graph = H.chain_graph(n)
     parts = [(sql.SqlStore, "commit", "SqlStore.commit (whole)"),
-             (Connection, "execute", "  SQLAlchemy Connection.execute (UPDATE runs + INSERTs)"),
-             (sql._Transaction, "__exit__", "  COMMIT and return of the pooled connection"),
-             (sql.SqlStore, "_checkpoint_row", "  _checkpoint_row (node-state delta)"),
-             (sql._Transaction, "__enter__", "  pool checkout and BEGIN")]
+             (Writer, "_write_children", "  Writer._write_children (INSERTs of one batch)"),
+             (Writer, "_checkpoint_row", "  Writer._checkpoint_row (node-state delta)")]
     totals: list[float] = []
     per: dict[str, list[float]] = {}
 

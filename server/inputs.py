@@ -21,15 +21,15 @@ import sys
 from typing import Any
 
 from runtime import JSON
+from runtime.core.jsonvalues import MAX_DEPTH as STORABLE_DEPTH
 
 __all__ = ["MAX_DEPTH", "InputError", "kind_of", "nesting_depth", "parse_json", "parse_object"]
 
-#: deepest nesting accepted. The store reads JSON back with a parser that stops at
-#: about 200 levels and keeps values a few levels inside its columns (a state field in
-#: a snapshot, a mock in a run's options), so what is accepted here can be stored and
-#: read again with room to spare; documents this deep are rare (Ruby's JSON has the
-#: same default limit)
+#: deepest nesting accepted from people: below what the runtime stores
+#: (``STORABLE_DEPTH``), since a typed value is wrapped a few levels deeper (a mock
+#: inside the run's mocks, a field inside the state) before it is stored
 MAX_DEPTH = 100
+assert MAX_DEPTH + 10 <= STORABLE_DEPTH
 
 
 class InputError(Exception):

@@ -17,38 +17,50 @@ from pydantic_core import to_jsonable_python
 
 from .errors import NodeError
 
-__all__ = ["JSON", "non_finite", "problems", "to_json"]
+__all__ = ["JSON", "MAX_DEPTH", "problems", "to_json", "unstorable"]
 
 #: a value that round-trips through JSON (dicts, lists, str, int, float, bool, None)
 JSON: TypeAlias = Any
 
 
+#: deepest nesting of lists and objects a stored value may have: the store reads JSON
+#: back with a parser that stops at about 200 levels, and keeps values a few levels
+#: inside its columns, so this leaves room to spare
+MAX_DEPTH = 120
+
+
 def to_json(value: Any, what: str) -> JSON:
-    """``value`` as plain JSON data; ``NodeError`` naming ``what`` when it has no JSON form."""
+    """``value`` as plain JSON data; ``NodeError`` naming ``what`` when it has no JSON
+    form (an unserialisable object, NaN or infinity, nesting past ``MAX_DEPTH``)."""
     try:
         out = to_jsonable_python(value)
     except Exception as e:  # pydantic raises several types for unserialisable values
         raise NodeError(f"{what} is not JSON-serialisable: {e}") from e
-    bad = non_finite(out)
-    if bad is not None:
-        raise NodeError(f"{what} holds {bad[1]} at {bad[0] or '(top)'}, which has no JSON form")
+    problem = unstorable(out)
+    if problem is not None:
+        raise NodeError(f"{what} {problem}")
     return out
 
 
-def non_finite(value: JSON, path: str = "") -> tuple[str, str] | None:
-    """(path, repr) of the first NaN or infinite float inside ``value``, else None."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (path, repr(value))
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            found = non_finite(v, f"{path}.{k}" if path else str(k))
-            if found:
-                return found
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            found = non_finite(v, f"{path}[{i}]")
-            if found:
-                return found
+def unstorable(value: JSON) -> str | None:
+    """Why a JSON value cannot be stored faithfully (NaN or infinity, which have no JSON
+    form; nesting deeper than ``MAX_DEPTH``), or None. Iterative: a deep value cannot
+    exhaust the stack here."""
+    stack: list[tuple[JSON, str, int]] = [(value, "", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"holds {item!r} at {path or '(top)'}, which has no JSON form"
+        if isinstance(item, Mapping):
+            children = [(v, f"{path}.{k}" if path else str(k)) for k, v in item.items()]
+        elif isinstance(item, (list, tuple)):
+            children = [(v, f"{path}[{i}]") for i, v in enumerate(item)]
+        else:
+            continue
+        if depth + 1 > MAX_DEPTH:
+            where = path if len(path) <= 60 else path[:60] + "…"
+            return f"is nested more than {MAX_DEPTH} levels deep (at {where})"
+        stack.extend((v, p, depth + 1) for v, p in reversed(children))
     return None
 
 

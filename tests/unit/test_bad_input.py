@@ -133,3 +133,29 @@ async def test_an_answer_holding_nan_is_refused_and_the_run_stays_paused(rt: Run
     with pytest.raises(InvalidAnswer, match="no JSON form"):
         await rt.resume(run.id, {"amount": math.nan})
     assert (await rt.get_run(run.id)).status == RunStatus.INTERRUPTED
+
+
+async def test_an_input_nested_deeper_than_the_store_can_read_back_is_refused(rt: Runtime):
+    g = Graph("open", state=Open)
+    g.add_node("a", lambda s: None)
+    deep: object = "leaf"
+    for _ in range(150):
+        deep = [deep]
+    with pytest.raises(InvalidRequest, match="nested more than 120 levels"):
+        await rt.start(g, {"deep": deep})
+    assert await nothing_stored(rt)
+
+
+async def test_an_input_nested_to_the_limit_is_stored_and_read_back(rt: Runtime):
+    g = Graph("open", state=Open)
+    g.add_node("a", lambda s: None)
+    deep: object = "leaf"
+    for _ in range(118):
+        deep = [deep]
+    run = await rt.start(g, {"deep": deep})
+    assert (await rt.state_at((await rt.history(run.id))[-1].id)).deep == deep  # type: ignore[attr-defined]
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    n: int = 0
