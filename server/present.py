@@ -29,6 +29,7 @@ from runtime import (
     ReplayReport,
     Run,
     Runtime,
+    StreamEvent,
 )
 
 #: longest value shown in a report row (the JSON views hold them whole)
@@ -62,6 +63,14 @@ def run_line(run: Run) -> str:
     err = f"  {run.error.get('class')}: {run.error.get('message')}" if run.error else ""
     parent = f"  (from {run.parent_run_id})" if run.parent_run_id else ""
     return f"{run.id}  {run.status.value:<11}  {run.kind.value:<12}  {run.graph_name}{parent}{err}"
+
+
+def event_line(ev: StreamEvent) -> str:
+    """One streamed event: sequence, type, where, and what it carries."""
+    where = f" {ev.node}" + (f"#{ev.attempt}" if ev.attempt else "") if ev.node else ""
+    data = {k: v for k, v in ev.data.items() if k not in ("status",)}
+    shown = f" {value_text(data, LONG)}" if data else ""
+    return f"{'~' if ev.ephemeral else '#'}{ev.seq:<5} {ev.type}{where}{shown}"
 
 
 def checkpoint_line(cp: Checkpoint) -> str:

@@ -1,14 +1,15 @@
-"""Driving runs: ``run``, ``runs``, ``show``, ``resume`` and ``cancel``."""
+"""Driving runs: ``run``, ``runs``, ``show``, ``resume``, ``cancel`` and ``watch``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from runtime import RunStatus
 from runtime import resolve_ref
 from server.inputs import MAX_DEPTH, parse_json, parse_object
-from server.present import run_line
+from server.present import event_line, run_line
 
 from . import exits
 from .common import GRAPH_HELP, add_command, emit, opened, positive_int, positive_seconds, show_run
@@ -60,6 +61,17 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     return exits.OK
 
 
+async def cmd_watch(args: argparse.Namespace) -> int:
+    """Follow a run from the store until it ends or pauses: one line (or JSON object) per event."""
+    with opened(args, args.graph) as rt:
+        async for ev in rt.follow(args.run, poll=args.poll):
+            print(json.dumps(ev.to_json()) if args.json else event_line(ev), flush=True)
+        run = await rt.get_run(args.run)
+    if not args.json:
+        print(run_line(run))
+    return exits.for_run(run)
+
+
 def register(sub: Any) -> None:
     """Add these commands to the ``harness`` parser."""
     r = add_command(sub, "run", "run a graph until it ends or pauses")
@@ -86,3 +98,9 @@ def register(sub: Any) -> None:
             c.add_argument("--answers", help='answers by interrupt id: {"int_…": …} (JSON)')
         if name == "cancel":
             c.add_argument("--reason", default="cancelled from the command line")
+
+    w = add_command(sub, "watch", "follow a run's events as they are recorded, until it ends or pauses")
+    w.add_argument("run", help="run id")
+    w.add_argument("--graph", help=GRAPH_HELP)
+    w.add_argument("--poll", type=positive_seconds, default=0.2, help="seconds between reads (default: 0.2)")
+    w.set_defaults(fn=cmd_watch)
