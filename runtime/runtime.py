@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
-from .core.errors import InvalidRequest
+from .core.errors import GraphError, InvalidRequest, NotFound
 from .core.jsonvalues import JSON
 from .core.records import (
     Checkpoint,
@@ -40,10 +40,11 @@ from .engine.host import CompensationRegistry
 from .engine.leases import make_owner
 from .engine.slots import Slots
 from .engine.streaming import follow, stream_call
-from .graph import ExecutableGraph, Graph
+from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import insert_run, new_limits, validate_input
 from .history.registry import GraphRegistry, compiled
 from .history.state import state_json, state_model_at
+from .history.threads import given_fields, next_turn, thread_state, turn_base, turn_state
 from .store.base import CheckpointStore
 from .store.memory import MemoryStore
 from .travel.branches import new_fork, new_replay
@@ -143,6 +144,7 @@ class Runtime:
                 max_cost: float | None = None, max_concurrency: int | None = None,
                 compensate_on: Iterable[str] = ()) -> tuple[Run, Checkpoint]:
         state = validate_input(graph, input)
+        follows = turn_base(self.store, self.graphs, thread_id) if thread_id is not None else None
         if isinstance(compensate_on, str) or not isinstance(compensate_on, Iterable):
             raise InvalidRequest(f"compensate_on takes a list of 'failed' and/or 'cancelled', got {compensate_on!r}")
         policy = sorted(set(compensate_on))
@@ -152,14 +154,22 @@ class Runtime:
         limits = new_limits(now, deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
                             max_cost=max_cost, max_concurrency=max_concurrency)
         run_id = self.env.ids.new("run")
+        options: dict[str, JSON] = {"compensate_on": policy} if policy else {}
         run = Run(id=run_id, thread_id=thread_id or run_id, graph_name=graph.name,
                   graph_version=graph.version, status=RunStatus.QUEUED, kind=RunKind.MAIN,
                   input=state, created_at=now, updated_at=now, limits=limits,
-                  max_concurrency=max_concurrency or self.max_concurrency,
-                  options={"compensate_on": policy} if policy else {})
+                  max_concurrency=max_concurrency or self.max_concurrency, options=options)
         statuses = {n: NodeStatus.PENDING for n in graph.order}
-        return insert_run(self.store, self.env, run, statuses, snapshot=state, claim=claim,
-                          source=CheckpointSource.INPUT)
+        if follows is None:
+            return insert_run(self.store, self.env, run, statuses, snapshot=state, claim=claim,
+                              source=CheckpointSource.INPUT)
+        previous, base = follows
+        turn_input, _ = turn_state(graph, state_json(self.store, self.graphs, base), given_fields(input), state)
+        run = run.evolve(input=turn_input, parent_run_id=previous.id, base_checkpoint_id=base.id,
+                         options={**options, "turn": next_turn(previous)})
+        # the state is rebuilt from the previous turn's: only the input is stored
+        return insert_run(self.store, self.env, run, statuses, snapshot=None, claim=claim,
+                          source=CheckpointSource.TURN)
 
     async def resume(self, run_id: str, answer: JSON = MISSING, *,
                      answers: Mapping[str, JSON] | None = None,
@@ -271,13 +281,27 @@ class Runtime:
     async def get_run(self, run_id: str) -> Run:
         return self.store.get_run(run_id)
 
-    async def runs(self, status: RunStatus | str | None = None, limit: int = 100) -> list[Run]:
-        """Runs, newest first, optionally of one status."""
+    async def runs(self, status: RunStatus | str | None = None, limit: int = 100, *,
+                   thread_id: str | None = None) -> list[Run]:
+        """Runs, newest first, optionally of one status and of one thread."""
         if status is not None and status not in set(RunStatus):
             raise InvalidRequest(f"unknown status {status!r}; one of: {', '.join(RunStatus)}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidRequest(f"limit must be a whole number of at least 1, got {limit!r}")
-        return self.store.list_runs(RunStatus(status) if status else None, limit=limit)
+        return self.store.list_runs(RunStatus(status) if status else None, thread_id=thread_id, limit=limit)
+
+    async def thread_state(self, thread_id: str) -> BaseModel:
+        """The state of a conversation thread: where its latest run (not a replay) is now,
+        which is where the thread's next turn starts."""
+        found = thread_state(self.store, self.graphs, thread_id)
+        if found is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        run, state = found
+        try:
+            model: type[BaseModel] = self.graphs.graph_for(run).state_model
+        except (NotFound, InvalidRequest, GraphError):
+            model = AnyState
+        return model.model_validate(state)
 
     async def history(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints, oldest first."""

@@ -147,6 +147,8 @@ class CheckpointSource(StrEnum):
     FORK = "fork"                  # the first checkpoint of a fork: the state at its base
     PATCH = "patch"                # a fork's patch: the person's edit as a checkpoint of its own
     REPLAY = "replay"              # the first checkpoint of a replay
+    TURN = "turn"                  # the first checkpoint of a conversation turn: the thread's
+                                   # state with the turn's input applied (stored as a delta)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,13 @@ class Driver:
 
     async def drive(self, run: Run, graph: ExecutableGraph | None = None,
                     fresh: Checkpoint | None = None) -> Run:
-        return await self.finished(await load_loop(self.deps, run, graph, fresh).drive())
+        return await self.finished(await self.run_loop(load_loop(self.deps, run, graph, fresh)))
+
+    async def run_loop(self, loop: RunLoop) -> Run:
+        """Drive a loop; remember the state it stopped at (a thread's next turn starts there)."""
+        run = await loop.drive()
+        self.deps.graphs.remember_state(loop.rec.head.id, loop.state.head_state())
+        return run
 
     async def finished(self, run: Run) -> Run:
         """A run's opt-in policy: compensate its effects when it ends failed or cancelled."""
@@ -71,7 +77,7 @@ class Driver:
         path = RESUME_PATHS[run.status]
         if path == ResumePath.RECOVER and answering and self.orphaned(run):
             # its process died while a question was open: recover it (it pauses again), then answer
-            run = await self.finished(await self.take_lease(run, RunEvent.RECOVER).drive())
+            run = await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER)))
             path = RESUME_PATHS[run.status]
         if path == ResumePath.ANSWER:
             return await self.answer(run, answer, answers)
@@ -87,13 +93,13 @@ class Driver:
         if path == ResumePath.REFUSE:
             raise InvalidRequest(f"run {run_id} already succeeded; a succeeded run never changes")
         if path == ResumePath.CLAIM:
-            return await self.finished(await self.take_lease(run, RunEvent.CLAIM).drive())
+            return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.CLAIM)))
         if self.driven_here(run_id):
             raise_busy(run, "in this process")
         if not self.lease_expired(run):
             raise_busy(run, f"by {run.lease_owner} until its lease expires")
         log.info("run %s: its process stopped while running; recovering it here", run_id)
-        return await self.finished(await self.take_lease(run, RunEvent.RECOVER).drive())
+        return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER)))
 
     async def answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None) -> Run:
         given = match_answers(run, self.store.interrupts(run.id), answer, answers)
@@ -102,7 +108,7 @@ class Driver:
             loop = self.take_lease(run, RunEvent.RESUME, answered=checked)
         except LeaseLost:
             raise InvalidAnswer(f"run {run.id} was already answered by another caller") from None
-        return await self.finished(await loop.drive())
+        return await self.finished(await self.run_loop(loop))
 
     def continuation(self, parent: Run) -> tuple[Run, Checkpoint, ExecutableGraph]:
         """A new run in the thread continuing a failed or cancelled one from its last checkpoint."""
@@ -155,7 +161,7 @@ class Driver:
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
         loop = load_loop(self.deps, run)
         loop.begin_cancel(reason)
-        return await self.finished(await loop.drive())
+        return await self.finished(await self.run_loop(loop))
 
     async def wait_terminal(self, run_id: str, wait: float) -> Run:
         """Poll until the run ends or stops being RUNNING (or ``wait`` seconds pass)."""

@@ -45,13 +45,14 @@ N = NodeStatus
 
 class RunLoop:
     def __init__(self, deps: EngineDeps, graph: ExecutableGraph, run: Run, *,
-                 head: Checkpoint, statuses: Mapping[str, NodeStatus], writes: Mapping[str, JSON],
+                 base: Mapping[str, JSON], head: Checkpoint, statuses: Mapping[str, NodeStatus],
+                 writes: Mapping[str, JSON],
                  failures: Mapping[str, int], key_scope: str, journal: Sequence[JournalEntry],
                  interrupts: Sequence[Interrupt], attempts: Mapping[str, int],
                  source_journal: Sequence[JournalEntry] = ()):
         self.deps, self.env, self.graph = deps, deps.env, graph
         succeeded = {n: w for n, w in writes.items() if statuses.get(n) == N.SUCCEEDED}
-        self.state = StateFold(graph, run.input, succeeded)
+        self.state = StateFold(graph, base, succeeded)
         self.rec = Recorder(deps.store, deps.env, graph, run, head, statuses, self.state)
         self.host = RunHost(self.rec, deps.graphs, deps.compensations, key_scope=key_scope, journal=journal,
                             interrupts=interrupts, source_journal=source_journal)

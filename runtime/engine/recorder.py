@@ -71,6 +71,11 @@ class Recorder:
         self.usage_lock = threading.Lock()   # sync nodes report usage from worker threads
         #: who streams the call driving this run (captured here: node threads have no context)
         self.sink = SINK.get()
+        #: whether the run's last checkpoint carries a full snapshot: always, except for
+        #: conversation turns, which snapshot on turns 1, 2, 4, 8, … so that a thread's
+        #: snapshots add up to about twice its final state (storage grows linearly)
+        turn = run.options.get("turn")
+        self.snapshot_at_end = not turn or (int(turn) & (int(turn) - 1)) == 0
 
     # ------------------------------------------------------------------ events and transitions
 
@@ -129,7 +134,8 @@ class Recorder:
         # A full snapshot once the writes since the last one outweigh it (or after
         # SNAPSHOT_EVERY steps): snapshots then cost at most about as much as the
         # writes themselves, so storage stays linear even when the state keeps growing.
-        if (self._since_snapshot >= SNAPSHOT_EVERY or self.run.status != RunStatus.RUNNING
+        ending = self.run.status != RunStatus.RUNNING and self.snapshot_at_end
+        if (self._since_snapshot >= SNAPSHOT_EVERY or ending
                 or self._bytes_since_snapshot >= max(self._snapshot_bytes, SNAPSHOT_MIN_BYTES)):
             snapshot = self.state.head_state()
             self._since_snapshot = self._bytes_since_snapshot = 0
@@ -146,14 +152,17 @@ class Recorder:
         self.batch.checkpoints.append(cp)
 
     def final_checkpoint(self) -> None:
-        """The last checkpoint of a pause or end carries every status and a full snapshot."""
+        """The last checkpoint of a pause or end: every status, and (see
+        ``snapshot_at_end``) a full snapshot."""
         self._dirty = True
-        self._since_snapshot = SNAPSHOT_EVERY
+        if self.snapshot_at_end:
+            self._since_snapshot = SNAPSHOT_EVERY
         if self.batch.checkpoints:
             last = self.batch.checkpoints.pop()
             self._changed |= set(last.changed or ())
+            snapshot = self.state.head_state() if self.snapshot_at_end else last.snapshot
             self.head = replace(last, node_states=dict(self.statuses), event_seq=self.seq,
-                                snapshot=self.state.head_state(), changed=self._take_changed(self._parent))
+                                snapshot=snapshot, changed=self._take_changed(self._parent))
             self.batch.checkpoints.append(self.head)
             self._dirty = False
             return

@@ -14,6 +14,7 @@ from ..core.records import Checkpoint, EffectsMode, EventType, Run, RunKind, Wri
 from ..core.states import NodeStatus, RunStatus, StopKind, next_node_status
 from ..graph import ExecutableGraph
 from ..history.lineage import continued_chain, head, key_scope, sources, writes_lineage
+from ..history.state import base_state
 from .deps import EngineDeps
 from .loop import RunLoop
 from .stopping import Stop, stop
@@ -32,7 +33,7 @@ def load_loop(deps: EngineDeps, run: Run, graph: ExecutableGraph | None = None,
     if fresh is not None and fresh.run_id == run.id and run.kind != RunKind.CONTINUATION:
         inherited = writes_lineage(store, run)[1:]
         writes = store.node_writes(inherited) if inherited else {}
-        return RunLoop(deps, graph, run, head=fresh, statuses=fresh.node_states, writes=writes, failures={},
+        return RunLoop(deps, graph, run, base=base_state(store, deps.graphs, run), head=fresh, statuses=fresh.node_states, writes=writes, failures={},
                        key_scope=run.id, journal=[], interrupts=source_interrupts, attempts={},
                        source_journal=source_journal)
     chain = continued_chain(store, run)
@@ -55,7 +56,7 @@ def load_loop(deps: EngineDeps, run: Run, graph: ExecutableGraph | None = None,
     for attempt in store.node_attempts(run.id):  # retry budgets hold across resumes
         if attempt.status == NodeStatus.FAILED:
             failures[attempt.node] = failures.get(attempt.node, 0) + 1
-    loop = RunLoop(deps, graph, run, head=last, statuses=statuses,
+    loop = RunLoop(deps, graph, run, base=base_state(store, deps.graphs, run), head=last, statuses=statuses,
                    writes=store.node_writes(writes_lineage(store, run)), failures=failures,
                    key_scope=key_scope(store, run), journal=store.journal(list(reversed(chain))),
                    interrupts=interrupts, attempts=attempts, source_journal=source_journal)

@@ -24,10 +24,11 @@ from ..store.base import CheckpointStore
 
 
 def insert_run(store: CheckpointStore, env: Environment, run: Run, statuses: Mapping[str, NodeStatus], *,
-               snapshot: Mapping[str, JSON], claim: bool, source: CheckpointSource,
+               snapshot: Mapping[str, JSON] | None, claim: bool, source: CheckpointSource,
                inherited: Mapping[str, str] | None = None,
                patch: Mapping[str, JSON] | None = None) -> tuple[Run, Checkpoint]:
-    """Write a new run (claimed by this process when ``claim``); returns it and its head."""
+    """Write a new run (claimed by this process when ``claim``); returns it and its head.
+    ``snapshot``: the state at its first checkpoint (None: rebuilt from its base)."""
     now = env.now()
     events = [TraceEvent(run.id, 1, now, EventType.RUN_CREATED, data={
         "status": RunStatus.QUEUED.value, "kind": run.kind.value, "parent_run_id": run.parent_run_id,
@@ -39,7 +40,7 @@ def insert_run(store: CheckpointStore, env: Environment, run: Run, statuses: Map
                                  data={"status": RunStatus.RUNNING.value, "owner": env.owner}))
     cps = [Checkpoint(id=env.ids.new("cp"), run_id=run.id, seq=0, parent_id=run.base_checkpoint_id,
                       nodes=(), node_states=dict(statuses), event_seq=len(events), created_at=now,
-                      source=source, snapshot=dict(snapshot))]
+                      source=source, snapshot=None if snapshot is None else dict(snapshot))]
     if patch is not None:  # the person's edit is a checkpoint of its own: diffable, undoable by a fork
         events.append(TraceEvent(run.id, len(events) + 1, now, EventType.STATE_PATCHED,
                                  data={"patch": dict(patch)}))

@@ -43,10 +43,12 @@ def origin(store: CheckpointStore, run: Run) -> Run:
 
 def sources(store: CheckpointStore, run: Run) -> list[str]:
     """The source lineage of a fork or replay: every ancestor past its own
-    continuation chain, nearest first (their journals serve its mocked effects)."""
+    continuation chain up to the main run it branched from (its journals serve its
+    mocked effects), nearest first. A main run's parent is the previous turn of its
+    conversation: a different execution, so the walk stops there."""
     run = origin(store, run)
     out: list[str] = []
-    while run.parent_run_id is not None:
+    while run.parent_run_id is not None and run.kind != RunKind.MAIN:
         run = store.get_run(run.parent_run_id)
         out.append(run.id)
     return out

@@ -7,9 +7,12 @@ replay it, the code must be found again: registered here, or importable by the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel
 
 from ..core.errors import InvalidRequest, NotFound
+from ..core.jsonvalues import JSON
 from ..core.records import Run
 from ..graph import ExecutableGraph, Graph
 from ..graph.locate import resolve_model
@@ -18,6 +21,8 @@ from ..store.base import CheckpointStore
 
 #: how many runs keep the exact graph object they were started with (bounded memory)
 RUN_GRAPHS_KEPT = 10_000
+#: how many final states are kept in memory for the next turn of their thread
+STATES_KEPT = 256
 
 
 def compiled(graph: Graph | ExecutableGraph) -> ExecutableGraph:
@@ -33,6 +38,9 @@ class GraphRegistry:
         self._run_graphs: dict[str, ExecutableGraph] = {}
         self._saved: set[tuple[str, str | None]] = set()
         self._models: dict[str, type[BaseModel]] = {}
+        #: states at the last checkpoint of runs that ended or paused here, newest last:
+        #: the next turn of a conversation starts from one without reading history back
+        self._states: dict[str, Mapping[str, JSON]] = {}
 
     def register(self, graph: Graph | ExecutableGraph) -> ExecutableGraph:
         """Make a graph known (and its description stored) so its runs can be resumed."""
@@ -77,6 +85,14 @@ class GraphRegistry:
     def inherit_run_graph(self, parent_id: str, child_id: str, fallback: ExecutableGraph) -> None:
         """A continuation runs with the graph object its parent ran with here."""
         self.remember_run(child_id, self._run_graphs.get(parent_id, fallback))
+
+    def remember_state(self, checkpoint_id: str, state: Mapping[str, JSON]) -> None:
+        self._states[checkpoint_id] = state
+        if len(self._states) > STATES_KEPT:
+            del self._states[next(iter(self._states))]
+
+    def known_state(self, checkpoint_id: str) -> Mapping[str, JSON] | None:
+        return self._states.get(checkpoint_id)
 
     def remember_model(self, ref: str, model: type[BaseModel]) -> None:
         """An interrupt's answer model, defined perhaps where no import can reach it."""

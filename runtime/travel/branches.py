@@ -31,7 +31,7 @@ from ..graph import ExecutableGraph
 from ..graph.reducers import fold
 from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
 from ..history.lineage import continued_chain, writes_lineage
-from ..history.state import state_json
+from ..history.state import base_state, state_json
 
 
 def apply_patch(graph: ExecutableGraph, base: Mapping[str, JSON], patch: Any) -> dict[str, JSON]:
@@ -99,8 +99,9 @@ def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | N
         options["compensate_on"] = source.options["compensate_on"]
     if patched is not None:
         options["patched"] = True   # its input is the patched state; it inherits no writes
-    run = _new_run(deps, compiled, source, cp, RunKind.FORK, patched if patched is not None else source.input,
-                   options)
+    # unpatched, it folds the source's writes onto the base the source folded them onto
+    run = _new_run(deps, compiled, source, cp, RunKind.FORK,
+                   patched if patched is not None else base_state(deps.store, deps.graphs, source), options)
     if patched is not None:
         patch = {k: patched[k] for k in patch}  # type: ignore[union-attr]  # as the model coerced them
     deps.graphs.register(compiled)
@@ -119,8 +120,9 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     source, cp = _replay_base(deps, target_id)
     compiled = graph if graph is not None else deps.graphs.graph_for(source)
     base_run = deps.store.get_run(cp.run_id)
+    recorded_input = base_state(deps.store, deps.graphs, base_run)   # a conversation turn's whole state
     try:  # new code must accept the recorded input
-        compiled.state_model.model_validate(dict(base_run.input))
+        compiled.state_model.model_validate(recorded_input)
     except ValidationError as e:
         raise InvalidRequest(f"the recorded input does not fit {compiled.state_model.__name__} of the "
                              f"graph given: {e.errors()[0]['msg']}") from None
@@ -128,12 +130,12 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     options: dict[str, JSON] = {"effects": EffectsMode.MOCK.value, "mocks": mocks_json, "compare": True,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
     # its parent is the run asked for: that lineage's journal serves the mocks
-    run = _new_run(deps, compiled, source, cp, RunKind.REPLAY, dict(base_run.input), options)
+    run = _new_run(deps, compiled, source, cp, RunKind.REPLAY, recorded_input, options)
     # the state the replay's nodes fold from: the input and the kept nodes' recorded
     # writes, under the graph it runs (new code may have dropped a node)
     writes = deps.store.node_writes(writes_lineage(deps.store, source))
     kept = [(n, writes[n]) for n in compiled.order if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
-    snapshot = fold(dict(base_run.input), kept, compiled.reducers)
+    snapshot = fold(recorded_input, kept, compiled.reducers)
     deps.graphs.register(compiled)
     run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=snapshot, claim=True,
                            source=CheckpointSource.REPLAY, inherited=inherited_of(statuses))

@@ -1,0 +1,171 @@
+"""Conversation threads: ``start(graph, input, thread_id=T)`` after a finished run of T
+is a new turn that starts from T's latest state with the input applied through the
+reducers; storage per turn grows with what the turn wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import (
+    CheckpointSource,
+    Graph,
+    InvalidRequest,
+    NodeContext,
+    NotFound,
+    RunKind,
+    Runtime,
+    RunStatus,
+    SqlStore,
+    append,
+)
+
+
+class Chat(BaseModel):
+    messages: Annotated[list[str], append] = []
+    user: str = "anon"
+    turns: int = 0
+
+
+def chat_graph() -> Graph:
+    g = Graph("chat", state=Chat)
+
+    @g.node()
+    def reply(state: Chat) -> dict:
+        last = state.messages[-1]
+        return {"messages": [f"echo[{len(state.messages)}] {last}"], "turns": state.turns + 1}
+
+    return g
+
+
+async def test_a_second_start_on_a_thread_continues_from_its_state(rt: Runtime):
+    g = chat_graph()
+    first = await rt.start(g, {"messages": ["hi"], "user": "ada"}, thread_id="t1")
+    second = await rt.start(g, {"messages": ["how are you?"]}, thread_id="t1")
+    assert second.status == RunStatus.SUCCEEDED
+    state = await rt.thread_state("t1")
+    assert state.messages == ["hi", "echo[1] hi", "how are you?", "echo[3] how are you?"]
+    # a field the turn did not give keeps its value: defaults never overwrite the thread
+    assert state.user == "ada" and state.turns == 2
+    assert (second.kind, second.parent_run_id, second.thread_id) == (RunKind.MAIN, first.id, "t1")
+    assert second.base_checkpoint_id == (await rt.history(first.id))[-1].id
+
+
+async def test_a_turn_stores_only_its_input(rt: Runtime):
+    g = chat_graph()
+    await rt.start(g, {"messages": ["hi"], "user": "ada"}, thread_id="t1")
+    second = await rt.start(g, {"messages": ["again"]}, thread_id="t1")
+    assert dict(second.input) == {"messages": ["again"]}
+    first_cp = (await rt.history(second.id))[0]
+    assert first_cp.source == CheckpointSource.TURN and first_cp.snapshot is None
+    assert (await rt.state_at(first_cp.id)).messages == ["hi", "echo[1] hi", "again"]
+
+
+async def test_runs_of_a_thread_are_listed_newest_first(rt: Runtime):
+    g = chat_graph()
+    ids = [(await rt.start(g, {"messages": [str(i)]}, thread_id="t")).id for i in range(3)]
+    await rt.start(g, {"messages": ["elsewhere"]}, thread_id="other")
+    assert [r.id for r in await rt.runs(thread_id="t")] == ids[::-1]
+
+
+async def test_a_new_turn_waits_for_a_paused_run_of_the_thread(rt: Runtime):
+    g = Graph("ask", state=Chat)
+
+    @g.node()
+    async def ask(state: Chat, ctx: NodeContext) -> dict:
+        return {"messages": [str(await ctx.interrupt({"q": "name?"}))]}
+
+    paused = await rt.start(g, {"messages": ["hi"]}, thread_id="t")
+    with pytest.raises(InvalidRequest, match=f"{paused.id} is interrupted"):
+        await rt.start(g, {"messages": ["next"]}, thread_id="t")
+    assert [r.id for r in await rt.runs(thread_id="t")] == [paused.id]
+    await rt.resume(paused.id, "ada")
+    nxt = await rt.start(chat_graph(), {"messages": ["next"]}, thread_id="t")
+    assert (await rt.thread_state("t")).messages == ["hi", "ada", "next", "echo[3] next"]
+    assert nxt.parent_run_id == paused.id
+
+
+async def test_a_turn_after_a_failed_turn_starts_from_what_it_finished(rt: Runtime):
+    g = Graph("flaky", state=Chat)
+
+    @g.node()
+    def a(state: Chat) -> dict:
+        return {"messages": ["a"]}
+
+    @g.node(after=["a"])
+    def b(state: Chat) -> dict:
+        if state.messages[-2] == "boom":   # this turn's message
+            raise ValueError("boom")
+        return {"messages": ["b"]}
+
+    failed = await rt.start(g, {"messages": ["boom"]}, thread_id="t")
+    assert failed.status == RunStatus.FAILED
+    await rt.start(g, {"messages": ["fine"]}, thread_id="t")
+    assert (await rt.thread_state("t")).messages == ["boom", "a", "fine", "a", "b"]
+
+
+async def test_an_input_that_does_not_fit_the_threads_state_is_refused(rt: Runtime):
+    await rt.start(chat_graph(), {"messages": ["hi"]}, thread_id="t")
+    with pytest.raises(InvalidRequest, match="turns"):
+        await rt.start(chat_graph(), {"turns": "many"}, thread_id="t")
+    assert len(await rt.runs(thread_id="t")) == 1
+
+
+async def test_the_state_of_an_unknown_thread_is_not_found(rt: Runtime):
+    with pytest.raises(NotFound):
+        await rt.thread_state("nope")
+
+
+async def test_fork_and_replay_inside_a_later_turn_start_from_the_threads_state(rt: Runtime):
+    g = chat_graph()
+    await rt.start(g, {"messages": ["hi"]}, thread_id="t")
+    second = await rt.start(g, {"messages": ["two"]}, thread_id="t")
+    first_cp = (await rt.history(second.id))[0]
+    fork = await rt.fork(first_cp.id)
+    assert fork.status == RunStatus.SUCCEEDED
+    fork_state = await rt.state_at((await rt.history(fork.id))[-1].id)
+    assert fork_state.messages == ["hi", "echo[1] hi", "two", "echo[3] two"]
+    report = await rt.replay(second.id)
+    assert report.same
+
+
+async def test_a_thread_is_read_back_by_another_runtime(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    rt = Runtime(store=SqlStore(url))
+    for word in ("a", "b", "c"):
+        await rt.start(chat_graph(), {"messages": [word]}, thread_id="t")
+    rt.close()
+    other = Runtime(store=SqlStore(url), graphs=[chat_graph()])
+    try:   # nothing remembered in memory: every state is rebuilt from the store
+        assert (await other.thread_state("t")).messages == ["a", "echo[1] a", "b", "echo[3] b", "c", "echo[5] c"]
+        await other.start(chat_graph(), {"messages": ["d"]}, thread_id="t")
+        assert (await other.thread_state("t")).turns == 4
+    finally:
+        other.close()
+
+
+async def test_a_200_turn_thread_sees_every_turn_and_storage_grows_linearly(tmp_path: Path):
+    path = tmp_path / "chat.db"
+    message = "x" * 200
+    sizes = []
+    for half in range(2):
+        rt = Runtime(store=SqlStore(f"sqlite:///{path}"), graphs=[chat_graph()])
+        try:
+            for turn in range(100 * half + 1, 100 * half + 101):
+                run = await rt.start(chat_graph(), {"messages": [f"{turn} {message}"]}, thread_id="long")
+                assert run.status == RunStatus.SUCCEEDED
+        finally:
+            rt.close()
+        sizes.append(path.stat().st_size)
+    rt = Runtime(store=SqlStore(f"sqlite:///{path}"), graphs=[chat_graph()])
+    try:
+        state = await rt.thread_state("long")
+    finally:
+        rt.close()
+    assert state.turns == 200 and len(state.messages) == 400
+    assert state.messages[-1] == f"echo[399] 200 {message}"
+    # the second hundred turns cost about what the first did (a snapshot per turn: ~3×)
+    assert sizes[1] - sizes[0] <= 1.5 * sizes[0]
