@@ -3,18 +3,32 @@
 ``SCHEMA_V1`` is the SQLite layout version 1 wrote, frozen here as it was. A column
 added to ``schema.py`` without a migration makes a migrated database differ from
 a new one, and the layout test below fails.
+
+Setting up is one transaction under a lock: a migration that fails part-way leaves
+the database as it was, and processes opening an old database at the same moment
+migrate it once.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from runtime.core.errors import InvalidRequest
 from runtime.core.records import EffectStatus
 from runtime.core.states import RunStatus
 from runtime.store.sql import SqlStore
 from runtime.store.sql.migrations import MIGRATIONS
 from runtime.store.sql.schema import SCHEMA_VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SCHEMA_V1 = """
 CREATE TABLE harness_schema (version INTEGER NOT NULL, applied_at FLOAT NOT NULL, PRIMARY KEY (version));
@@ -123,3 +137,100 @@ def test_rows_written_by_version_1_read_back_after_migration(tmp_path: Path) -> 
         assert (entry.status, entry.request, entry.compensate) == (EffectStatus.SUCCEEDED, {"amount": 10}, None)
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- atomicity
+
+def version_1_database_with_compensate(path: Path) -> str:
+    """A version-1 database that already has ``effect_journal.compensate``: the second
+    statement of migration 2 fails there, after the first one has run."""
+    url = version_1_database(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE effect_journal ADD COLUMN compensate VARCHAR")
+    conn.close()
+    return url
+
+
+def test_a_failing_migration_raises_an_error_naming_the_statement_and_the_version(tmp_path: Path) -> None:
+    url = version_1_database_with_compensate(tmp_path / "old.db")
+    with pytest.raises(InvalidRequest, match=r"schema 2.*ADD COLUMN compensate.*duplicate column.*still at schema 1"):
+        open_and_close(url)
+
+
+def test_a_failing_migration_leaves_the_database_exactly_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    url = version_1_database_with_compensate(path)
+    before = layout(path)
+    with pytest.raises(InvalidRequest):
+        open_and_close(url)
+    assert (layout(path), versions(path)) == (before, [1])
+
+
+def test_a_database_whose_migration_failed_migrates_once_the_obstacle_is_removed(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    url = version_1_database_with_compensate(path)
+    with pytest.raises(InvalidRequest):
+        open_and_close(url)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE effect_journal DROP COLUMN compensate")
+    conn.close()
+    open_and_close(url)
+    open_and_close(f"sqlite:///{tmp_path / 'new.db'}")
+    assert (layout(path), versions(path)) == (layout(tmp_path / "new.db"), list(range(1, SCHEMA_VERSION + 1)))
+
+
+# --------------------------------------------------------------------------- two processes
+
+#: opens the store given as argv[1] once it has said it is about to
+OPENER = "import sys; from runtime.store.sql import SqlStore; print('ready', flush=True); SqlStore(sys.argv[1]).close()"
+
+
+def open_in_processes_at_once(url: str, hold: Callable[[], Callable[[], None]], n: int = 2) -> list[str]:
+    """Open ``url`` in ``n`` fresh processes that all start together; the failures' stderr.
+
+    ``hold()`` takes a lock on the database that any migration has to wait for and
+    gives the function that releases it. Each process starts opening while it is held,
+    so every one of them gets as far as the lock and then they race from the same
+    instant instead of one having finished before the next begins.
+    """
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    release = hold()
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, url], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(n)]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        time.sleep(0.5)  # from "ready" to the lock is a few milliseconds
+    except BaseException:
+        for p in procs:
+            p.kill()
+            p.communicate()
+        raise
+    finally:
+        release()
+    results = [p.communicate(timeout=120) for p in procs]
+    return [err for p, (_, err) in zip(procs, results) if p.returncode != 0]
+
+
+def hold_sqlite_write_lock(path: Path) -> Callable[[], Callable[[], None]]:
+    def hold() -> Callable[[], None]:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")  # as the store sets it: readers go on under the lock
+        conn.execute("BEGIN IMMEDIATE")
+
+        def release() -> None:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return release
+    return hold
+
+
+@pytest.mark.slow
+def test_two_processes_opening_a_version_1_database_at_once_both_succeed_and_migrate_it_once(
+        tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    url = version_1_database(path)
+    assert open_in_processes_at_once(url, hold_sqlite_write_lock(path)) == []
+    open_and_close(f"sqlite:///{tmp_path / 'new.db'}")
+    assert (layout(path), versions(path)) == (layout(tmp_path / "new.db"), list(range(1, SCHEMA_VERSION + 1)))
+
