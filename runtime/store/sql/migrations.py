@@ -5,6 +5,15 @@ A new database gets the current tables from ``create_all`` and is recorded at
 every migration newer than the highest version in ``harness_schema``, and each
 adds its version there. A database newer than this code is refused rather than
 written with a layout it does not know.
+
+All of it — creating tables, reading the version, every statement of the pending
+migrations and their version rows — is one transaction that holds the setup lock
+from its first statement: a migration that fails leaves the database as it was, and
+a second process opening the same database waits, then finds it migrated. On
+SQLite the driver would otherwise commit each ``ALTER TABLE`` on its own (it only
+opens transactions before data changes), so the transaction is begun by hand with
+``BEGIN IMMEDIATE``, which also takes the write lock. PostgreSQL's DDL is
+transactional; a transaction-scoped advisory lock keeps two setups from racing.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import SQLModel
 
 from ...core.errors import InvalidRequest
@@ -37,24 +46,27 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 _ATTEMPTS = 10
+#: key of the PostgreSQL advisory lock that serializes setups of one database
+_PG_SETUP_LOCK = 0x5348_6172_6E65_7373
 
 
 def setup(engine: Engine) -> None:
     """Create missing tables and migrate the database to ``SCHEMA_VERSION``."""
-    # several processes may open a brand-new file at once: the losers of a
-    # create-table race see "already exists" and simply try again
+    # setups of one database wait on each other's lock, so none sees another's half;
+    # only a wait that outlasts the driver's timeout ("database is locked") is tried again
     for attempt in range(_ATTEMPTS):
         try:
             return _setup_once(engine)
-        except (OperationalError, IntegrityError) as e:
-            if attempt == _ATTEMPTS - 1 or not any(w in str(e) for w in ("already exists", "locked", "UNIQUE")):
+        except OperationalError as e:
+            if attempt == _ATTEMPTS - 1 or "locked" not in str(e):
                 raise
             time.sleep(0.02 * (attempt + 1))
 
 
 def _setup_once(engine: Engine) -> None:
-    SQLModel.metadata.create_all(engine, tables=list(TABLES))
     with engine.begin() as conn:
+        _lock(conn)
+        SQLModel.metadata.create_all(conn, tables=list(TABLES))
         current = conn.execute(select(VERSIONS.c.version).order_by(VERSIONS.c.version.desc())).scalar()
         if current is None:
             _record(conn, SCHEMA_VERSION)
@@ -62,12 +74,31 @@ def _setup_once(engine: Engine) -> None:
         if current > SCHEMA_VERSION:
             raise InvalidRequest(f"database schema {current} is newer than this version of "
                                  f"Shadow Harness understands ({SCHEMA_VERSION}); upgrade it")
-        json_type = "JSONB" if conn.dialect.name == "postgresql" else "JSON"
         for migration in MIGRATIONS:
             if migration.version > current:
-                for stmt in migration.statements:
-                    conn.exec_driver_sql(stmt.format(json=json_type))
-                _record(conn, migration.version)
+                _apply(conn, migration, current)
+
+
+def _lock(conn: Connection) -> None:
+    """Begin the setup's transaction holding the lock other setups wait on."""
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_SETUP_LOCK})")
+
+
+def _apply(conn: Connection, migration: Migration, found: int) -> None:
+    """Run ``migration``'s statements and record its version, in the caller's transaction."""
+    json_type = "JSONB" if conn.dialect.name == "postgresql" else "JSON"
+    for stmt in migration.statements:
+        sql = stmt.format(json=json_type)
+        try:
+            conn.exec_driver_sql(sql)
+        except DBAPIError as e:
+            raise InvalidRequest(
+                f"cannot migrate the database to schema {migration.version}: {sql!r} failed "
+                f"({e.orig}); nothing was changed, the database is still at schema {found}") from e
+    _record(conn, migration.version)
 
 
 def _record(conn: Connection, version: int) -> None:

@@ -47,7 +47,11 @@ class SqlStore:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self.engine: Engine = _create_engine(url, echo, self.is_sqlite)
-        setup(self.engine)
+        try:
+            setup(self.engine)
+        except BaseException:
+            self.engine.dispose()  # a store that did not open keeps no connection open
+            raise
         self._reader = Reader(self.engine, pks={})
         self._writer = Writer(self.engine, self._reader)
 
