@@ -1,4 +1,4 @@
-"""Driving runs: ``run``, ``runs``, ``show``, ``resume``, ``cancel`` and ``watch``."""
+"""Driving runs: ``run``, ``runs``, ``show``, ``resume``, ``cancel``, ``thread`` and ``watch``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
     graph = resolve_ref(args.graph)
     data = parse_object(args.input, "--input", INPUT_MEANING) if args.input is not None else {}
     with opened(args) as rt:
-        run = await rt.start(graph, data, deadline=args.deadline, max_steps=args.max_steps)
+        run = await rt.start(graph, data, deadline=args.deadline, max_steps=args.max_steps,
+                             thread_id=args.thread)
         await show_run(rt, args, run.id)
     return exits.for_run(run)
 
@@ -35,7 +36,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
 
 async def cmd_runs(args: argparse.Namespace) -> int:
     with opened(args) as rt:
-        runs = await rt.runs(status=args.status, limit=args.limit)
+        runs = await rt.runs(status=args.status, limit=args.limit, thread_id=args.thread)
     emit(args, runs, "\n".join(map(run_line, runs)) or "no runs")
     return exits.OK
 
@@ -61,6 +62,18 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     return exits.OK
 
 
+async def cmd_thread(args: argparse.Namespace) -> int:
+    """A conversation thread: its runs, oldest first, and the state its next turn starts from."""
+    with opened(args, args.graph) as rt:
+        runs = list(reversed(await rt.runs(thread_id=args.thread, limit=args.limit)))
+        if not runs:
+            raise exits.UsageError(f"no thread {args.thread!r}")
+        state = (await rt.thread_state(args.thread)).model_dump(mode="json")
+    text = "\n".join([*map(run_line, runs), "state: " + json.dumps(state)])
+    emit(args, {"thread_id": args.thread, "runs": runs, "state": state}, text)
+    return exits.OK
+
+
 async def cmd_watch(args: argparse.Namespace) -> int:
     """Follow a run from the store until it ends or pauses: one line (or JSON object) per event."""
     with opened(args, args.graph) as rt:
@@ -79,11 +92,13 @@ def register(sub: Any) -> None:
     r.add_argument("--input", help="run input as a JSON object")
     r.add_argument("--deadline", type=positive_seconds, help="run deadline in seconds")
     r.add_argument("--max-steps", type=positive_int, help="stop after this many node attempts")
+    r.add_argument("--thread", help="thread id: a new turn of that conversation when it has runs already")
     r.set_defaults(fn=cmd_run)
 
     ls = add_command(sub, "runs", "list runs, newest first")
     ls.add_argument("--status", choices=[s.value for s in RunStatus])
     ls.add_argument("--limit", type=positive_int, default=50, help="at most this many (default: 50)")
+    ls.add_argument("--thread", help="only the runs of this thread")
     ls.set_defaults(fn=cmd_runs)
 
     for name, fn, text in (("show", cmd_show, "a run: status, checkpoints, state, pending interrupts"),
@@ -98,6 +113,12 @@ def register(sub: Any) -> None:
             c.add_argument("--answers", help='answers by interrupt id: {"int_…": …} (JSON)')
         if name == "cancel":
             c.add_argument("--reason", default="cancelled from the command line")
+
+    t = add_command(sub, "thread", "a conversation thread: its runs, oldest first, and its state")
+    t.add_argument("thread", help="thread id")
+    t.add_argument("--graph", help=GRAPH_HELP)
+    t.add_argument("--limit", type=positive_int, default=1000, help="at most this many runs (default: 1000)")
+    t.set_defaults(fn=cmd_thread)
 
     w = add_command(sub, "watch", "follow a run's events as they are recorded, until it ends or pauses")
     w.add_argument("run", help="run id")
