@@ -2,7 +2,8 @@
 # The main job, until the web debugger lands: run the refund example through the CLI,
 # answer its interrupt, show every checkpoint, then travel in time: diff two steps,
 # fork with a patched amount (effects mocked: nothing is paid twice), replay the run,
-# export its thread and import it elsewhere. Uses ./demo.db (SQLite, no server).
+# export its thread and import it elsewhere; then a two-turn conversation and its event
+# stream. Uses ./demo.db (SQLite, no server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HARNESS_DB="${HARNESS_DB:-sqlite:///demo.db}"
@@ -48,6 +49,15 @@ rm -f demo-thread.json demo-imported.db demo-imported.db-wal demo-imported.db-sh
 
 echo; echo "== a plan (JSON) naming registered functions"
 $H run examples/pipeline.json
+
+echo; echo "== a conversation: two turns on thread 'ada' (each starts from the thread's state)"
+$H run examples.chat:graph --input '{"messages": ["customer: where is order 7?"]}' --thread ada > /dev/null
+$H run examples.chat:graph --input '{"messages": ["customer: thanks!"]}' --thread ada > /dev/null
+$H thread ada
+TURN=$($H runs --thread ada --limit 1 --json | $PY -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+
+echo; echo "== harness watch $TURN: the turn's recorded events, as a follower in another process sees them"
+$H watch "$TURN"
 
 echo; echo "== harness runs"
 $H runs

@@ -67,7 +67,7 @@ def run_line(run: Run) -> str:
 
 def event_line(ev: StreamEvent) -> str:
     """One streamed event: sequence, type, where, and what it carries."""
-    where = f" {ev.node}" + (f"#{ev.attempt}" if ev.attempt else "") if ev.node else ""
+    where = f" {ev.node}" + (f" (attempt {ev.attempt})" if ev.attempt else "") if ev.node else ""
     data = {k: v for k, v in ev.data.items() if k not in ("status",)}
     shown = f" {value_text(data, LONG)}" if data else ""
     return f"{'~' if ev.ephemeral else '#'}{ev.seq:<5} {ev.type}{where}{shown}"

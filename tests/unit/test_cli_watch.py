@@ -65,7 +65,7 @@ def test_watch_prints_one_line_per_event_and_the_run_at_the_end(db: str, capsys:
     assert code == 0
     assert len(lines) == len(live) + 1
     assert lines[0].startswith("#1") and "run.created" in lines[0]
-    assert "custom a#1" in "\n".join(lines) and "interrupted" in lines[-1]
+    assert "custom a (attempt 1)" in "\n".join(lines) and "interrupted" in lines[-1]
 
 
 def test_watching_an_unknown_run_is_one_line_and_exit_2(db: str, capsys: pytest.CaptureFixture[str]):
