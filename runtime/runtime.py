@@ -173,12 +173,21 @@ class Runtime:
 
     async def resume(self, run_id: str, answer: JSON = MISSING, *,
                      answers: Mapping[str, JSON] | None = None,
-                     graph: Graph | ExecutableGraph | None = None) -> Run:
+                     graph: Graph | ExecutableGraph | None = None, deadline: float | None = None,
+                     max_steps: int | None = None, max_tokens: int | None = None,
+                     max_cost: float | None = None) -> Run:
         """Continue a run: answer its interrupts, continue it after failure or
         cancellation (as a new continuation run), or recover it after a crash.
 
         ``graph`` names the graph object to run with (it must have the run's version);
-        by default the one the run was started with here, else the registered one."""
+        by default the one the run was started with here, else the registered one.
+
+        A continuation starts with its parent's usage and limits, so budgets count
+        across the chain; ``deadline``, ``max_steps``, ``max_tokens`` and ``max_cost``
+        replace the limits of those names (a continuation's, or the same run's from now
+        on; one below the usage so far ends the run with ``limit_exceeded``)."""
+        limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
+                            max_cost=max_cost)
         if graph is not None:
             run = self.store.get_run(run_id)
             given = self.register(graph)
@@ -186,7 +195,7 @@ class Runtime:
                 raise InvalidRequest(f"run {run_id} was made by graph version {run.graph_version}; "
                                      f"the graph given is version {given.version}")
             self.graphs.remember_run(run_id, given)
-        return await self._driver.resume(run_id, answer, answers)
+        return await self._driver.resume(run_id, answer, answers, limits)
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0) -> Run:
         """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED."""
@@ -224,15 +233,20 @@ class Runtime:
 
     async def fork(self, checkpoint_id: str, patch: Mapping[str, JSON] | None = None, *,
                    effects: str = "mock", mocks: Mapping[str, JSON] | None = None,
-                   graph: Graph | ExecutableGraph | None = None) -> Run:
+                   graph: Graph | ExecutableGraph | None = None, deadline: float | None = None,
+                   max_steps: int | None = None, max_tokens: int | None = None,
+                   max_cost: float | None = None) -> Run:
         """Branch off at a checkpoint: a new run in the same thread whose input is the
         state there with ``patch`` applied; nodes finished there are not run again.
 
         ``effects="mock"`` serves effects from the source lineage's journal and pauses
         on any it has no record of; ``mocks={name: result}`` answers those up front;
-        ``effects="live"`` runs them for real with keys of this branch."""
+        ``effects="live"`` runs them for real with keys of this branch. The fork copies
+        the source run's limits, except those given here; its usage starts at zero."""
+        limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
+                            max_cost=max_cost)
         run, graph_used, head = new_fork(self._deps, checkpoint_id, patch, effects, mocks,
-                                         compiled(graph) if graph is not None else None)
+                                         compiled(graph) if graph is not None else None, limits)
         self.graphs.remember_run(run.id, graph_used)
         return await self._driver.drive(run, graph_used, head)
 

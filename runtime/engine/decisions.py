@@ -1,4 +1,5 @@
-"""Pure decisions the run loop takes about outcomes: retry or fail, and budgets.
+"""Pure decisions the run loop takes about outcomes: retry or fail, and budgets
+(a continuation starts with its parent's usage, so they hold across the chain).
 
 Each returns the decision with its reason in words, which is recorded on the node
 attempt (and shown in the debugger) so nobody has to read code to learn why.
@@ -48,3 +49,12 @@ def budget_exceeded(limits: Mapping[str, JSON], usage: Mapping[str, JSON]) -> st
     if limits.get("max_cost") is not None and usage["cost"] > limits["max_cost"]:
         over.append(f"cost {usage['cost']:g} > max_cost {limits['max_cost']:g}")
     return "run budget exceeded: " + "; ".join(over) if over else None
+
+
+def with_limits(limits: Mapping[str, JSON], given: Mapping[str, JSON], now: float) -> dict[str, JSON]:
+    """A run's limits with the (validated) ``given`` ones replacing theirs, from ``now``
+    on: a new ``deadline_s`` gives a new ``deadline_at``; limits not given are kept."""
+    out = {**limits, **{k: v for k, v in given.items() if k != "deadline_at"}}
+    if given.get("deadline_s") is not None:
+        out["deadline_at"] = now + given["deadline_s"]
+    return out

@@ -1,6 +1,10 @@
 """Taking runs over and driving them: resume (by the status table), continuation,
 cancel, and the compensation a run's policy asks for when it ends.
 
+A continuation starts with its parent's usage (tokens, cost, steps), so a run's
+budget counts across the chain; ``resume`` may give new limits, which replace the
+inherited ones (a continuation) or apply to the same run from now on.
+
 The Runtime facade delegates here; this module is given the store, environment,
 slots, graphs and compensation registry (``EngineDeps``), never the facade.
 """
@@ -21,6 +25,7 @@ from ..history.lineage import continuations, continued_chain, head
 from ..history.state import state_json
 from .answers import MISSING, match_answers, validate_answer
 from .compensation import compensate
+from .decisions import with_limits
 from .deps import EngineDeps
 from .leases import lease_expired, orphaned
 from .loop import RunLoop
@@ -62,16 +67,23 @@ class Driver:
             run = self.store.get_run(run.id)
         return run
 
-    def take_lease(self, run: Run, event: RunEvent, answered: Mapping[str, JSON] | None = None) -> RunLoop:
-        """Acquire the run's lease (bumping its fencing token), then record why."""
+    def take_lease(self, run: Run, event: RunEvent, answered: Mapping[str, JSON] | None = None,
+                   limits: Mapping[str, JSON] | None = None) -> RunLoop:
+        """Acquire the run's lease (bumping its fencing token), then record why; new
+        ``limits`` apply from now on (the run row is written with them as the loop begins)."""
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
+        if limits:
+            run = run.evolve(limits=with_limits(run.limits, limits, self.env.now()))
         loop = load_loop(self.deps, run)
         loop.begin(event, answered or {})
         return loop
 
     # ------------------------------------------------------------------ resume
 
-    async def resume(self, run_id: str, answer: JSON = MISSING, answers: Mapping[str, JSON] | None = None) -> Run:
+    async def resume(self, run_id: str, answer: JSON = MISSING, answers: Mapping[str, JSON] | None = None,
+                     limits: Mapping[str, JSON] | None = None) -> Run:
+        """``limits`` (validated by the caller): replace the inherited ones of a
+        continuation, or apply to this run from now on."""
         run = self.store.get_run(run_id)
         answering = answer is not MISSING or bool(answers)
         path = RESUME_PATHS[run.status]
@@ -80,7 +92,7 @@ class Driver:
             run = await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER)))
             path = RESUME_PATHS[run.status]
         if path == ResumePath.ANSWER:
-            return await self.answer(run, answer, answers)
+            return await self.answer(run, answer, answers, limits)
         if answering:
             if any(i.status == InterruptStatus.ANSWERED for i in self.store.interrupts(run_id)):
                 # most likely another caller answered first
@@ -88,30 +100,33 @@ class Driver:
                                     f"(the run is now {run.status.value})")
             raise InvalidRequest(f"run {run_id} is {run.status.value}, not interrupted: there is nothing to answer")
         if path == ResumePath.CONTINUE:
-            new, first, graph = self.continuation(run)
+            new, first, graph = self.continuation(run, limits)
             return await self.drive(new, graph, first)
         if path == ResumePath.REFUSE:
             raise InvalidRequest(f"run {run_id} already succeeded; a succeeded run never changes")
         if path == ResumePath.CLAIM:
-            return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.CLAIM)))
+            return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.CLAIM, limits=limits)))
         if self.driven_here(run_id):
             raise_busy(run, "in this process")
         if not self.lease_expired(run):
             raise_busy(run, f"by {run.lease_owner} until its lease expires")
         log.info("run %s: its process stopped while running; recovering it here", run_id)
-        return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER)))
+        return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits)))
 
-    async def answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None) -> Run:
+    async def answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None,
+                     limits: Mapping[str, JSON] | None = None) -> Run:
         given = match_answers(run, self.store.interrupts(run.id), answer, answers)
         checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
         try:
-            loop = self.take_lease(run, RunEvent.RESUME, answered=checked)
+            loop = self.take_lease(run, RunEvent.RESUME, answered=checked, limits=limits)
         except LeaseLost:
             raise InvalidAnswer(f"run {run.id} was already answered by another caller") from None
         return await self.finished(await self.run_loop(loop))
 
-    def continuation(self, parent: Run) -> tuple[Run, Checkpoint, ExecutableGraph]:
-        """A new run in the thread continuing a failed or cancelled one from its last checkpoint."""
+    def continuation(self, parent: Run, limits: Mapping[str, JSON] | None = None
+                     ) -> tuple[Run, Checkpoint, ExecutableGraph]:
+        """A new run in the thread continuing a failed or cancelled one from its last
+        checkpoint, with its parent's usage so far (and limits, unless ``limits`` replace them)."""
         graphs = self.deps.graphs
         graph = graphs.graph_for(parent)
         self._check_not_continued(parent)
@@ -129,8 +144,9 @@ class Driver:
         run = Run(id=self.env.ids.new("run"), thread_id=parent.thread_id, graph_name=graph.name,
                   graph_version=graph.version, status=RunStatus.QUEUED, kind=RunKind.CONTINUATION,
                   input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
-                  base_checkpoint_id=last.id, limits=renew_limits(parent.limits, now),
-                  max_concurrency=parent.max_concurrency, options=parent.options)
+                  base_checkpoint_id=last.id,
+                  limits=with_limits(renew_limits(parent.limits, now), limits or {}, now),
+                  usage=dict(parent.usage), max_concurrency=parent.max_concurrency, options=parent.options)
         graphs.inherit_run_graph(parent.id, run.id, graph)
         run, first = insert_run(self.store, self.env, run, statuses, snapshot=state_json(self.store, graphs, last),
                                 claim=True, source=CheckpointSource.CONTINUATION, inherited=inherited_of(statuses))

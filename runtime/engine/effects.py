@@ -21,6 +21,11 @@ silently: a ``mocks`` entry for the name is served, or the run pauses with an
 *unrecorded effect* interrupt (answer: mock a result / allow live / abort).
 A replay, which exists to compare, serves the recorded result of the same
 identity even when the request changed, and its report shows the change.
+
+Usage an effect reports with ``info.usage(tokens=, cost=)`` belongs to the effect:
+it counts against the run's budget (which holds across a run's continuations) only
+when ``fn`` really runs. A result served from the journal, or a mock, was paid for
+once already (or never), so it counts nothing, however often the node re-executes.
 """
 
 from __future__ import annotations
@@ -28,20 +33,26 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from ..core.jsonvalues import to_json
-from ..core.errors import DeadlineExceeded, ErrorClass, InvalidAnswer, NodeError
+from ..core.errors import (
+    DeadlineExceeded,
+    ErrorClass,
+    InvalidAnswer,
+    InvalidInputError,
+    LimitExceeded,
+    NodeError,
+)
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
 from ..core.jsonvalues import JSON
 
 from .scope import AttemptScope
-
-
 
 
 def effect_key(scope: str, node: str, name: str, occurrence: int) -> str:
@@ -61,6 +72,26 @@ class EffectInfo:
     attempt: int
     #: the effect's recorded result; set only when a compensation is called
     result: JSON = None
+    #: counts reported usage against the run's budget; None for a compensation (its run has ended)
+    meter: Callable[[int, float], None] | None = field(default=None, repr=False, compare=False)
+
+    def usage(self, tokens: int = 0, cost: float = 0.0) -> None:
+        """Report what this call of the effect used (a model call's tokens and cost).
+
+        Counted once: a later execution that is served the recorded result does not
+        call the function, so nothing is counted again. Never raises for the budget:
+        the result of a call that was paid for is recorded, and the node then stops
+        with ``limit_exceeded`` once the effect returns. Safe from a worker thread.
+        A compensation's usage is not counted (its run has ended)."""
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise InvalidInputError(f"effect {self.name!r}: usage tokens must be a whole number of at "
+                                    f"least 0, got {tokens!r}")
+        if (isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost)
+                or cost < 0):
+            raise InvalidInputError(f"effect {self.name!r}: usage cost must be a finite number of at "
+                                    f"least 0, got {cost!r}")
+        if self.meter is not None:
+            self.meter(tokens, float(cost))
 
 
 class InDoubtAnswer(BaseModel):
@@ -105,6 +136,8 @@ class JournalHost(Protocol):
     effects_mode: EffectsMode
     #: replay: serve the recorded result of an identity whose request changed (and report it)
     serve_changed: bool
+    #: why the run's token/cost budget is exhausted, once it is
+    over_budget: str | None
 
     def source_entry(self, node: str, name: str, occurrence: int, request: JSON) -> JournalEntry | None:
         """The source lineage's record of this identity: one with this request if any, else any."""
@@ -117,6 +150,8 @@ class JournalHost(Protocol):
                         slot: str, response_schema: JSON = None,
                         response_ref: str | None = None) -> NoReturn: ...
     def now(self) -> float: ...
+    def count_usage(self, scope: AttemptScope, tokens: int, cost: float) -> str | None:
+        """Add usage (from any thread); why the budget is now exhausted, or None."""
 
 
 def validate_unrecorded_answer(answer: JSON) -> UnrecordedAnswer:
@@ -186,11 +221,20 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
     remaining = scope.remaining()
     if remaining is not None and remaining <= 0:  # never started: nothing can be in doubt
         raise DeadlineExceeded(f"the deadline passed before effect {name!r} could start")
+    if host.over_budget is not None:  # spend nothing more on a run that is out of budget
+        raise LimitExceeded(f"{host.over_budget}; effect {name!r} was not started")
     started = JournalEntry(run_id=scope.run_id, node=node, name=name, occurrence=occurrence,
                            attempt=attempt, key=key, status=EffectStatus.STARTED, request=req,
                            at=host.now(), compensate=undo)
     host.record_effect(started, durable=True)
-    info = EffectInfo(key=key, name=name, request=req, deadline=scope.deadline, attempt=attempt)
+    exceeded: list[str] = []
+
+    def meter(tokens: int, cost: float) -> None:
+        over = host.count_usage(scope, tokens, cost)
+        if over is not None:
+            exceeded.append(over)
+
+    info = EffectInfo(key=key, name=name, request=req, deadline=scope.deadline, attempt=attempt, meter=meter)
     try:
         result = await call_effect_fn(fn, info, scope.remaining())
     except (asyncio.CancelledError, TimeoutError):
@@ -199,10 +243,14 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
     except Exception as e:
         host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(), error=f"{type(e).__name__}: {e}"),
                            durable=False)
+        if exceeded:  # what it spent ends the run, whatever went wrong after
+            raise LimitExceeded(f"{exceeded[-1]} (then effect {name!r} failed: {type(e).__name__}: {e})") from e
         raise
     result_json = to_json(result, f"effect {name!r} result")
     host.record_effect(_outcome(started, EffectStatus.SUCCEEDED, host.now(), result=result_json),
                        durable=False)
+    if exceeded:  # recorded first: a continuation with a larger budget is served this result
+        raise LimitExceeded(exceeded[-1])
     return result_json
 
 

@@ -3,7 +3,8 @@
 Holds the run's view of the journal (its own lineage's entries, the source
 lineage's served records for a mocked branch) and of its interrupts, and records
 what the protocol decides through the run's ``Recorder``. Called on the run's
-event-loop thread, except ``add_usage`` (sync nodes report from their threads).
+event-loop thread, except ``add_usage``/``count_usage`` (sync nodes and effects
+report usage from worker threads).
 """
 
 from __future__ import annotations
@@ -193,17 +194,25 @@ class RunHost:
     # ------------------------------------------------------------------ usage and models
 
     def add_usage(self, scope: AttemptScope, tokens: int, cost: float) -> None:
+        """``ctx.usage``: node-level usage, counted on every execution of the node."""
+        over = self.count_usage(scope, tokens, cost)
+        if over:
+            raise LimitExceeded(over)
+
+    def count_usage(self, scope: AttemptScope, tokens: int, cost: float) -> str | None:
+        """Add usage to the attempt and the run (from any thread: sync nodes and effects
+        report from worker threads); why the budget is now exhausted, or None."""
         usage = self.rec.usage
         with self.rec.usage_lock:
             scope.tokens += tokens
             scope.cost += cost
             usage["tokens"] += tokens
             usage["cost"] += cost
-        over = budget_exceeded(self.rec.run.limits, usage)
+            over = budget_exceeded(self.rec.run.limits, usage)
         if over:
-            # the run ends even if node code catches this
+            # the run ends even if node code catches the error
             self.over_budget = over
-            raise LimitExceeded(over)
+        return over
 
     def remember_model(self, ref: str, model: type[BaseModel]) -> None:
         self.graphs.remember_model(ref, model)

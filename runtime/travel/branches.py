@@ -13,6 +13,10 @@ replay leaves the store exactly as it was.
 * A **replay** re-executes recorded nodes with every effect mocked, to compare:
   from a run (its first checkpoint: everything runs again) or from a checkpoint
   (the nodes finished there keep their recorded writes). It may use new code.
+
+A branch copies its source run's limits (with the whole time budget again) unless
+a fork is given limits of its own; its usage starts at zero, and mocked effects
+count none of the usage they reported when they ran.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..core.errors import InvalidRequest, NodeError, NotFound
 from ..core.jsonvalues import JSON, problems, to_json
 from ..core.records import Checkpoint, CheckpointSource, EffectsMode, Run, RunKind
 from ..core.states import NodeStatus, RunStatus
+from ..engine.decisions import with_limits
 from ..engine.deps import EngineDeps
 from ..graph import ExecutableGraph
 from ..graph.reducers import fold
@@ -79,9 +84,10 @@ def effects_mode(effects: Any) -> EffectsMode:
 
 
 def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | None, effects: str,
-             mocks: Mapping[str, JSON] | None,
-             graph: ExecutableGraph | None) -> tuple[Run, ExecutableGraph, Checkpoint]:
-    """A fork run, created (claimed, not yet driven): the run, its graph, its head."""
+             mocks: Mapping[str, JSON] | None, graph: ExecutableGraph | None,
+             limits: Mapping[str, JSON] | None = None) -> tuple[Run, ExecutableGraph, Checkpoint]:
+    """A fork run, created (claimed, not yet driven): the run, its graph, its head.
+    ``limits`` (validated by the caller) replace those copied from the source run."""
     if patch is not None and not isinstance(patch, Mapping):
         raise InvalidRequest(f"a patch is an object of state fields, got {type(patch).__name__}")
     mode = effects_mode(effects)
@@ -101,7 +107,7 @@ def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | N
         options["patched"] = True   # its input is the patched state; it inherits no writes
     # unpatched, it folds the source's writes onto the base the source folded them onto
     run = _new_run(deps, compiled, source, cp, RunKind.FORK,
-                   patched if patched is not None else base_state(deps.store, deps.graphs, source), options)
+                   patched if patched is not None else base_state(deps.store, deps.graphs, source), options, limits)
     if patched is not None:
         patch = {k: patched[k] for k in patch}  # type: ignore[union-attr]  # as the model coerced them
     deps.graphs.register(compiled)
@@ -174,9 +180,10 @@ def _same_version(deps: EngineDeps, source: Run, graph: ExecutableGraph | None) 
 
 
 def _new_run(deps: EngineDeps, graph: ExecutableGraph, source: Run, cp: Checkpoint, kind: RunKind,
-             state: Mapping[str, JSON], options: Mapping[str, JSON]) -> Run:
+             state: Mapping[str, JSON], options: Mapping[str, JSON],
+             given: Mapping[str, JSON] | None = None) -> Run:
     now = deps.env.now()
-    limits = renew_limits(source.limits, now)
+    limits = with_limits(renew_limits(source.limits, now), given or {}, now)
     return Run(id=deps.env.ids.new("run"), thread_id=source.thread_id, graph_name=graph.name,
                graph_version=graph.version, status=RunStatus.QUEUED, kind=kind, input=dict(state),
                created_at=now, updated_at=now, parent_run_id=source.id, base_checkpoint_id=cp.id,

@@ -67,6 +67,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def positive_number(text: str) -> float:
+    """An amount (a cost budget): a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text[:40]!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """A count: a whole number of at least 1."""
     try:
@@ -76,6 +87,24 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text[:40]!r}")
     return value
+
+
+def add_limit_options(parser: argparse.ArgumentParser, whose: str = "") -> None:
+    """``--deadline``, ``--max-steps``, ``--max-tokens`` and ``--max-cost`` of a run;
+    ``whose`` says which run's limits they set, when that needs saying."""
+    note = f"; {whose}" if whose else ""
+    parser.add_argument("--deadline", type=positive_seconds, help=f"run deadline in seconds{note}")
+    parser.add_argument("--max-steps", type=positive_int, help=f"stop after this many node attempts{note}")
+    parser.add_argument("--max-tokens", type=positive_int,
+                        help=f"token budget, as reported with ctx.usage / info.usage{note}")
+    parser.add_argument("--max-cost", type=positive_number,
+                        help=f"cost budget, as reported with ctx.usage / info.usage{note}")
+
+
+def limit_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The limit options as keyword arguments of ``start``, ``resume`` and ``fork``."""
+    return {"deadline": args.deadline, "max_steps": args.max_steps, "max_tokens": args.max_tokens,
+            "max_cost": args.max_cost}
 
 
 def json_arg(text: str | None, what: str) -> JSON:

@@ -12,7 +12,17 @@ from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import event_line, run_line
 
 from . import exits
-from .common import GRAPH_HELP, add_command, emit, opened, positive_int, positive_seconds, show_run
+from .common import (
+    GRAPH_HELP,
+    add_command,
+    add_limit_options,
+    emit,
+    limit_args,
+    opened,
+    positive_int,
+    positive_seconds,
+    show_run,
+)
 
 INPUT_MEANING = 'input must be an object of state fields, {"field": value}'
 ANSWERS_MEANING = 'answers are an object of {"interrupt id": answer}'
@@ -22,8 +32,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     graph = resolve_ref(args.graph)
     data = parse_object(args.input, "--input", INPUT_MEANING) if args.input is not None else {}
     with opened(args) as rt:
-        run = await rt.start(graph, data, deadline=args.deadline, max_steps=args.max_steps,
-                             thread_id=args.thread)
+        run = await rt.start(graph, data, thread_id=args.thread, **limit_args(args))
         await show_run(rt, args, run.id)
     return exits.for_run(run)
 
@@ -48,9 +57,9 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     response = parse_json(args.response, "--response") if args.response is not None else None
     with opened(args, args.graph) as rt:
         if args.response is not None:
-            run = await rt.resume(args.run, response)
+            run = await rt.resume(args.run, response, **limit_args(args))
         else:
-            run = await rt.resume(args.run, answers=answers)
+            run = await rt.resume(args.run, answers=answers, **limit_args(args))
         await show_run(rt, args, run.id)
     return exits.for_run(run)
 
@@ -90,8 +99,7 @@ def register(sub: Any) -> None:
     r = add_command(sub, "run", "run a graph until it ends or pauses")
     r.add_argument("graph", help="MODULE:GRAPH or a plan .json file")
     r.add_argument("--input", help="run input as a JSON object")
-    r.add_argument("--deadline", type=positive_seconds, help="run deadline in seconds")
-    r.add_argument("--max-steps", type=positive_int, help="stop after this many node attempts")
+    add_limit_options(r)
     r.add_argument("--thread", help="thread id: a new turn of that conversation when it has runs already")
     r.set_defaults(fn=cmd_run)
 
@@ -111,6 +119,7 @@ def register(sub: Any) -> None:
         if name == "resume":
             c.add_argument("--response", help="answer to the pending interrupt (JSON)")
             c.add_argument("--answers", help='answers by interrupt id: {"int_…": …} (JSON)')
+            add_limit_options(c, "replaces the run's from now on, or those a continuation inherits")
         if name == "cancel":
             c.add_argument("--reason", default="cancelled from the command line")
 

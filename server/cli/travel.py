@@ -18,7 +18,17 @@ from server.present import (
 )
 
 from . import exits
-from .common import GRAPH_HELP, MOCK_HELP, add_command, emit, mocks_arg, opened, show_run
+from .common import (
+    GRAPH_HELP,
+    MOCK_HELP,
+    add_command,
+    add_limit_options,
+    emit,
+    limit_args,
+    mocks_arg,
+    opened,
+    show_run,
+)
 
 PATCH_MEANING = 'a patch is an object of state fields, {"field": value}'
 
@@ -49,7 +59,8 @@ async def cmd_fork(args: argparse.Namespace) -> int:
         raise InputError("--mock serves effects of a mocked fork; with --effects live every effect runs for real")
     graph = resolve_ref(args.graph) if args.graph else None
     with opened(args) as rt:
-        run = await rt.fork(args.checkpoint, patch, effects=args.effects, mocks=mocks, graph=graph)
+        run = await rt.fork(args.checkpoint, patch, effects=args.effects, mocks=mocks, graph=graph,
+                            **limit_args(args))
         await show_run(rt, args, run.id)
     return exits.for_run(run)
 
@@ -105,6 +116,7 @@ def register(sub: Any) -> None:
                         "live: run them for real")
     f.add_argument("--mock", action="append", metavar="NAME=JSON", help=MOCK_HELP)
     f.add_argument("--graph", help="MODULE:GRAPH of the run's own graph version (a fork continues that code)")
+    add_limit_options(f, "the fork's (by default the source run's)")
     f.set_defaults(fn=cmd_fork)
 
     r = add_command(sub, "replay", "re-execute a recorded run with effects mocked; compare",

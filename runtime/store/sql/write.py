@@ -58,9 +58,9 @@ _TUPLE_COLUMNS = {
     "trace_events": ("run_pk", "seq", "at", "type", "node", "attempt", "data"),
 }
 #: the columns of a run's row that change as it runs (``_run_state``), and those of them holding JSON
-_RUN_STATE = ("status", "error", "usage", "head_seq", "event_seq", "fence", "lease_owner", "lease_expires_at",
-              "updated_at")
-_RUN_STATE_JSON = ("error", "usage")
+_RUN_STATE = ("status", "error", "usage", "limits", "head_seq", "event_seq", "fence", "lease_owner",
+              "lease_expires_at", "updated_at")
+_RUN_STATE_JSON = ("error", "usage", "limits")
 
 
 class Writer:
@@ -285,7 +285,7 @@ class Writer:
 def _run_state(run: Run) -> dict[str, Any]:
     """The ``_RUN_STATE`` columns of this run's row, in that order."""
     return {"status": run.status.value, "error": dict(run.error) if run.error else None,
-            "usage": dict(run.usage), "head_seq": run.head_seq, "event_seq": run.event_seq,
+            "usage": dict(run.usage), "limits": dict(run.limits), "head_seq": run.head_seq, "event_seq": run.event_seq,
             "fence": run.fence, "lease_owner": run.lease_owner, "lease_expires_at": run.lease_expires_at,
             "updated_at": run.updated_at}
 
