@@ -91,7 +91,11 @@ class NodeContext:
         return self._dispatch(self._interrupt(payload, response))
 
     def usage(self, tokens: int = 0, cost: float = 0.0) -> None:
-        """Report model usage; the run fails with ``limit_exceeded`` past its budget."""
+        """Report model usage; the run fails with ``limit_exceeded`` past its budget.
+
+        Counted on every attempt that calls it. Usage of a call made through
+        ``ctx.effect`` belongs to that effect: report it there with ``info.usage(...)``,
+        so that a re-execution served from the journal does not count it again."""
         self._check_alive()
         self._host.add_usage(self._scope, tokens, cost)
 
