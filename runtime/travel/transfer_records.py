@@ -71,6 +71,15 @@ def check_events(t: Thread) -> Iterator[Problem]:
                 yield Problem(where, f"retry_in must be a number, got {ev.data.get('retry_in')!r}")
         if r.run.event_seq != len(events):
             yield Problem(r.at("run"), f"event_seq is {r.run.event_seq}, but the run has {len(events)} event(s)")
+        # every change of a run's status is a run event carrying the new status
+        last = next((j for j in reversed(range(len(events)))
+                     if events[j].type.startswith("run.") and "status" in events[j].data), None)
+        if last is None:
+            yield Problem(r.at("run"), "its events record no run status (run.created comes first)")
+        elif events[last].data["status"] != r.run.status.value:
+            yield Problem(r.at("run"), f"status is {r.run.status.value!r}, but its last run event "
+                                       f"({r.at('events', last)}, {events[last].type}) recorded "
+                                       f"{events[last].data['status']!r}")
 
 
 def check_trace(t: Thread) -> Iterator[Problem]:
@@ -214,6 +223,10 @@ def check_interrupts(t: Thread) -> Iterator[Problem]:
                         and is_integer(value.get("occurrence"))):
                     yield Problem(where, f"a {i.kind.value!r} interrupt's payload.value names the effect: "
                                          f"{{\"effect\": name, \"occurrence\": n, …}}")
-        if (r.run.status == RunStatus.INTERRUPTED
-                and not any(i.status == InterruptStatus.PENDING for i in r.batch.interrupts)):
+        pending = [j for j, i in enumerate(r.batch.interrupts) if i.status == InterruptStatus.PENDING]
+        if r.run.status == RunStatus.INTERRUPTED and not pending:
             yield Problem(r.at("run"), "the run is interrupted, but none of its interrupts is pending")
+        elif r.run.status != RunStatus.INTERRUPTED:
+            for j in pending:  # a run that ends closes its open questions
+                yield Problem(r.at("interrupts", j), f"is pending, but the run is {r.run.status.value}: only a "
+                                                     f"paused (interrupted) run waits for an answer")

@@ -326,6 +326,17 @@ async def test_a_run_holding_a_lease_is_rejected(doc, target):
     assert f"{at(doc, 1, 'run')}: holds a lease (lease_owner 'elsewhere:1:abc'" in await rejected(target, doc)
 
 
+async def test_a_status_the_runs_events_did_not_record_is_rejected(doc, target):
+    run_of(doc, 0)["status"] = "failed"
+    assert f"{at(doc, 0, 'run')}: status is 'failed', but its last run event ({at(doc, 0, 'events', 17)}, " \
+           f"run.succeed) recorded 'succeeded'" in await rejected(target, doc)
+
+
+async def test_a_pending_interrupt_of_a_run_that_ended_is_rejected(doc, target):
+    doc["runs"][0]["interrupts"][0]["status"] = "pending"
+    assert f"{at(doc, 0, 'interrupts', 0)}: is pending, but the run is succeeded" in await rejected(target, doc)
+
+
 async def test_an_interrupted_run_without_a_pending_interrupt_is_rejected(doc, target):
     doc["runs"][1]["interrupts"][0]["status"] = "cancelled"
     assert f"{at(doc, 1, 'run')}: the run is interrupted, but none of its interrupts is pending" \
@@ -460,7 +471,7 @@ async def test_run_settings_the_run_loop_cannot_read_are_rejected(doc, target, f
 
 async def test_every_problem_is_reported_in_one_error(doc, target):
     doc["runs"][0]["attempts"][0]["node"] = "ghost"
-    run_of(doc, 1)["status"] = "running"
+    run_of(doc, 1)["max_concurrency"] = 0
     message = await rejected(target, doc)
     assert message.startswith("invalid exported thread (2 problems):\n")
     assert at(doc, 0, "attempts", 0) in message and at(doc, 1, "run") in message
