@@ -9,6 +9,7 @@ written oldest first, each with all of its records in one transaction.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -85,9 +86,12 @@ def import_thread(store: CheckpointStore, document: Mapping[str, JSON],
     failing that, the graph is imported by its ref (the store's, else the file's). Where
     the graph is known, states are checked against its state model. Any problem raises
     ``InvalidRequest`` listing all of them, and nothing is written."""
-    thread, descriptions = load(document, store, registered)
-    _check_new(store, thread)
-    found = [p for check in CHECKS for p in check(thread)]
+    try:
+        thread, descriptions = load(document, store, registered)
+        _check_new(store, thread)
+        found = [p for check in CHECKS for p in check(thread)]
+    except RecursionError:  # values nested deeper than anything here can walk
+        raise InvalidRequest("exported thread nests its values too deeply to be read") from None
     if found:
         raise InvalidRequest(_report(found))
     for version, desc in descriptions.items():
@@ -256,7 +260,13 @@ def _load(cls: type[T], data: Any, where: str, found: list[Problem]) -> T | None
         found.append(Problem(where, f"unknown field(s) {', '.join(map(str, unknown))}"))
         return None
     try:
-        return _ADAPTERS[cls].validate_python(data)  # type: ignore[no-any-return]
+        record = _ADAPTERS[cls].validate_python(data)
     except ValidationError as e:
         found.extend(Problem(f"{where}.{'.'.join(map(str, err['loc']))}", err["msg"]) for err in e.errors())
         return None
+    # validation turns the strings "NaN" and "Infinity" into floats that have no JSON form
+    # (non-finite floats themselves are reported with the whole document's)
+    odd = [f.name for f in dataclasses.fields(record) if isinstance(v := getattr(record, f.name), float)
+           and not math.isfinite(v) and not isinstance(data[f.name], float)]
+    found.extend(Problem(f"{where}.{name}", f"is {data[name]!r}, which is not a finite number") for name in odd)
+    return None if odd else record

@@ -239,6 +239,19 @@ async def test_a_non_finite_number_is_rejected_with_its_path(doc, target):
     assert "runs[0].checkpoints[4].created_at: holds nan, which has no JSON form" in await rejected(target, doc)
 
 
+async def test_a_number_field_given_as_the_string_nan_is_rejected(doc, target):
+    doc["runs"][0]["events"][3]["at"] = "NaN"
+    assert "runs[0].events[3].at: is 'NaN', which is not a finite number" in await rejected(target, doc)
+
+
+async def test_values_nested_too_deeply_to_read_are_rejected(doc, target):
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    doc["runs"][0]["events"][3]["data"]["detail"] = deep
+    assert "nests its values too deeply" in await rejected(target, doc)
+
+
 # --------------------------------------------------------------------------- sequences
 
 
