@@ -568,8 +568,7 @@ class Runtime:
         return export_thread(self.store, run_id)
 
     async def import_thread(self, document: Mapping[str, JSON]) -> list[Run]:
-        """Load an exported thread into this store (its ids must be new here); the whole
-        document is checked first (states too, where the graph is known), or nothing is written."""
+        """Load an exported thread into this store (its ids must be new here); a bad one writes nothing."""
         return import_thread(self.store, document, self._graphs.get)
 
     # ------------------------------------------------------------------ reading
