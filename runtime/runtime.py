@@ -287,8 +287,8 @@ class Runtime:
         return export_thread(self.store, run_id)
 
     async def import_thread(self, document: Mapping[str, JSON]) -> list[Run]:
-        """Load an exported thread into this store (its ids must be new here)."""
-        return import_thread(self.store, document)
+        """Load an exported thread into this store (its ids must be new here); a bad one writes nothing."""
+        return import_thread(self.store, document, self._graphs.get)
 
     # ------------------------------------------------------------------ reading
 

@@ -9,14 +9,15 @@ written oldest first, each with all of its records in one transaction.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
-from ..core.errors import InvalidRequest, NotFound
-from ..core.jsonvalues import JSON
+from ..core.errors import HarnessError, InvalidRequest, NotFound, Problem
+from ..core.jsonvalues import JSON, non_finite
 from ..core.records import (
     Batch,
     Checkpoint,
@@ -27,13 +28,30 @@ from ..core.records import (
     Run,
     TraceEvent,
 )
+from ..graph.refs import resolve_ref
+from ..graph.spec import ExecutableGraph
 from ..store.base import CheckpointStore
+from .transfer_checks import (Check, GraphInfo, LoadedRun, Thread, check_graph_versions, check_references,
+                              check_settings, check_statuses, check_unique_ids)
+from .transfer_records import (check_checkpoints, check_events, check_interrupts, check_journal, check_node_names,
+                               check_pending_writes, check_trace)
+from .transfer_states import check_states
 
 
 FORMAT = "shadow-harness/thread"
 VERSION = 1
 _ALL = 10**9
+_SHOWN = 50   # problems listed in one error; the rest are counted
 T = TypeVar("T")
+#: the graph the importing Runtime has registered for a version, or None
+GraphLookup = Callable[[str], ExecutableGraph | None]
+
+#: how the document's records must fit together, each check returning what it finds wrong
+CHECKS: tuple[Check, ...] = (
+    check_unique_ids, check_graph_versions, check_statuses, check_references, check_settings,
+    check_checkpoints, check_events, check_trace, check_node_names, check_pending_writes, check_journal,
+    check_interrupts, check_states,
+)
 
 #: the records of one run in the document, by key
 _PARTS: dict[str, type] = {"checkpoints": Checkpoint, "pending_writes": PendingWrite, "attempts": NodeAttempt,
@@ -60,63 +78,171 @@ def export_thread(store: CheckpointStore, run_id: str) -> dict[str, JSON]:
     }
 
 
-def import_thread(store: CheckpointStore, document: Mapping[str, JSON]) -> list[Run]:
-    batches = parse(document)
-    for b in batches:
-        try:
-            store.get_run(b.run_id)
-        except NotFound:
-            continue
-        raise InvalidRequest(f"run {b.run_id} already exists in this store; import into another store")
-    for desc in document.get("graphs") or ():
-        if isinstance(desc, Mapping) and desc.get("version") and desc.get("name"):
+def import_thread(store: CheckpointStore, document: Mapping[str, JSON],
+                  registered: GraphLookup | None = None) -> list[Run]:
+    """Check the whole document, then write all of its runs in one transaction.
+
+    ``registered`` gives the graph the importing Runtime has registered for a version;
+    failing that, the graph is imported by its ref (the store's, else the file's). Where
+    the graph is known, states are checked against its state model. Any problem raises
+    ``InvalidRequest`` listing all of them, and nothing is written."""
+    try:
+        thread, descriptions = load(document, store, registered)
+        _check_new(store, thread)
+        found = [p for check in CHECKS for p in check(thread)]
+    except RecursionError:  # values nested deeper than anything here can walk
+        raise InvalidRequest("exported thread nests its values too deeply to be read") from None
+    if found:
+        raise InvalidRequest(_report(found))
+    for version, desc in descriptions.items():
+        # what this store already knows of a version (its ref, above all) is not replaced by a file's
+        if desc.get("name") and store.graph_description(version) is None:
             store.save_graph(desc)
+    batches = [r.batch for r in thread.runs]
     store.create_runs(batches)  # all of them, or none
     return [b.run for b in batches if b.run is not None]
 
 
-def parse(document: Any) -> list[Batch]:
-    """The document's runs as batches, or ``InvalidRequest`` naming what is wrong."""
+def load(document: Any, store: CheckpointStore | None,
+         registered: GraphLookup | None) -> tuple[Thread, dict[str, Mapping[str, JSON]]]:
+    """The document with every record's field types checked, and its graph descriptions
+    by version; ``InvalidRequest`` listing every problem found."""
     if not isinstance(document, Mapping) or document.get("format") != FORMAT:
         raise InvalidRequest(f"not an exported thread (expected \"format\": \"{FORMAT}\")")
     if document.get("version") != VERSION:
         raise InvalidRequest(f"exported thread version {document.get('version')!r} is not supported "
                              f"(this version reads {VERSION})")
-    runs = document.get("runs")
-    if not isinstance(runs, list) or not runs:
+    items = document.get("runs")
+    if not isinstance(items, list) or not items:
         raise InvalidRequest("exported thread has no runs")
-    batches: list[Batch] = []
-    seen: set[str] = set()
-    for i, item in enumerate(runs):
-        where = f"runs[{i}]"
-        if not isinstance(item, Mapping):
-            raise InvalidRequest(f"{where} is not an object")
-        run = _load(Run, item.get("run"), f"{where}.run")
-        # nobody holds its lease here: the imported run is at rest
-        run = run.evolve(lease_owner=None, lease_expires_at=None)
-        if run.thread_id != document.get("thread_id"):
-            raise InvalidRequest(f"{where}: run {run.id} belongs to thread {run.thread_id}, "
-                                 f"not to the exported thread {document.get('thread_id')}")
-        if run.parent_run_id is not None and run.parent_run_id not in seen:
-            raise InvalidRequest(f"{where}: run {run.id}'s parent {run.parent_run_id} is not earlier in the file")
-        seen.add(run.id)
-        parts: dict[str, list[Any]] = {}
-        for key, cls in _PARTS.items():
-            rows = item.get(key, [])
-            if not isinstance(rows, list):
-                raise InvalidRequest(f"{where}.{key} is not a list")
-            parts[key] = [_load(cls, row, f"{where}.{key}[{j}]") for j, row in enumerate(rows)]
-            strangers = {r.run_id for r in parts[key]} - {run.id}
-            if strangers and key != "journal":  # compensations of a continued run's effects are journaled on it
-                raise InvalidRequest(f"{where}.{key} holds records of run(s) {', '.join(sorted(strangers))}, "
-                                     f"not of run {run.id}")
-        if not parts["checkpoints"]:
-            raise InvalidRequest(f"{where}: run {run.id} has no checkpoints")
-        batches.append(Batch(run_id=run.id, run=run, checkpoints=parts["checkpoints"],
-                             writes=parts["pending_writes"], attempts=parts["attempts"],
-                             effects=parts["journal"], interrupts=parts["interrupts"],
-                             events=parts["events"], durable=True))
-    return batches
+    found: list[Problem] = []
+    bad = non_finite(document)
+    if bad is not None:
+        found.append(Problem(bad[0], f"holds {bad[1]}, which has no JSON form"))
+    thread_id = document.get("thread_id")
+    if not isinstance(thread_id, str) or not thread_id:
+        found.append(Problem("thread_id", f"must be a non-empty string, got {thread_id!r}"))
+    runs = [r for i, item in enumerate(items) if (r := _load_run(i, item, found)) is not None]
+    descriptions = _descriptions(document.get("graphs", []), found)
+    used = {r.run.graph_version for r in runs}
+    graphs = {v: _graph_info(v, where, desc, store, registered, found)
+              for v, (where, desc) in descriptions.items() if v in used}
+    if found:
+        raise InvalidRequest(_report(found))
+    return (Thread(str(thread_id), tuple(runs), graphs),
+            {v: desc for v, (_, desc) in descriptions.items()})
+
+
+def _load_run(i: int, item: Any, found: list[Problem]) -> LoadedRun | None:
+    where = f"runs[{i}]"
+    if not isinstance(item, Mapping):
+        found.append(Problem(where, "is not an object"))
+        return None
+    before = len(found)
+    run = _load(Run, item.get("run"), f"{where}.run", found)
+    parts: dict[str, list[Any]] = {}
+    for key, cls in _PARTS.items():
+        rows = item.get(key, [])
+        if not isinstance(rows, list):
+            found.append(Problem(f"{where}.{key}", "is not a list"))
+            continue
+        parts[key] = [_load(cls, row, f"{where}.{key}[{j}]", found) for j, row in enumerate(rows)]
+        strangers = {r.run_id for r in parts[key] if r is not None} - {run.id if run else None}
+        if run is not None and strangers and key != "journal":  # the journal is checked with the lineage
+            found.append(Problem(f"{where}.{key} holds records of run(s) {', '.join(sorted(strangers))}",
+                                 f"expected only records of run {run.id}"))
+    if run is None or len(found) > before:
+        return None
+    # an imported run is at rest: nobody here holds the (expired) lease a continuation left on it
+    at_rest = run.evolve(lease_owner=None, lease_expires_at=None)
+    batch = Batch(run_id=run.id, run=at_rest, checkpoints=parts["checkpoints"], writes=parts["pending_writes"],
+                  attempts=parts["attempts"], effects=parts["journal"], interrupts=parts["interrupts"],
+                  events=parts["events"], durable=True)
+    return LoadedRun(i, run, batch, item)
+
+
+def _descriptions(graphs: Any, found: list[Problem]) -> dict[str, tuple[str, Mapping[str, JSON]]]:
+    """The document's graph descriptions by version, with where each is."""
+    if not isinstance(graphs, list):
+        found.append(Problem("graphs", "is not a list"))
+        return {}
+    out: dict[str, tuple[str, Mapping[str, JSON]]] = {}
+    for k, desc in enumerate(graphs):
+        where = f"graphs[{k}]"
+        if not isinstance(desc, Mapping) or not isinstance(desc.get("version"), str) or not desc["version"]:
+            found.append(Problem(where, "must be an object with a \"version\" string"))
+            continue
+        version = desc["version"]
+        if version in out:
+            found.append(Problem(where, f"describes version {version} again (first at {out[version][0]})"))
+        for field in ("name", "ref"):
+            if desc.get(field) is not None and not isinstance(desc[field], str):
+                found.append(Problem(f"{where}.{field}", f"must be a string, got {desc[field]!r}"))
+        order = desc.get("order")
+        if order is not None and not _node_list(order):
+            found.append(Problem(f"{where}.order", "must be a list of distinct node names"))
+        out.setdefault(version, (where, desc))
+    return out
+
+
+def _graph_info(version: str, where: str, desc: Mapping[str, JSON], store: CheckpointStore | None,
+                registered: GraphLookup | None, found: list[Problem]) -> GraphInfo:
+    """What is known of one version; what this Runtime and store know outranks the file."""
+    stored = (store.graph_description(version) if store is not None else None) or {}
+    graph = registered(version) if registered is not None else None
+    # the graph later reads will use: registered, else by the stored ref (the file's, once stored)
+    ref = stored.get("ref") or desc.get("ref")
+    if graph is None and isinstance(ref, str) and ref:
+        graph = _resolve(ref, version)
+    if graph is not None:
+        known: list[str] | None = list(graph.order)
+    else:
+        known = list(stored["order"]) if _node_list(stored.get("order")) else None
+    listed = list(desc["order"]) if _node_list(desc.get("order")) else None
+    if listed is not None and known is not None and set(listed) != set(known):
+        found.append(Problem(f"{where}.order", f"lists nodes {', '.join(listed)} for graph version {version}, "
+                                               f"which has nodes {', '.join(known)} here"))
+    nodes = known if known is not None else listed
+    name = desc.get("name")
+    return GraphInfo(version, name if isinstance(name, str) else None,
+                     tuple(nodes) if nodes is not None else None, graph)
+
+
+def _resolve(ref: str, version: str) -> ExecutableGraph | None:
+    try:
+        graph = resolve_ref(ref)
+    except HarnessError:  # not importable here: its states are checked as JSON objects only
+        return None
+    return graph if graph.version == version else None  # its code changed since
+
+
+def _node_list(value: Any) -> bool:
+    return (isinstance(value, list) and all(isinstance(n, str) and n for n in value)
+            and len(set(value)) == len(value))
+
+
+def _check_new(store: CheckpointStore, thread: Thread) -> None:
+    """The document's ids must be new here: an import never touches what a store holds."""
+    for r in thread.runs:
+        try:
+            store.get_run(r.run.id)
+        except NotFound:
+            continue
+        raise InvalidRequest(f"run {r.run.id} already exists in this store; import into another store")
+    ids = {i.id: r.at("interrupts", j) for r in thread.runs for j, i in enumerate(r.batch.interrupts)}
+    for existing in store.interrupts():
+        if existing.id in ids:  # a store would answer (or move) the interrupt it has
+            raise InvalidRequest(f"{ids[existing.id]}: interrupt {existing.id} already exists in this store "
+                                 f"(run {existing.run_id}); import into another store")
+
+
+def _report(found: list[Problem]) -> str:
+    if len(found) == 1:
+        return str(found[0])
+    lines = [f"  - {p}" for p in found[:_SHOWN]]
+    if len(found) > _SHOWN:
+        lines.append(f"  … and {len(found) - _SHOWN} more")
+    return f"invalid exported thread ({len(found)} problems):\n" + "\n".join(lines)
 
 
 def _dump(record: Any) -> dict[str, JSON]:
@@ -124,16 +250,23 @@ def _dump(record: Any) -> dict[str, JSON]:
     return to_jsonable_python(out)  # type: ignore[no-any-return]
 
 
-def _load(cls: type[T], data: Any, where: str) -> T:
+def _load(cls: type[T], data: Any, where: str, found: list[Problem]) -> T | None:
     if not isinstance(data, Mapping):
-        raise InvalidRequest(f"{where} is not an object")
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - names)
+        found.append(Problem(where, "is not an object"))
+        return None
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - fields)
     if unknown:
-        raise InvalidRequest(f"{where}: unknown field(s) {', '.join(unknown)}")
+        found.append(Problem(where, f"unknown field(s) {', '.join(map(str, unknown))}"))
+        return None
     try:
-        return _ADAPTERS[cls].validate_python(data)  # type: ignore[no-any-return]
+        record = _ADAPTERS[cls].validate_python(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(map(str, err["loc"]))
-        raise InvalidRequest(f"{where}.{field}: {err['msg']}") from None
+        found.extend(Problem(f"{where}.{'.'.join(map(str, err['loc']))}", err["msg"]) for err in e.errors())
+        return None
+    # validation turns the strings "NaN" and "Infinity" into floats that have no JSON form
+    # (non-finite floats themselves are reported with the whole document's)
+    odd = [f.name for f in dataclasses.fields(record) if isinstance(v := getattr(record, f.name), float)
+           and not math.isfinite(v) and not isinstance(data[f.name], float)]
+    found.extend(Problem(f"{where}.{name}", f"is {data[name]!r}, which is not a finite number") for name in odd)
+    return None if odd else record
