@@ -288,7 +288,7 @@ class Runtime:
 
     async def import_thread(self, document: Mapping[str, JSON]) -> list[Run]:
         """Load an exported thread into this store (its ids must be new here); a bad one writes nothing."""
-        return import_thread(self.store, document, self._graphs.get)
+        return import_thread(self.store, document, self.graphs.registered)
 
     # ------------------------------------------------------------------ reading
 

@@ -42,7 +42,7 @@ def to_json(value: Any, what: str) -> JSON:
     return out
 
 
-def unstorable(value: JSON) -> str | None:
+def unstorable(value: JSON, max_depth: int = MAX_DEPTH) -> str | None:
     """Why a JSON value cannot be stored faithfully (NaN or infinity, which have no JSON
     form; nesting deeper than ``MAX_DEPTH``), or None. Iterative: a deep value cannot
     exhaust the stack here."""
@@ -57,9 +57,9 @@ def unstorable(value: JSON) -> str | None:
             children = [(v, f"{path}[{i}]") for i, v in enumerate(item)]
         else:
             continue
-        if depth + 1 > MAX_DEPTH:
+        if depth + 1 > max_depth:
             where = path if len(path) <= 60 else path[:60] + "…"
-            return f"is nested more than {MAX_DEPTH} levels deep (at {where})"
+            return f"is nested more than {max_depth} levels deep (at {where})"
         stack.extend((v, p, depth + 1) for v, p in reversed(children))
     return None
 

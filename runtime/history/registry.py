@@ -73,6 +73,10 @@ class GraphRegistry:
         raise NotFound(f"graph {run.graph_name!r} version {run.graph_version} is not registered with "
                        f"this Runtime; pass it in Runtime(graphs=[...])")
 
+    def registered(self, version: str) -> ExecutableGraph | None:
+        """The graph registered (or already imported) here for a version, if any."""
+        return self._graphs.get(version)
+
     def run_graph(self, run: Run) -> ExecutableGraph:
         """The graph object to execute a run with: the one it was started with here, if any."""
         return self._run_graphs.get(run.id) or self.graph_for(run)

@@ -17,7 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from ..core.errors import HarnessError, InvalidRequest, NotFound, Problem
-from ..core.jsonvalues import JSON, non_finite
+from ..core.jsonvalues import JSON, MAX_DEPTH, unstorable
 from ..core.records import (
     Batch,
     Checkpoint,
@@ -39,6 +39,8 @@ from .transfer_states import check_states
 
 
 FORMAT = "shadow-harness/thread"
+#: how many levels deeper a stored value sits in the document than in its store
+DOCUMENT_LEVELS = 8
 VERSION = 1
 _ALL = 10**9
 _SHOWN = 50   # problems listed in one error; the rest are counted
@@ -116,9 +118,9 @@ def load(document: Any, store: CheckpointStore | None,
     if not isinstance(items, list) or not items:
         raise InvalidRequest("exported thread has no runs")
     found: list[Problem] = []
-    bad = non_finite(document)
+    bad = unstorable(document, MAX_DEPTH + DOCUMENT_LEVELS)
     if bad is not None:
-        found.append(Problem(bad[0], f"holds {bad[1]}, which has no JSON form"))
+        found.append(Problem("document", bad))
     thread_id = document.get("thread_id")
     if not isinstance(thread_id, str) or not thread_id:
         found.append(Problem("thread_id", f"must be a non-empty string, got {thread_id!r}"))

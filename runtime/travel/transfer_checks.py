@@ -150,10 +150,10 @@ def check_references(t: Thread) -> Iterator[Problem]:
         run = r.run
         if run.thread_id != t.thread_id:
             yield Problem(r.at("run"), f"belongs to thread {run.thread_id}, not to the exported thread {t.thread_id}")
-        if run.kind == RunKind.MAIN:
+        if run.kind == RunKind.MAIN and not run.options.get("turn"):
             if run.parent_run_id is not None or run.base_checkpoint_id is not None:
-                yield Problem(r.at("run"), "a main run starts a lineage: it has no parent_run_id or "
-                                           "base_checkpoint_id")
+                yield Problem(r.at("run"), "a main run starts a lineage (unless it is a conversation turn): "
+                                           "it has no parent_run_id or base_checkpoint_id")
         else:
             yield from _branch_references(t, r, earlier, owner)
         earlier.add(run.id)

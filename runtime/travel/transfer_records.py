@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..core.errors import IllegalTransition, Problem
-from ..core.records import Checkpoint, EffectStatus, InterruptKind, InterruptStatus, JournalEntry, WriteKind
+from ..core.records import Checkpoint, EffectStatus, InterruptKind, InterruptStatus, JournalEntry, RunKind, WriteKind
 from ..core.states import NodeEvent, NodeStatus, RunStatus, next_node_status
 from .transfer_checks import LoadedRun, Thread, is_integer, is_member, is_number, names
 
@@ -25,7 +25,8 @@ def check_checkpoints(t: Thread) -> Iterator[Problem]:
         if not cps:
             yield Problem(r.at("checkpoints"), f"run {run.id} has no checkpoints")
             continue
-        if cps[0].snapshot is None:  # the state every later one is folded from
+        # the state every later one is folded from (a turn folds from the turn before it)
+        if cps[0].snapshot is None and not (run.kind == RunKind.MAIN and run.options.get("turn")):
             yield Problem(r.at("checkpoints", 0), "a run's first checkpoint holds the full state (snapshot)")
         for j, cp in enumerate(cps):
             where = r.at("checkpoints", j)

@@ -29,7 +29,8 @@ def check_states(t: Thread) -> Iterator[Problem]:
         if info is None or info.graph is None:
             continue
         graph = info.graph
-        input_problem = _misfit(graph, r.run.input)
+        # a conversation turn's input holds only the fields it gave: its states are checked
+        input_problem = None if r.run.options.get("turn") else _misfit(graph, r.run.input)
         if input_problem:
             yield Problem(r.at("run"), f"input {input_problem}")
         for j, cp in enumerate(r.batch.checkpoints):

@@ -154,6 +154,10 @@ async def test_an_input_nested_to_the_limit_is_stored_and_read_back(rt: Runtime)
         deep = [deep]
     run = await rt.start(g, {"deep": deep})
     assert (await rt.state_at((await rt.history(run.id))[-1].id)).deep == deep  # type: ignore[attr-defined]
+    other = Runtime(graphs=[g])   # and it travels: export, import elsewhere
+    await other.import_thread(await rt.export_thread(run.id))
+    assert (await other.state_at((await other.history(run.id))[-1].id)).deep == deep  # type: ignore[attr-defined]
+    other.close()
 
 
 class Open(BaseModel):

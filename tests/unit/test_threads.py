@@ -169,3 +169,18 @@ async def test_a_200_turn_thread_sees_every_turn_and_storage_grows_linearly(tmp_
     assert state.messages[-1] == f"echo[399] 200 {message}"
     # the second hundred turns cost about what the first did (a snapshot per turn: ~3×)
     assert sizes[1] - sizes[0] <= 1.5 * sizes[0]
+
+
+async def test_a_thread_of_turns_exports_and_imports_into_another_store(rt: Runtime, tmp_path: Path):
+    for word in ("a", "b", "c"):
+        last = await rt.start(chat_graph(), {"messages": [word]}, thread_id="t")
+    doc = await rt.export_thread(last.id)
+    other = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'other.db'}"), graphs=[chat_graph()])
+    try:
+        imported = await other.import_thread(doc)
+        assert len(imported) == 3
+        assert (await other.thread_state("t")).messages == ["a", "echo[1] a", "b", "echo[3] b", "c", "echo[5] c"]
+        await other.start(chat_graph(), {"messages": ["d"]}, thread_id="t")
+        assert (await other.thread_state("t")).turns == 4
+    finally:
+        other.close()
