@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import ValidationError
 
 from ..core.errors import InvalidAnswer
-from ..core.jsonvalues import JSON, problems, to_json
+from ..core.jsonvalues import JSON, problems, to_json, unstorable
 from ..core.records import Interrupt, InterruptKind, InterruptStatus, Run
 from ..history.registry import GraphRegistry
 from .effects import validate_in_doubt_answer, validate_unrecorded_answer
@@ -47,6 +47,9 @@ def match_answers(run: Run, interrupts: Sequence[Interrupt], answer: JSON,
 
 def validate_answer(graphs: GraphRegistry, interrupt: Interrupt, value: JSON) -> JSON:
     """The answer as it will be recorded, or ``InvalidAnswer`` saying what is wrong."""
+    problem = unstorable(value)   # before a model's JSON dump could turn NaN into null
+    if problem is not None:
+        raise InvalidAnswer(f"answer to interrupt {interrupt.id} {problem}")
     if interrupt.kind == InterruptKind.IN_DOUBT:
         return validate_in_doubt_answer(value).model_dump(mode="json")
     if interrupt.kind == InterruptKind.UNRECORDED:

@@ -157,6 +157,10 @@ class Driver:
         if done:
             raise InvalidRequest(f"run {parent.id} was already continued by {done[-1].id}; "
                                  f"resume that run instead")
+        later = [c.id for c in self.store.child_runs(parent.id) if c.kind == RunKind.MAIN]
+        if later:  # its continuation would become the thread's latest run and drop that turn
+            raise InvalidRequest(f"run {parent.id} was followed by turn {later[-1]} of thread {parent.thread_id}; "
+                                 f"continuing it would drop that turn from the conversation: fork it instead")
 
     # ------------------------------------------------------------------ cancel
 

@@ -2,7 +2,8 @@
 
 ``stream_call`` runs a call (start, resume, fork, replay) in a task of its own whose
 context carries a sink; every commit that call makes — for every run it creates or
-drives — is published there and yielded in order. ``follow`` reads the same records
+drives — is published there and yielded in order. Stopping to read the stream
+cancels the call, as cancelling an awaited ``start`` does. ``follow`` reads the same records
 back from the store at a polling pace, so another process sees the same sequence
 (ephemeral events excepted: they are never stored).
 """
@@ -39,8 +40,11 @@ async def stream_call(call: Awaitable[object]) -> AsyncIterator[StreamEvent]:
                 yield item
         await task  # the call's own error, if it raised
     finally:
-        if not task.done():  # the consumer stopped listening: the call goes on without it
-            await asyncio.shield(task)
+        if not task.done():
+            # the consumer stopped listening (break, timeout, cancel): like a caller that stops
+            # awaiting start(), it cancels the call; the run ends CANCELLED, and resume continues it
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 async def follow(store: CheckpointStore, run_id: str, *, after_seq: int = 0,

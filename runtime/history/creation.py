@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..core.env import Environment
 from ..core.errors import InvalidRequest, NodeError
-from ..core.jsonvalues import JSON, problems, to_json
+from ..core.jsonvalues import JSON, problems, to_json, unstorable
 from ..core.records import Batch, Checkpoint, CheckpointSource, EventType, Run, TraceEvent
 from ..core.streams import publish
 from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
@@ -81,6 +81,9 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
         raise InvalidRequest(f"input must be an object of state fields, got {type(input).__name__}")
     given = dict(input or {})
     refuse_unknown_fields(model, given, "input")
+    problem = unstorable(given)   # before validation: a JSON dump would turn NaN into null silently
+    if problem is not None:
+        raise InvalidRequest(f"input {problem}")
     try:
         state = model.model_validate(given).model_dump(mode="json")
     except ValidationError as e:

@@ -200,9 +200,14 @@ class MemoryStore:
 
 
 def _check_single_continuation(run: Run, existing: Iterable[Run]) -> None:
-    if run.kind != RunKind.CONTINUATION:
+    """One continuation per run, and one next turn per run of a conversation."""
+    if run.parent_run_id is None or run.kind not in (RunKind.CONTINUATION, RunKind.MAIN):
         return
     for other in existing:
-        if other.parent_run_id == run.parent_run_id and other.kind == RunKind.CONTINUATION:
+        if other.parent_run_id != run.parent_run_id or other.kind != run.kind:
+            continue
+        if run.kind == RunKind.CONTINUATION:
             raise InvalidRequest(f"run {run.parent_run_id} was already continued by {other.id}; "
                                  f"resume that run instead")
+        raise InvalidRequest(f"run {run.parent_run_id} of thread {run.thread_id} was already followed "
+                             f"by turn {other.id}; start the turn again to follow the thread's latest run")

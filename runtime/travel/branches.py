@@ -73,7 +73,10 @@ def check_mocks(mocks: Any) -> dict[str, JSON]:
         return {}
     if not isinstance(mocks, Mapping) or not all(isinstance(k, str) for k in mocks):
         raise InvalidRequest("mocks must be an object of {effect name: result}")
-    return to_json(dict(mocks), "mocks")  # type: ignore[no-any-return]
+    try:
+        return to_json(dict(mocks), "mocks")  # type: ignore[no-any-return]
+    except NodeError as e:   # no JSON form (NaN, too deep, an object)
+        raise InvalidRequest(str(e)) from None
 
 
 def effects_mode(effects: Any) -> EffectsMode:

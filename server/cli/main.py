@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TextIO
 
 from . import exits, runs, transfer, travel
 from .common import Parser, add_global_options, db_url
@@ -54,6 +56,43 @@ def log_output(verbose: bool) -> Iterator[None]:
         runtime_log.setLevel(level)
 
 
+class _LeavableOut(io.TextIOBase):
+    """stdout that keeps working when its reader goes away (``| head``): the rest of the
+    output is dropped and the command still finishes, so its exit code is the real one
+    (a failed run piped into ``head`` still exits 1)."""
+
+    def __init__(self, real: TextIO):
+        self.real = real
+
+    def write(self, text: str) -> int:
+        try:
+            return self.real.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.real.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self.real.fileno())
+        self.real = open(os.devnull, "w")  # noqa: SIM115  # lives as long as the process
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    saved = sys.stdout
+    sys.stdout = _LeavableOut(saved)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = saved
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``harness`` command; the exit code (0 ok, 1 failed outcome, 2 mistake)."""
     if os.getcwd() not in sys.path:  # graphs named MODULE:GRAPH may live in the working directory
@@ -64,11 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exits.report(str(e))
     except SystemExit as e:  # --help and --version print, then exit
         return e.code if isinstance(e.code, int) else exits.OK
-    with log_output(args.verbose):
+    with log_output(args.verbose), reader_may_leave():
         try:
             code: int = asyncio.run(args.fn(args))
             return code
-        except BrokenPipeError:  # the reader went away (| head): not an error worth a traceback
+        except BrokenPipeError:  # the reader went away (| head) outside our writes
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return exits.OK
         except KeyboardInterrupt:

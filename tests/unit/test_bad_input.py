@@ -163,3 +163,37 @@ async def test_an_input_nested_to_the_limit_is_stored_and_read_back(rt: Runtime)
 class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
     n: int = 0
+
+
+async def test_nan_in_a_field_of_any_type_is_refused_not_stored_as_null(rt: Runtime):
+    class Loose(BaseModel):
+        v: object = None
+
+    g = Graph("loose", state=Loose)
+    g.add_node("a", lambda s: None)
+    for value in (math.nan, [1, math.inf]):
+        with pytest.raises(InvalidRequest, match="no JSON form"):
+            await rt.start(g, {"v": value})
+    assert await nothing_stored(rt)
+
+
+async def test_an_unknown_start_option_is_named(rt: Runtime):
+    with pytest.raises(InvalidRequest, match="unknown option.*bogus"):
+        await rt.start(one_node(), {}, bogus=1)
+
+
+@pytest.mark.parametrize("graph", ["pkg:graph", 5, None])
+async def test_a_graph_argument_that_is_not_a_graph_is_refused(rt: Runtime, graph):
+    with pytest.raises(InvalidRequest, match="expected a Graph"):
+        await rt.start(graph, {})  # type: ignore[arg-type]
+
+
+async def test_listing_runs_refuses_a_limit_too_large_to_store(rt: Runtime):
+    with pytest.raises(InvalidRequest, match="limit"):
+        await rt.runs(limit=10**30)
+
+
+async def test_mocks_holding_nan_are_refused(rt: Runtime):
+    run_id, cp = await first_checkpoint(rt)
+    with pytest.raises(InvalidRequest, match="no JSON form"):
+        await rt.fork(cp, mocks={"pay": math.nan})

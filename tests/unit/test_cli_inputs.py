@@ -4,6 +4,7 @@ and changes nothing — never a traceback, never a silently different run."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -248,3 +249,31 @@ def test_an_import_document_that_is_not_an_object_is_one_line(harness: Harness, 
 def test_a_plan_file_that_is_not_json_is_one_line(harness: Harness):
     (harness.dir / "plan.json").write_text("{nope")
     one_line_mistake(*harness("run", "plan.json"), "invalid graph: plan.json:1:2: not valid JSON")
+
+
+def test_a_failed_run_piped_into_a_reader_that_leaves_still_exits_1(tmp_path: Path):
+    """``harness run … | head -1``: the reader goes away early; the exit code stays the run's."""
+    (tmp_path / "pipe_graph.py").write_text(textwrap.dedent('''
+        from pydantic import BaseModel
+        from runtime import Graph
+        class S(BaseModel):
+            fail: bool = False
+        graph = Graph("pipe", state=S)
+        @graph.node()
+        def a(state):
+            if state.fail:
+                raise ValueError("boom")
+            return {}
+    '''))
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    codes = {}
+    for fail in (True, False):
+        proc = subprocess.Popen([str(SCRIPT), "run", "pipe_graph:graph", "--input", json.dumps({"fail": fail}),
+                                 "--db", str(tmp_path / "p.db")], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.close()   # the reader leaves before anything is printed
+        _, err = proc.communicate(timeout=60)
+        codes[fail] = proc.returncode
+        assert b"Traceback" not in err
+    assert codes == {True: 1, False: 0}

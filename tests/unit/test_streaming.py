@@ -161,3 +161,28 @@ async def test_following_an_unknown_run_is_not_found(rt: Runtime):
 def test_stream_events_serialise_to_json():
     ev = StreamEvent("run_1", 3, "custom", "a", 1, {"payload": {"x": 1}}, 1.5)
     assert ev.to_json()["data"] == {"payload": {"x": 1}} and ev.to_json()["ephemeral"] is False
+
+
+async def test_a_reader_that_stops_waiting_cancels_the_run_at_once(rt: Runtime):
+    g = Graph("slow", state=S)
+
+    @g.node()
+    async def a(state: S, ctx: NodeContext) -> dict:
+        await asyncio.sleep(30)
+        return {}
+
+    seen: list[StreamEvent] = []
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            async for ev in rt.stream(g, {}):
+                seen.append(ev)
+    assert loop.time() - t0 < 5
+    run = await rt.get_run(seen[0].run_id)
+    assert run.status == RunStatus.CANCELLED and "stopped waiting" in run.error["message"]
+
+
+async def test_streaming_something_that_is_not_a_call_is_refused(rt: Runtime):
+    with pytest.raises(Exception, match="graph or a call"):
+        rt.stream(5)  # type: ignore[arg-type]

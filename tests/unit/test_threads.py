@@ -83,8 +83,10 @@ async def test_a_new_turn_waits_for_a_paused_run_of_the_thread(rt: Runtime):
         await rt.start(g, {"messages": ["next"]}, thread_id="t")
     assert [r.id for r in await rt.runs(thread_id="t")] == [paused.id]
     await rt.resume(paused.id, "ada")
-    nxt = await rt.start(chat_graph(), {"messages": ["next"]}, thread_id="t")
-    assert (await rt.thread_state("t")).messages == ["hi", "ada", "next", "echo[3] next"]
+    newer = Graph("ask", state=Chat)   # a new version of the thread's graph is fine
+    newer.add_node("reply", lambda s: {"messages": [f"echo {s.messages[-1]}"]})
+    nxt = await rt.start(newer, {"messages": ["next"]}, thread_id="t")
+    assert (await rt.thread_state("t")).messages == ["hi", "ada", "next", "echo next"]
     assert nxt.parent_run_id == paused.id
 
 
@@ -184,3 +186,64 @@ async def test_a_thread_of_turns_exports_and_imports_into_another_store(rt: Runt
         assert (await other.thread_state("t")).turns == 4
     finally:
         other.close()
+
+
+async def test_a_store_accepts_only_one_next_turn_per_run(rt: Runtime):
+    """Two processes starting a turn at once both read the same latest run: the store
+    lets one of them follow it, never both (no turn silently drops out of the thread)."""
+    from runtime.core.records import Batch
+
+    await rt.start(chat_graph(), {"messages": ["hi"]}, thread_id="t")
+    second = await rt.start(chat_graph(), {"messages": ["two"]}, thread_id="t")
+    rival = second.evolve(id="run_rival")
+    with pytest.raises(InvalidRequest, match=f"already followed by turn {second.id}"):
+        rt.store.create_run(Batch(run_id=rival.id, run=rival))
+    assert len(await rt.runs(thread_id="t")) == 2
+
+
+async def test_resuming_a_failed_turn_that_a_later_turn_followed_is_refused(rt: Runtime):
+    g = Graph("flaky", state=Chat)
+
+    @g.node()
+    def a(state: Chat) -> dict:
+        if state.messages[-1] == "boom":
+            raise ValueError("boom")
+        return {"messages": ["ok"]}
+
+    failed = await rt.start(g, {"messages": ["boom"]}, thread_id="t")
+    later = await rt.start(g, {"messages": ["fine"]}, thread_id="t")
+    with pytest.raises(InvalidRequest, match=f"followed by turn {later.id}.*fork it instead"):
+        await rt.resume(failed.id)
+    assert (await rt.thread_state("t")).messages == ["boom", "fine", "ok"]
+
+
+async def test_a_turn_must_run_the_threads_graph(rt: Runtime):
+    await rt.start(chat_graph(), {"messages": ["hi"]}, thread_id="t")
+    other = Graph("counter", state=Chat)
+    other.add_node("a", lambda s: None)
+    with pytest.raises(InvalidRequest, match="runs graph 'chat'"):
+        await rt.start(other, {}, thread_id="t")
+
+
+@pytest.mark.parametrize("thread_id", ["", "  ", 5, ["x"]])
+async def test_a_thread_id_must_be_a_non_empty_string(rt: Runtime, thread_id):
+    with pytest.raises(InvalidRequest, match="thread_id"):
+        await rt.start(chat_graph(), {"messages": ["hi"]}, thread_id=thread_id)
+    assert await rt.runs() == []
+
+
+async def test_turn_numbers_continue_through_a_continuation(rt: Runtime):
+    g = Graph("flaky", state=Chat)
+    fail = {"on": True}
+
+    @g.node()
+    def a(state: Chat) -> dict:
+        if fail["on"]:
+            raise ValueError("boom")
+        return {"messages": ["ok"]}
+
+    await rt.start(g, {"messages": ["1"]}, thread_id="t")          # turn 1 fails
+    fail["on"] = False
+    cont = await rt.resume((await rt.runs(thread_id="t"))[0].id)   # its continuation succeeds
+    nxt = await rt.start(g, {"messages": ["2"]}, thread_id="t")
+    assert nxt.parent_run_id == cont.id and nxt.options["turn"] == 2

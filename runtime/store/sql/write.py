@@ -147,6 +147,13 @@ class Writer:
             if found is not None:
                 raise InvalidRequest(f"run {run.parent_run_id} was already continued by "
                                      f"{found[0]}; resume that run instead")
+        if run.kind == RunKind.MAIN and run.parent_run_id is not None:  # one next turn per run, likewise
+            cur.execute(self._sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
+                        [run.parent_run_id, RunKind.MAIN.value])
+            found = cur.fetchone()
+            if found is not None:
+                raise InvalidRequest(f"run {run.parent_run_id} of thread {run.thread_id} was already followed "
+                                     f"by turn {found[0]}; start the turn again to follow the thread's latest run")
         st = self._stmts["runs"]
         cur.execute(st.insert + " RETURNING pk", st.row({
             **_run_state(run), "id": run.id, "thread_id": run.thread_id,
