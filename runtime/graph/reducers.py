@@ -58,6 +58,9 @@ last_value = Reducer("last_value", lambda _current, update: update, conflicts=Tr
 append = Reducer("append", _append, pure=True)
 merge = Reducer("merge", _merge, pure=True)
 add = Reducer("add", _add, pure=True)
+#: the built-in reducers by name: a stored graph description names them, so states can
+#: be rebuilt where the graph's code is not importable
+BUILTIN: dict[str, Reducer] = {r.name: r for r in (last_value, append, merge, add)}
 
 
 def reducer(fn: Callable[[JSON, JSON], JSON], name: str | None = None) -> Reducer:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ..core.errors import ErrorClass
-from .reducers import Reducer, last_value, reducers_for
+from .reducers import BUILTIN, Reducer, last_value, reducers_for
 
 
 class AnyState(BaseModel):
@@ -188,7 +188,31 @@ class ExecutableGraph:
             "version": self.version,
             "order": list(self.order),
             "nodes": [self.nodes[n].structure() for n in self.order],
+            # not part of the version: lets states be rebuilt without the code (see FoldShape)
+            "reducers": {f: r.name for f, r in self.reducers.items()},
         }
 
     def __repr__(self) -> str:
         return f"<ExecutableGraph {self.name!r} v{self.version} {len(self.order)} nodes>"
+
+
+@dataclass(frozen=True, slots=True)
+class FoldShape:
+    """What folding writes into a state needs of a graph: its canonical order and its
+    reducers. An ``ExecutableGraph`` has these; ``from_description`` rebuilds them from a
+    stored description where the graph's code cannot be imported (built-in reducers only)."""
+
+    name: str
+    order: tuple[str, ...]
+    index: Mapping[str, int]
+    reducers: Mapping[str, Reducer]
+
+    @classmethod
+    def from_description(cls, desc: Mapping[str, Any]) -> FoldShape | None:
+        order, named = desc.get("order"), desc.get("reducers")
+        if not isinstance(order, list) or not isinstance(named, dict):
+            return None   # described before reducers were recorded
+        if not all(isinstance(n, str) for n in named.values()) or not set(named.values()) <= set(BUILTIN):
+            return None   # a custom reducer: only its code can fold
+        return cls(str(desc.get("name", "?")), tuple(map(str, order)), {n: i for i, n in enumerate(order)},
+                   {f: BUILTIN[n] for f, n in named.items()})

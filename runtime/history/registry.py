@@ -11,10 +11,10 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel
 
-from ..core.errors import InvalidRequest, NotFound
+from ..core.errors import GraphError, InvalidRequest, NotFound
 from ..core.jsonvalues import JSON
 from ..core.records import Run
-from ..graph import ExecutableGraph, Graph
+from ..graph import ExecutableGraph, FoldShape, Graph
 from ..graph.locate import resolve_model
 from ..graph.refs import resolve_ref
 from ..store.base import CheckpointStore
@@ -72,6 +72,17 @@ class GraphRegistry:
                 f"{desc['ref']} is now version {graph.version} (its structure changed)")
         raise NotFound(f"graph {run.graph_name!r} version {run.graph_version} is not registered with "
                        f"this Runtime; pass it in Runtime(graphs=[...])")
+
+    def shape_for(self, run: Run) -> ExecutableGraph | FoldShape:
+        """What folding a run's states needs: its graph, or where the code cannot be found,
+        the order and built-in reducers its stored description names."""
+        try:
+            return self.graph_for(run)
+        except (NotFound, InvalidRequest, GraphError):
+            shape = FoldShape.from_description(self.store.graph_description(run.graph_version) or {})
+            if shape is None:
+                raise
+            return shape
 
     def registered(self, version: str) -> ExecutableGraph | None:
         """The graph registered (or already imported) here for a version, if any."""

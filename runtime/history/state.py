@@ -16,7 +16,7 @@ from ..core.errors import GraphError, InvalidRequest, NotFound
 from ..core.jsonvalues import JSON
 from ..core.records import Checkpoint, Run
 from ..core.states import NodeStatus
-from ..graph import AnyState, ExecutableGraph
+from ..graph import AnyState, ExecutableGraph, FoldShape
 from ..graph.reducers import fold
 from ..store.base import CheckpointStore
 from .lineage import origin, writes_lineage
@@ -29,7 +29,7 @@ def state_json(store: CheckpointStore, graphs: GraphRegistry, cp: Checkpoint) ->
     conversation turn starts from the state its previous turn ended with, so the walk
     may cross turns (iteratively: a thread may have thousands of turns)."""
     #: folds still to apply, newest first: a run's completed nodes, or a turn's input (None)
-    pending: list[tuple[Run, ExecutableGraph, list[str] | None]] = []
+    pending: list[tuple[Run, ExecutableGraph | FoldShape, list[str] | None]] = []
     while True:
         found = graphs.known_state(cp.id)
         if found is None and cp.snapshot is not None:
@@ -38,7 +38,7 @@ def state_json(store: CheckpointStore, graphs: GraphRegistry, cp: Checkpoint) ->
             state = dict(found)
             break
         run = store.get_run(cp.run_id)
-        graph = graphs.graph_for(run)
+        graph = graphs.shape_for(run)
         done = [n for n in graph.order if cp.node_states.get(n) == NodeStatus.SUCCEEDED]
         prefix = _snapshot_prefix(store, graph, run, cp, done)
         if prefix is not None:
@@ -74,10 +74,10 @@ def base_state(store: CheckpointStore, graphs: GraphRegistry, run: Run) -> dict[
     if not first.options.get("turn") or first.base_checkpoint_id is None:
         return dict(first.input)
     previous = state_json(store, graphs, store.get_checkpoint(first.base_checkpoint_id))
-    return fold(previous, [(TURN_INPUT, dict(first.input))], graphs.graph_for(first).reducers)
+    return fold(previous, [(TURN_INPUT, dict(first.input))], graphs.shape_for(first).reducers)
 
 
-def _snapshot_prefix(store: CheckpointStore, graph: ExecutableGraph, run: Run, cp: Checkpoint,
+def _snapshot_prefix(store: CheckpointStore, graph: ExecutableGraph | FoldShape, run: Run, cp: Checkpoint,
                      done: list[str]) -> tuple[Mapping[str, JSON], list[str]] | None:
     """The run's nearest snapshot before ``cp``, and the nodes to fold after it — when
     the snapshot is a prefix of the canonical fold (nothing it lacks comes before it)."""

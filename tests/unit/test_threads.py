@@ -247,3 +247,30 @@ async def test_turn_numbers_continue_through_a_continuation(rt: Runtime):
     cont = await rt.resume((await rt.runs(thread_id="t"))[0].id)   # its continuation succeeds
     nxt = await rt.start(g, {"messages": ["2"]}, thread_id="t")
     assert nxt.parent_run_id == cont.id and nxt.options["turn"] == 2
+
+
+async def test_a_threads_states_are_read_where_its_graph_code_is_not(tmp_path: Path):
+    """Delta checkpoints are rebuilt from the stored description (built-in reducers)."""
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    rt = Runtime(store=SqlStore(url))
+    for word in ("a", "b", "c"):   # turn 3 ends without a full snapshot
+        last = await rt.start(chat_graph(), {"messages": [word]}, thread_id="t")
+    rt.close()
+    assert (await _history_snapshots(url, last.id)) == [False, False]
+    elsewhere = Runtime(store=SqlStore(url))   # no graphs registered, none importable
+    try:
+        state = await elsewhere.thread_state("t")
+        assert state.messages == ["a", "echo[1] a", "b", "echo[3] b", "c", "echo[5] c"]  # type: ignore[attr-defined]
+        cps = await elsewhere.history(last.id)
+        assert (await elsewhere.state_at(cps[0].id)).messages[-1] == "c"  # type: ignore[attr-defined]
+        assert [c.path for c in await elsewhere.diff(cps[0].id, cps[-1].id)] == [("messages", 5), ("turns",)]
+    finally:
+        elsewhere.close()
+
+
+async def _history_snapshots(url: str, run_id: str) -> list[bool]:
+    rt = Runtime(store=SqlStore(url))
+    try:
+        return [cp.snapshot is not None for cp in await rt.history(run_id)]
+    finally:
+        rt.close()
