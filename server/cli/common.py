@@ -56,26 +56,24 @@ def add_command(sub: Any, name: str, help: str, description: str | None = None) 
 
 # ------------------------------------------------------------------ argument types
 
-def positive_seconds(text: str) -> float:
-    """A duration in seconds: a finite number above 0 (not nan, inf or negative)."""
+def _finite_above_zero(text: str, meaning: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {meaning} above 0, got {text[:40]!r}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """A duration in seconds: a finite number above 0 (not nan, inf or negative)."""
+    return _finite_above_zero(text, "a number of seconds")
 
 
 def positive_number(text: str) -> float:
     """An amount (a cost budget): a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text[:40]!r}")
-    return value
+    return _finite_above_zero(text, "a number")
 
 
 def positive_int(text: str) -> int:
