@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from pydantic_core import from_json, to_json
-from sqlalchemy import JSON, Engine, Table
+from sqlalchemy import JSON, Dialect, Engine, Table
 from sqlalchemy.exc import IntegrityError
 
 from ...core.errors import InvalidRequest, LeaseLost, NotFound
@@ -35,14 +35,16 @@ def dumps(value: Any) -> str | None:
 class Statements:
     """The INSERT statement of a table, in the driver's parameter style."""
 
-    def __init__(self, table: Table, dialect: str):
+    def __init__(self, table: Table, dialect: Dialect):
         cols = [c for c in table.columns if not (c.primary_key and c.name == "pk")]  # pk: assigned by the database
         self.columns = tuple(c.name for c in cols)
+        #: the column names as the dialect needs them written (PostgreSQL reserves ``full``)
+        self.quoted = ", ".join(dialect.identifier_preparer.quote(c) for c in self.columns)
         self.json = [isinstance(c.type, JSON) for c in cols]
-        mark = "?" if dialect == "sqlite" else "%s"
-        values = ", ".join(f"CAST({mark} AS JSONB)" if j and dialect == "postgresql" else mark
+        mark = "?" if dialect.name == "sqlite" else "%s"
+        values = ", ".join(f"CAST({mark} AS JSONB)" if j and dialect.name == "postgresql" else mark
                            for j in self.json)
-        self.insert = f"INSERT INTO {table.name} ({', '.join(self.columns)}) VALUES ({values})"
+        self.insert = f"INSERT INTO {table.name} ({self.quoted}) VALUES ({values})"
 
     def row(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(dumps(values.get(c)) if j else values.get(c) for c, j in zip(self.columns, self.json))
@@ -70,7 +72,7 @@ class Writer:
         self.dialect = engine.dialect.name
         sqlite = self.dialect == "sqlite"
         self._conn: Any = engine.raw_connection()
-        self._stmts = {t.name: Statements(t, self.dialect) for t in TABLES if t is not VERSIONS}
+        self._stmts = {t.name: Statements(t, engine.dialect) for t in TABLES if t is not VERSIONS}
         for table, columns in _TUPLE_COLUMNS.items():
             if self._stmts[table].columns != columns:
                 raise AssertionError(f"{table}: columns {self._stmts[table].columns} != {columns}")
@@ -254,7 +256,7 @@ class Writer:
                 raise LeaseLost(f"run {run_id}: another process took the lease first")
             self._last_states.pop(run_id, None)
             st = self._stmts["runs"]
-            cur.execute(self._sql(f"SELECT {', '.join(st.columns)} FROM runs WHERE pk = ?"), [pk])
+            cur.execute(self._sql(f"SELECT {st.quoted} FROM runs WHERE pk = ?"), [pk])
             row = cur.fetchone()
         parse = self.dialect == "sqlite"  # SQLite's driver gives JSON back as text; PostgreSQL's decodes it
         return run_record(SimpleNamespace(**{c: from_json(v) if j and v is not None and parse else v
