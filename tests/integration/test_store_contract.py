@@ -13,12 +13,16 @@ a small graph through the Runtime and check both stores give the same history.
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from runtime import Graph, NodeContext, Runtime, append
 from runtime.errors import InvalidRequest, LeaseLost, NotFound
@@ -734,6 +738,104 @@ def test_a_database_with_a_newer_schema_is_refused(open_sql: Callable[[], SqlSto
     s.close()
     with pytest.raises(InvalidRequest, match=rf"schema {SCHEMA_VERSION + 1} is newer .*\({SCHEMA_VERSION}\).*upgrade"):
         SqlStore(sql_url)
+
+
+# --------------------------------------------------------------------------- two processes at once
+
+
+@contextmanager
+def writes_to(sql_url: str, table: str) -> Iterator[Callable[[int, Sequence[threading.Thread]], None]]:
+    """Hold back other connections' writes to ``table`` until the block ends, so that two
+    writers are caught half-way. Gives ``wait(n, threads)``: returns once ``n`` connections
+    wait for a lock (PostgreSQL) or after a pause (SQLite), or as soon as ``threads`` are done.
+
+    SQLite's writers wait for the whole database (``BEGIN IMMEDIATE``) and then go one at a
+    time; PostgreSQL's wait only where a lock makes them, which is what the tests look at.
+    """
+    if sql_url.startswith("sqlite"):
+        conn = sqlite3.connect(sql_url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+
+        def wait(n: int, threads: Sequence[threading.Thread]) -> None:
+            for t in threads:
+                t.join(0.3)
+        try:
+            yield wait
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    engine = create_engine(sql_url)
+    with engine.connect() as holder, engine.connect() as watcher:
+        holder.exec_driver_sql(f"LOCK TABLE {table} IN SHARE MODE")  # reads and row locks go on
+
+        def wait(n: int, threads: Sequence[threading.Thread]) -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and any(t.is_alive() for t in threads):
+                if watcher.exec_driver_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                                           "'Lock' AND datname = current_database()").scalar_one() >= n:
+                    return
+                watcher.rollback()
+                time.sleep(0.01)
+        try:
+            yield wait
+        finally:
+            holder.rollback()
+    engine.dispose()
+
+
+def in_thread(fn: Callable[[], Any], results: dict[str, Any], name: str) -> threading.Thread:
+    def run() -> None:
+        try:
+            results[name] = fn()
+        except Exception as e:  # noqa: BLE001 - the test looks at what each one got
+            results[name] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_two_instances_continuing_one_run_at_once_create_one_continuation(
+        open_sql: Callable[[], SqlStore], sql_url: str) -> None:
+    a, b = open_sql(), open_sql()
+    add_run(a, "p", status=RunStatus.FAILED)
+    got: dict[str, Any] = {}
+    with writes_to(sql_url, "runs") as wait:
+        threads = [in_thread(lambda s=s, rid=rid: add_run(s, rid, thread_id="p", parent="p", kind=RunKind.CONTINUATION,
+                                                          status=RunStatus.QUEUED), got, rid)
+                   for s, rid in ((a, "c1"), (b, "c2"))]
+        wait(2, threads)  # both have begun: each is about to insert, or waits to look
+    for t in threads:
+        t.join(30)
+    created = [rid for rid, r in got.items() if isinstance(r, Run)]
+    refused = [r for r in got.values() if isinstance(r, InvalidRequest)]
+    assert len(created) == 1 and len(refused) == 1, got
+    assert f"already continued by {created[0]}" in str(refused[0])
+    assert [r.id for r in a.child_runs("p")] == created
+
+
+def test_a_lease_taken_while_a_batch_commits_waits_for_the_batch(open_sql: Callable[[], SqlStore],
+                                                                 sql_url: str) -> None:
+    """The new owner sees, when it takes the run, every write the old fence will ever make:
+    a batch checked against the fence before the lease moved lands before it moves."""
+    old, new = open_sql(), open_sql()
+    add_run(old, "r1")
+    got: dict[str, Any] = {}
+    with writes_to(sql_url, "pending_writes") as wait:
+        committing = in_thread(lambda: old.commit(Batch(run_id="r1", fence=1, writes=[pw("r1", "n0", "late")])),
+                               got, "old")
+        wait(1, [committing])  # checked its fence, now held back from writing
+
+        def take_over() -> list[PendingWrite]:
+            new.acquire_lease("r1", "new", T0 + 30, expected_fence=1)
+            return new.pending_writes("r1")
+        taking = in_thread(take_over, got, "new")
+        wait(2, [taking])  # waits for the batch, or (wrongly) took the run at once
+    for t in (committing, taking):
+        t.join(30)
+    assert not isinstance(got["new"], Exception), got
+    assert new.pending_writes("r1") == got["new"]  # nothing landed after the takeover
+    assert new.get_run("r1").fence == 2
 
 
 # --------------------------------------------------------------------------- through the Runtime

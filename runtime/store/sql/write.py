@@ -5,6 +5,13 @@ SQLAlchemy execution layer and send statements built once from the table
 definitions in ``schema.py``; reads keep using SQLAlchemy Core (``read.py``).
 Every write is one transaction on this connection, taken under a lock, and a
 batch for a leased run is refused unless its fencing token is still the run's.
+
+A check and the write that depends on it must not be split by another process's
+write. SQLite's ``BEGIN IMMEDIATE`` takes the database's write lock first. On
+PostgreSQL (READ COMMITTED) the run's row is locked instead: by the fenced
+``UPDATE`` of a batch with a run row, by ``SELECT ... FOR UPDATE`` before a batch
+without one and before creating a continuation (on the parent's row). A lease
+taken meanwhile then waits for the batch, and one of two continuations sees the other.
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ class Writer:
         self.dialect = engine.dialect.name
         sqlite = self.dialect == "sqlite"
         self._conn: Any = engine.raw_connection()
+        #: what a check-then-write adds to its SELECT (SQLite's BEGIN IMMEDIATE locks it all)
+        self._for_update = "" if sqlite else " FOR UPDATE"
         self._stmts = {t.name: Statements(t, engine.dialect) for t in TABLES if t is not VERSIONS}
         for table, columns in _TUPLE_COLUMNS.items():
             if self._stmts[table].columns != columns:
@@ -143,6 +152,8 @@ class Writer:
 
     def _insert_run(self, cur: Any, run: Run, batch: Batch) -> None:
         if run.kind == RunKind.CONTINUATION:  # one per parent, checked under the write lock
+            if self._for_update:  # the parent's row: a second continuation waits, then sees this one
+                cur.execute(self._sql("SELECT pk FROM runs WHERE id = ? FOR UPDATE"), [run.parent_run_id])
             cur.execute(self._sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
                         [run.parent_run_id, RunKind.CONTINUATION.value])
             found = cur.fetchone()
@@ -177,7 +188,8 @@ class Writer:
                         if cur.rowcount != 1:
                             raise _stale(batch)
                     elif batch.fence is not None:
-                        cur.execute(self._sql("SELECT fence FROM runs WHERE pk = ?"), [pk])
+                        # locked: a lease taken meanwhile waits until this batch is in
+                        cur.execute(self._sql("SELECT fence FROM runs WHERE pk = ?" + self._for_update), [pk])
                         if cur.fetchone()[0] != batch.fence:
                             raise _stale(batch)
                     self._write_children(cur, pk, batch)
