@@ -838,6 +838,28 @@ def test_a_lease_taken_while_a_batch_commits_waits_for_the_batch(open_sql: Calla
     assert new.get_run("r1").fence == 2
 
 
+# --------------------------------------------------------------------------- PostgreSQL only
+
+
+def test_a_durable_batch_on_postgresql_is_flushed_with_every_commit_before_it(pg_empty_url: str) -> None:
+    """Ordinary batches commit without waiting for the disk (``synchronous_commit`` off);
+    a durable one must still wait until the WAL holding it, and all before it, is flushed."""
+    store = SqlStore(pg_empty_url)
+    engine = create_engine(pg_empty_url)
+    try:
+        add_run(store, "r1")
+        store.commit(Batch(run_id="r1", fence=1, events=[ev("r1", 2)]))  # ordinary: may not be on disk yet
+        with engine.connect() as conn:
+            written = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar_one()
+            store.commit(Batch(run_id="r1", fence=1, events=[ev("r1", 3)], durable=True))
+            behind = conn.execute(text("SELECT pg_wal_lsn_diff(:w, pg_current_wal_flush_lsn())"),
+                                  {"w": written}).scalar_one()
+        assert behind <= 0, f"the WAL on disk is {behind} bytes short of the durable batch"
+    finally:
+        store.close()
+        engine.dispose()
+
+
 # --------------------------------------------------------------------------- through the Runtime
 
 

@@ -4,8 +4,9 @@ It composes the parts of the SQL store: ``migrations`` brings the database to th
 current schema when the store opens, ``write.Writer`` commits batches on one
 connection under the fencing token, ``read.Reader`` turns rows back into records.
 
-Durability follows the output-commit rule: ordinary batches commit with
-``synchronous=NORMAL`` (they survive a process crash; a power cut may lose the
+Durability follows the output-commit rule: ordinary batches commit without
+waiting for the disk (SQLite ``synchronous=NORMAL``, PostgreSQL
+``synchronous_commit=off``: they survive a process crash; a power cut may lose the
 last few, which is safe because nothing outside saw them), and batches marked
 ``durable`` — before an effect, when a run pauses or ends — are forced to disk.
 """

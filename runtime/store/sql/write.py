@@ -12,6 +12,12 @@ PostgreSQL (READ COMMITTED) the run's row is locked instead: by the fenced
 ``UPDATE`` of a batch with a run row, by ``SELECT ... FOR UPDATE`` before a batch
 without one and before creating a continuation (on the parent's row). A lease
 taken meanwhile then waits for the batch, and one of two continuations sees the other.
+
+Durability follows the output-commit rule (ADR 0001): an ordinary batch commits
+without waiting for the disk, a ``durable`` one is forced, and with it everything
+committed before it. On SQLite that is ``synchronous=NORMAL`` / ``FULL``; on
+PostgreSQL ``synchronous_commit`` is off for this connection, and a durable batch
+commits with the server's own setting.
 """
 
 from __future__ import annotations
@@ -78,7 +84,11 @@ class Writer:
     def __init__(self, engine: Engine, reader: Reader):
         self.dialect = engine.dialect.name
         sqlite = self.dialect == "sqlite"
+        # its own connection, out of the pool: its session settings never reach a reader
         self._conn: Any = engine.raw_connection()
+        self._conn.detach()
+        #: how a durable batch commits on PostgreSQL: the server's own synchronous_commit
+        self._forced = None if sqlite else self._relax_commits()
         #: what a check-then-write adds to its SELECT (SQLite's BEGIN IMMEDIATE locks it all)
         self._for_update = "" if sqlite else " FOR UPDATE"
         self._stmts = {t.name: Statements(t, engine.dialect) for t in TABLES if t is not VERSIONS}
@@ -105,6 +115,19 @@ class Writer:
         """Statements are written with ``?``; this gives them the driver's parameter style."""
         return text if self.dialect == "sqlite" else text.replace("?", "%s")
 
+    def _relax_commits(self) -> str:
+        """Make ordinary commits on this PostgreSQL connection skip the wait for the disk;
+        the server's own ``synchronous_commit``, which durable batches keep."""
+        cur = self._conn.cursor()
+        try:
+            cur.execute("SHOW synchronous_commit")
+            forced = str(cur.fetchone()[0])
+            cur.execute("SET synchronous_commit TO OFF")
+            self._conn.commit()
+        finally:
+            cur.close()
+        return forced
+
     @contextmanager
     def transaction(self, durable: bool) -> Iterator[Any]:
         """A cursor in a transaction that commits on exit, forced to disk when ``durable``."""
@@ -116,6 +139,9 @@ class Writer:
         try:
             if sqlite:
                 cur.execute("BEGIN IMMEDIATE")  # take the write lock now, not on first write
+            elif durable and self._forced != "off":
+                # a synchronous commit also flushes every commit before it (the WAL is in order)
+                cur.execute("SELECT set_config('synchronous_commit', %s, true)", [self._forced])
             yield cur
             conn.commit()
         except BaseException:
