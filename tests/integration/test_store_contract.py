@@ -570,6 +570,58 @@ def test_per_run_reads_of_an_unknown_run_raise_not_found(store: CheckpointStore,
         calls[read]()
 
 
+# --------------------------------------------------------------------------- values
+
+
+#: strings a database may not hold as they are: U+0000 (PostgreSQL's text and JSONB refuse
+#: it), the private-use character the SQL store escapes it with, and look-alikes of both
+AWKWARD = ("a\x00b", "\x00", "\ue000", "\ue0000", "\ue0001", "\\u0000", "\ue000\x00\ue000", "é ☃ 𝄞")
+
+
+def test_strings_holding_u0000_read_back_exactly_from_every_json_column(store: CheckpointStore) -> None:
+    nasty = {s: [s, {s: s}] for s in AWKWARD}
+    run = make_run("r1", error={"message": "a\x00b"}, usage={"\x00": 1}, options={"mocks": nasty}).evolve(
+        input={"q": nasty})
+    store.create_run(Batch(run_id="r1", run=run))
+    batch = Batch(run_id="r1", fence=1, checkpoints=[cp("r1", 1, states_at(1), snapshot={"s": nasty})],
+                  writes=[pw("r1", "n0", nasty)], effects=[je("r1", "n0", 0, EffectStatus.SUCCEEDED, result=nasty)],
+                  interrupts=[intr("r1", "i1", status=InterruptStatus.ANSWERED, answer=nasty, answered_at=T0)],
+                  events=[ev("r1", 2, detail=nasty)])
+    store.commit(batch)
+    store.save_graph({**GRAPH_DESC, "version": "v-nul", "doc": nasty})
+    assert store.get_run("r1") == run
+    assert [c.snapshot for c in store.checkpoints("r1")] == [{"s": nasty}]
+    assert store.pending_writes("r1") == list(batch.writes)
+    assert store.node_writes(["r1"]) == {"n0": nasty}
+    assert store.journal(["r1"]) == list(batch.effects)
+    assert store.interrupts("r1") == list(batch.interrupts)
+    assert store.events("r1") == list(batch.events)
+    assert store.graph_description("v-nul") == {**GRAPH_DESC, "version": "v-nul", "doc": nasty}
+
+
+def test_error_messages_and_cancel_reasons_holding_u0000_read_back_exactly(store: CheckpointStore) -> None:
+    add_run(store, "r1")
+    attempts = [att("r1", "n0", i, NodeStatus.FAILED, error_class="ValueError", error=s)
+                for i, s in enumerate(AWKWARD, 1)]
+    effects = [je("r1", "n0", i, EffectStatus.FAILED, error=s) for i, s in enumerate(AWKWARD)]
+    store.commit(Batch(run_id="r1", fence=1, attempts=attempts, effects=effects))
+    assert store.node_attempts("r1") == attempts
+    assert store.journal(["r1"]) == effects
+    for reason in AWKWARD:
+        store.request_cancel("r1", reason)
+        assert store.cancel_request("r1") == reason
+
+
+def test_times_read_back_to_the_last_bit(store: CheckpointStore) -> None:
+    at = 1_700_000_000.123_456_7  # as time.time() gives them: every bit of the double matters
+    run = add_run(store, "r1", at=at, lease_expires_at=at + 1e-6)
+    store.commit(Batch(run_id="r1", fence=1, attempts=[NodeAttempt("r1", "n0", 1, NodeStatus.SUCCEEDED, at, at + 0.1)],
+                       events=[TraceEvent("r1", 2, at + 0.2, "node.end")]))
+    assert store.get_run("r1") == run and (run.created_at, run.lease_expires_at) == (at, at + 1e-6)
+    assert [(a.started_at, a.ended_at) for a in store.node_attempts("r1")] == [(at, at + 0.1)]
+    assert store.events("r1")[1].at == at + 0.2
+
+
 # --------------------------------------------------------------------------- cancel requests
 
 

@@ -23,7 +23,7 @@ commits with the server's own setting.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +36,7 @@ from ...core.errors import InvalidRequest, LeaseLost, NotFound
 from ...core.jsonvalues import JSON as JSONValue
 from ...core.records import Batch, Checkpoint, Run, RunKind
 from ...core.states import RunStatus
+from . import nul
 from .read import Reader, run_record
 from .schema import TABLES, VERSIONS
 
@@ -45,10 +46,25 @@ def dumps(value: Any) -> str | None:
     return None if value is None else to_json(value).decode()
 
 
+def pg_dumps(value: Any) -> str | None:
+    """``dumps`` for PostgreSQL's JSONB, which cannot hold U+0000 (see ``nul``)."""
+    return None if value is None else nul.escape_json(to_json(value).decode())
+
+
+def pg_text(value: str | None) -> str | None:
+    """A free-text column's value for PostgreSQL, which cannot hold U+0000 (see ``nul``)."""
+    return None if value is None else nul.escape(value)
+
+
+def _same(value: str | None) -> str | None:
+    return value
+
+
 class Statements:
     """The INSERT statement of a table, in the driver's parameter style."""
 
-    def __init__(self, table: Table, dialect: Dialect):
+    def __init__(self, table: Table, dialect: Dialect, dumps: Callable[[Any], str | None]):
+        self.dumps = dumps
         cols = [c for c in table.columns if not (c.primary_key and c.name == "pk")]  # pk: assigned by the database
         self.columns = tuple(c.name for c in cols)
         #: the column names as the dialect needs them written (PostgreSQL reserves ``full``)
@@ -60,6 +76,7 @@ class Statements:
         self.insert = f"INSERT INTO {table.name} ({self.quoted}) VALUES ({values})"
 
     def row(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        dumps = self.dumps
         return tuple(dumps(values.get(c)) if j else values.get(c) for c, j in zip(self.columns, self.json))
 
 
@@ -84,6 +101,8 @@ class Writer:
     def __init__(self, engine: Engine, reader: Reader):
         self.dialect = engine.dialect.name
         sqlite = self.dialect == "sqlite"
+        #: the JSON text and the free-text values as this database can store them
+        self._dumps, self._text = (dumps, _same) if sqlite else (pg_dumps, pg_text)
         # its own connection, out of the pool: its session settings never reach a reader
         self._conn: Any = engine.raw_connection()
         self._conn.detach()
@@ -91,7 +110,7 @@ class Writer:
         self._forced = None if sqlite else self._relax_commits()
         #: what a check-then-write adds to its SELECT (SQLite's BEGIN IMMEDIATE locks it all)
         self._for_update = "" if sqlite else " FOR UPDATE"
-        self._stmts = {t.name: Statements(t, engine.dialect) for t in TABLES if t is not VERSIONS}
+        self._stmts = {t.name: Statements(t, engine.dialect, self._dumps) for t in TABLES if t is not VERSIONS}
         for table, columns in _TUPLE_COLUMNS.items():
             if self._stmts[table].columns != columns:
                 raise AssertionError(f"{table}: columns {self._stmts[table].columns} != {columns}")
@@ -209,7 +228,8 @@ class Writer:
                     pk = self._pk(cur, batch.run_id)
                     if batch.run is not None:
                         stmt = self._update_run[batch.run.status != RunStatus.RUNNING, batch.fence is not None]
-                        params = [dumps(v) if c in _RUN_STATE_JSON else v for c, v in _run_state(batch.run).items()]
+                        params = [self._dumps(v) if c in _RUN_STATE_JSON else v
+                                  for c, v in _run_state(batch.run).items()]
                         cur.execute(stmt, [*params, pk] if batch.fence is None else [*params, pk, batch.fence])
                         if cur.rowcount != 1:
                             raise _stale(batch)
@@ -225,7 +245,7 @@ class Writer:
 
     def _write_children(self, cur: Any, pk: int, b: Batch) -> None:
         # the four per-step tables are built as tuples in column order: this is the hot path
-        st = self._stmts
+        st, dumps, text = self._stmts, self._dumps, self._text
         if b.checkpoints:
             cur.executemany(st["checkpoints"].insert, [self._checkpoint_row(pk, cp) for cp in b.checkpoints])
         if b.writes:
@@ -233,14 +253,14 @@ class Writer:
                 (pk, x.checkpoint_seq, x.node, x.attempt, x.kind, dumps(x.value), x.created_at) for x in b.writes])
         if b.attempts:
             cur.executemany(st["node_attempts"].insert, [
-                (pk, a.node, a.attempt, a.status, a.started_at, a.ended_at, a.error_class, a.error, a.decision)
+                (pk, a.node, a.attempt, a.status, a.started_at, a.ended_at, a.error_class, text(a.error), a.decision)
                 for a in b.attempts])
         if b.effects:
             effects = st["effect_journal"]
             cur.executemany(effects.insert, [effects.row({
                 "run_pk": self._pk(cur, e.run_id), "node": e.node, "name": e.name, "occurrence": e.occurrence,
                 "attempt": e.attempt, "key": e.key, "status": e.status.value, "request": e.request,
-                "result": e.result, "error": e.error, "at": e.at, "source": e.source,
+                "result": e.result, "error": text(e.error), "at": e.at, "source": e.source,
                 "compensate": e.compensate}) for e in b.effects])
         for i in b.interrupts:  # a new interrupt, or the answer to one already stored
             cur.execute(self._answer, [i.status.value, dumps(i.answer), i.answered_at, i.id])
@@ -255,6 +275,7 @@ class Writer:
                 (pk, e.seq, e.at, e.type, e.node, e.attempt, dumps(e.data) if e.data else None) for e in b.events])
 
     def _checkpoint_row(self, pk: int, cp: Checkpoint) -> tuple[Any, ...]:
+        dumps = self._dumps
         states = cp.node_states  # StrEnum values: they compare and serialise as plain strings
         last = self._last_states.get(cp.run_id)
         if last is None and cp.seq > 0:
@@ -302,7 +323,7 @@ class Writer:
 
     def request_cancel(self, run_id: str, reason: str) -> None:
         with self._lock, self.transaction(True) as cur:
-            cur.execute(self._sql("UPDATE runs SET cancel_reason = ? WHERE id = ?"), [reason, run_id])
+            cur.execute(self._sql("UPDATE runs SET cancel_reason = ? WHERE id = ?"), [self._text(reason), run_id])
             if cur.rowcount == 0:
                 raise NotFound(f"no run with id {run_id!r}")
 
@@ -317,7 +338,7 @@ class Writer:
                         cur.execute(graphs.insert, graphs.row({"version": version, "name": description["name"],
                                                                "description": dict(description)}))
                     elif description.get("ref"):
-                        cur.execute(self._describe, [dumps(dict(description)), version])
+                        cur.execute(self._describe, [self._dumps(dict(description)), version])
             except self._integrity_errors:
                 pass  # another process saved this version first
 
