@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Engine, create_engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runtime.store.sql import SqlStore
 from runtime.store.sql.schema import TABLES, VERSIONS
@@ -52,10 +52,18 @@ class Server:
     def url(self, database: str) -> str:
         return make_url(self.admin_url).set(database=database).render_as_string(hide_password=False)
 
-    def create(self, prefix: str) -> str:
-        """A new, empty database named ``<prefix>_<random>``; its URL."""
+    def create(self, prefix: str, *, icu_locale: str | None = None) -> str:
+        """A new, empty database named ``<prefix>_<random>``; its URL. With ``icu_locale``
+        its text sorts by that ICU locale where the server has ICU, else as the server's default."""
         name = f"{prefix}_{uuid.uuid4().hex[:12]}"
         with self.admin.connect() as conn:
+            if icu_locale is not None:
+                try:
+                    conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE template0 '
+                                         f"LOCALE_PROVIDER icu ICU_LOCALE '{icu_locale}'")
+                    return self.url(name)
+                except DBAPIError:
+                    pass  # a server without ICU (or before PostgreSQL 15)
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
@@ -78,11 +86,16 @@ class Server:
 
 
 class SharedDatabase:
-    """One database for a whole session, with the store's tables, emptied before each test."""
+    """One database for a whole session, with the store's tables, emptied before each test.
+
+    Its text sorts by English rules ("a" < "B" < "b"), not by code point as in SQLite
+    and the server's usual C locale: a query that sorts by text without saying how
+    gives another order here than on the other stores, and a test can see it.
+    """
 
     def __init__(self, server: Server, prefix: str = "harness_shared"):
         self.server = server
-        self.url = server.create(prefix)
+        self.url = server.create(prefix, icu_locale="en")
         SqlStore(self.url).close()  # create the tables once
         self._engine = create_engine(self.url)
 

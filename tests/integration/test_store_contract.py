@@ -445,6 +445,15 @@ def test_interrupts_filter_by_run_and_status(store: CheckpointStore) -> None:
     assert store.interrupts("nope") == []
 
 
+def test_interrupts_asked_at_the_same_time_are_ordered_by_id_in_code_point_order(store: CheckpointStore) -> None:
+    """"B" sorts before "a" by code point, as in Python, whatever order the database's own
+    collation would give (the shared PostgreSQL test database sorts "a" first)."""
+    add_run(store, "r1")
+    asked = [intr("r1", iid) for iid in ("a1", "B2", "_c", "b0", "A9")]
+    store.commit(Batch(run_id="r1", fence=1, interrupts=asked))
+    assert [i.id for i in store.interrupts("r1")] == sorted(i.id for i in asked)
+
+
 def test_events_after_seq(store: CheckpointStore) -> None:
     add_run(store, "r1")
     add_run(store, "r2")

@@ -40,6 +40,10 @@ class Reader:
         self.engine = engine
         #: undoes what the writer did to free-text values this database cannot hold (``nul``)
         self.text = text or _same
+        # ids in code point order, as SQLite and MemoryStore sort them, whatever the database's collation
+        by_id = INTERRUPTS.c.id
+        self._interrupt_order = (INTERRUPTS.c.created_at,
+                                 by_id if engine.dialect.name == "sqlite" else by_id.collate("C"))
         #: run id -> runs.pk; shared with the writer, which fills it as it creates runs
         self.pks = pks
 
@@ -185,7 +189,7 @@ class Reader:
     def interrupts(self, run_id: str | None = None,
                    status: InterruptStatus | None = None) -> list[Interrupt]:
         stmt = (select(INTERRUPTS, RUNS.c.id.label("run_id")).join(RUNS, RUNS.c.pk == INTERRUPTS.c.run_pk)
-                .order_by(INTERRUPTS.c.created_at, INTERRUPTS.c.id))
+                .order_by(*self._interrupt_order))
         if run_id is not None:
             stmt = stmt.where(RUNS.c.id == run_id)
         if status is not None:
