@@ -10,8 +10,9 @@ A check and the write that depends on it must not be split by another process's
 write. SQLite's ``BEGIN IMMEDIATE`` takes the database's write lock first. On
 PostgreSQL (READ COMMITTED) the run's row is locked instead: by the fenced
 ``UPDATE`` of a batch with a run row, by ``SELECT ... FOR UPDATE`` before a batch
-without one and before creating a continuation (on the parent's row). A lease
-taken meanwhile then waits for the batch, and one of two continuations sees the other.
+without one and before creating a run that has a parent (on the parent's row). A
+lease taken meanwhile then waits for the batch, and one of two continuations sees
+the other.
 
 Durability follows the output-commit rule (ADR 0001): an ordinary batch commits
 without waiting for the disk, a ``durable`` one is forced, and with it everything
@@ -196,9 +197,11 @@ class Writer:
                 raise
 
     def _insert_run(self, cur: Any, run: Run, batch: Batch) -> None:
+        if self._for_update and run.parent_run_id is not None:
+            # the parent's row, before any check on the runs that follow it: of two runs
+            # created after it at once, the second waits here, then sees the first
+            cur.execute(self._sql("SELECT pk FROM runs WHERE id = ? FOR UPDATE"), [run.parent_run_id])
         if run.kind == RunKind.CONTINUATION:  # one per parent, checked under the write lock
-            if self._for_update:  # the parent's row: a second continuation waits, then sees this one
-                cur.execute(self._sql("SELECT pk FROM runs WHERE id = ? FOR UPDATE"), [run.parent_run_id])
             cur.execute(self._sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
                         [run.parent_run_id, RunKind.CONTINUATION.value])
             found = cur.fetchone()
