@@ -6,8 +6,9 @@ a new one, and the layout test below fails.
 
 Setting up is one transaction under a lock: a migration that fails part-way leaves
 the database as it was, and processes opening an old database at the same moment
-migrate it once. The PostgreSQL tests use a new database on the server at
-``HARNESS_TEST_PG_URL`` (by default the local one) and are skipped without it.
+migrate it once. The PostgreSQL tests take ``pg_url`` (``tests/conftest.py``): a new
+database on the server at ``HARNESS_TEST_PG_URL`` (by default the local one), or a
+skip saying why when that server cannot be reached.
 """
 
 from __future__ import annotations
@@ -17,13 +18,11 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import create_engine, text
 
 from runtime.core.errors import InvalidRequest
 from runtime.core.records import EffectStatus
@@ -240,30 +239,6 @@ def test_two_processes_opening_a_version_1_database_at_once_both_succeed_and_mig
 
 
 # --------------------------------------------------------------------------- PostgreSQL
-
-#: a database on the server to connect to while creating and dropping each test's own
-PG_ADMIN_URL = os.environ.get("HARNESS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """The URL of a new, empty PostgreSQL database, dropped after the test."""
-    pytest.importorskip("psycopg", reason="the PostgreSQL tests need the psycopg driver")
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
-    name = f"harness_migrations_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    except OperationalError as e:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL is unreachable at {PG_ADMIN_URL} (set HARNESS_TEST_PG_URL): {e.orig}")
-    try:
-        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.dispose()
-
 
 def pg_execute(url: str, *statements: str) -> None:
     engine = create_engine(url)

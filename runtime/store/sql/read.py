@@ -7,7 +7,7 @@ rebuild the full statuses from the last full row at or before a checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -36,8 +36,14 @@ from .schema import ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, 
 class Reader:
     """Every query of the store; each opens its own pooled connection."""
 
-    def __init__(self, engine: Engine, pks: dict[str, int]):
+    def __init__(self, engine: Engine, pks: dict[str, int], text: Callable[[str], str] | None = None):
         self.engine = engine
+        #: undoes what the writer did to free-text values this database cannot hold (``nul``)
+        self.text = text or _same
+        # ids in code point order, as SQLite and MemoryStore sort them, whatever the database's collation
+        by_id = INTERRUPTS.c.id
+        self._interrupt_order = (INTERRUPTS.c.created_at,
+                                 by_id if engine.dialect.name == "sqlite" else by_id.collate("C"))
         #: run id -> runs.pk; shared with the writer, which fills it as it creates runs
         self.pks = pks
 
@@ -57,7 +63,8 @@ class Reader:
 
     def cancel_request(self, run_id: str) -> str | None:
         with self.engine.connect() as conn:
-            return conn.execute(select(RUNS.c.cancel_reason).where(RUNS.c.id == run_id)).scalar()
+            reason = conn.execute(select(RUNS.c.cancel_reason).where(RUNS.c.id == run_id)).scalar()
+        return None if reason is None else self.text(reason)
 
     # ------------------------------------------------------------------ runs
 
@@ -162,24 +169,27 @@ class Reader:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
             rows = conn.execute(select(ATTEMPTS).where(ATTEMPTS.c.run_pk == pk).order_by(ATTEMPTS.c.pk)).all()
+        text = self.text
         return [NodeAttempt(run_id, r.node, r.attempt, NodeStatus(r.status), r.started_at, r.ended_at,
-                            r.error_class, r.error, r.decision) for r in rows]
+                            r.error_class, None if r.error is None else text(r.error), r.decision) for r in rows]
 
     def journal(self, run_ids: Sequence[str]) -> list[JournalEntry]:
         out: list[JournalEntry] = []
+        text = self.text
         with self.engine.connect() as conn:
             for rid in run_ids:
                 pk = self.pk(conn, rid)
                 for r in conn.execute(select(EFFECTS).where(EFFECTS.c.run_pk == pk).order_by(EFFECTS.c.pk)):
                     out.append(JournalEntry(rid, r.node, r.name, r.occurrence, r.attempt, r.key,
-                                            EffectStatus(r.status), r.request, r.result, r.error, r.at, r.source,
+                                            EffectStatus(r.status), r.request, r.result,
+                                            None if r.error is None else text(r.error), r.at, r.source,
                                             r.compensate))
         return out
 
     def interrupts(self, run_id: str | None = None,
                    status: InterruptStatus | None = None) -> list[Interrupt]:
         stmt = (select(INTERRUPTS, RUNS.c.id.label("run_id")).join(RUNS, RUNS.c.pk == INTERRUPTS.c.run_pk)
-                .order_by(INTERRUPTS.c.created_at, INTERRUPTS.c.id))
+                .order_by(*self._interrupt_order))
         if run_id is not None:
             stmt = stmt.where(RUNS.c.id == run_id)
         if status is not None:
@@ -196,6 +206,10 @@ class Reader:
             rows = conn.execute(select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > after_seq)
                                 .order_by(EVENTS.c.seq)).all()
         return [TraceEvent(run_id, r.seq, r.at, r.type, r.node, r.attempt, r.data or {}) for r in rows]
+
+
+def _same(text: str) -> str:
+    return text
 
 
 def run_record(r: Any) -> Run:

@@ -4,10 +4,16 @@ It composes the parts of the SQL store: ``migrations`` brings the database to th
 current schema when the store opens, ``write.Writer`` commits batches on one
 connection under the fencing token, ``read.Reader`` turns rows back into records.
 
-Durability follows the output-commit rule: ordinary batches commit with
-``synchronous=NORMAL`` (they survive a process crash; a power cut may lose the
+Durability follows the output-commit rule: ordinary batches commit without
+waiting for the disk (SQLite ``synchronous=NORMAL``, PostgreSQL
+``synchronous_commit=off``: they survive a process crash; a power cut may lose the
 last few, which is safe because nothing outside saw them), and batches marked
 ``durable`` — before an effect, when a run pauses or ends — are forced to disk.
+
+On PostgreSQL, JSON columns are JSONB, which keeps a value's meaning rather than its
+text: object keys come back in JSONB's order (shorter keys first), -0.0 as 0.0, and a
+float of 1e16 or more as the integer its JSON text names (``float()`` of it is the
+same float). U+0000, which JSONB cannot hold, is stored escaped (``nul``).
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ from ...core.records import (
     TraceEvent,
 )
 from ...core.states import RunStatus
+from . import nul
 from .migrations import setup
 from .read import Reader
-from .write import Writer, dumps
+from .write import Writer, dumps, pg_dumps
 
 
 class SqlStore:
@@ -52,7 +59,7 @@ class SqlStore:
         except BaseException:
             self.engine.dispose()  # a store that did not open keeps no connection open
             raise
-        self._reader = Reader(self.engine, pks={})
+        self._reader = Reader(self.engine, pks={}, text=None if self.is_sqlite else nul.unescape)
         self._writer = Writer(self.engine, self._reader)
 
     def close(self) -> None:
@@ -129,7 +136,8 @@ class SqlStore:
 
 def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:
     """The engine for ``url``; ``InvalidRequest`` naming the URL if it cannot be made."""
-    kwargs: dict[str, Any] = {"echo": echo, "json_serializer": dumps, "json_deserializer": from_json}
+    kwargs: dict[str, Any] = {"echo": echo, "json_serializer": dumps if sqlite else pg_dumps,
+                              "json_deserializer": from_json if sqlite else nul.loads}
     if sqlite:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     else:

@@ -5,24 +5,39 @@ SQLAlchemy execution layer and send statements built once from the table
 definitions in ``schema.py``; reads keep using SQLAlchemy Core (``read.py``).
 Every write is one transaction on this connection, taken under a lock, and a
 batch for a leased run is refused unless its fencing token is still the run's.
+
+A check and the write that depends on it must not be split by another process's
+write. SQLite's ``BEGIN IMMEDIATE`` takes the database's write lock first. On
+PostgreSQL (READ COMMITTED) the run's row is locked instead: by the fenced
+``UPDATE`` of a batch with a run row, by ``SELECT ... FOR UPDATE`` before a batch
+without one and before creating a run that has a parent (on the parent's row). A
+lease taken meanwhile then waits for the batch, and one of two continuations sees
+the other.
+
+Durability follows the output-commit rule (ADR 0001): an ordinary batch commits
+without waiting for the disk, a ``durable`` one is forced, and with it everything
+committed before it. On SQLite that is ``synchronous=NORMAL`` / ``FULL``; on
+PostgreSQL ``synchronous_commit`` is off for this connection, and a durable batch
+commits with the server's own setting.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
 from pydantic_core import from_json, to_json
-from sqlalchemy import JSON, Engine, Table
+from sqlalchemy import JSON, Dialect, Engine, Table
 from sqlalchemy.exc import IntegrityError
 
 from ...core.errors import InvalidRequest, LeaseLost, NotFound
 from ...core.jsonvalues import JSON as JSONValue
 from ...core.records import Batch, Checkpoint, Run, RunKind
 from ...core.states import RunStatus
+from . import nul
 from .read import Reader, run_record
 from .schema import TABLES, VERSIONS
 
@@ -32,19 +47,37 @@ def dumps(value: Any) -> str | None:
     return None if value is None else to_json(value).decode()
 
 
+def pg_dumps(value: Any) -> str | None:
+    """``dumps`` for PostgreSQL's JSONB, which cannot hold U+0000 (see ``nul``)."""
+    return None if value is None else nul.escape_json(to_json(value).decode())
+
+
+def pg_text(value: str | None) -> str | None:
+    """A free-text column's value for PostgreSQL, which cannot hold U+0000 (see ``nul``)."""
+    return None if value is None else nul.escape(value)
+
+
+def _same(value: str | None) -> str | None:
+    return value
+
+
 class Statements:
     """The INSERT statement of a table, in the driver's parameter style."""
 
-    def __init__(self, table: Table, dialect: str):
+    def __init__(self, table: Table, dialect: Dialect, dumps: Callable[[Any], str | None]):
+        self.dumps = dumps
         cols = [c for c in table.columns if not (c.primary_key and c.name == "pk")]  # pk: assigned by the database
         self.columns = tuple(c.name for c in cols)
+        #: the column names as the dialect needs them written (PostgreSQL reserves ``full``)
+        self.quoted = ", ".join(dialect.identifier_preparer.quote(c) for c in self.columns)
         self.json = [isinstance(c.type, JSON) for c in cols]
-        mark = "?" if dialect == "sqlite" else "%s"
-        values = ", ".join(f"CAST({mark} AS JSONB)" if j and dialect == "postgresql" else mark
+        mark = "?" if dialect.name == "sqlite" else "%s"
+        values = ", ".join(f"CAST({mark} AS JSONB)" if j and dialect.name == "postgresql" else mark
                            for j in self.json)
-        self.insert = f"INSERT INTO {table.name} ({', '.join(self.columns)}) VALUES ({values})"
+        self.insert = f"INSERT INTO {table.name} ({self.quoted}) VALUES ({values})"
 
     def row(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        dumps = self.dumps
         return tuple(dumps(values.get(c)) if j else values.get(c) for c, j in zip(self.columns, self.json))
 
 
@@ -69,8 +102,16 @@ class Writer:
     def __init__(self, engine: Engine, reader: Reader):
         self.dialect = engine.dialect.name
         sqlite = self.dialect == "sqlite"
+        #: the JSON text and the free-text values as this database can store them
+        self._dumps, self._text = (dumps, _same) if sqlite else (pg_dumps, pg_text)
+        # its own connection, out of the pool: its session settings never reach a reader
         self._conn: Any = engine.raw_connection()
-        self._stmts = {t.name: Statements(t, self.dialect) for t in TABLES if t is not VERSIONS}
+        self._conn.detach()
+        #: how a durable batch commits on PostgreSQL: the server's own synchronous_commit
+        self._forced = None if sqlite else self._relax_commits()
+        #: what a check-then-write adds to its SELECT (SQLite's BEGIN IMMEDIATE locks it all)
+        self._for_update = "" if sqlite else " FOR UPDATE"
+        self._stmts = {t.name: Statements(t, engine.dialect, self._dumps) for t in TABLES if t is not VERSIONS}
         for table, columns in _TUPLE_COLUMNS.items():
             if self._stmts[table].columns != columns:
                 raise AssertionError(f"{table}: columns {self._stmts[table].columns} != {columns}")
@@ -94,6 +135,19 @@ class Writer:
         """Statements are written with ``?``; this gives them the driver's parameter style."""
         return text if self.dialect == "sqlite" else text.replace("?", "%s")
 
+    def _relax_commits(self) -> str:
+        """Make ordinary commits on this PostgreSQL connection skip the wait for the disk;
+        the server's own ``synchronous_commit``, which durable batches keep."""
+        cur = self._conn.cursor()
+        try:
+            cur.execute("SHOW synchronous_commit")
+            forced = str(cur.fetchone()[0])
+            cur.execute("SET synchronous_commit TO OFF")
+            self._conn.commit()
+        finally:
+            cur.close()
+        return forced
+
     @contextmanager
     def transaction(self, durable: bool) -> Iterator[Any]:
         """A cursor in a transaction that commits on exit, forced to disk when ``durable``."""
@@ -105,6 +159,9 @@ class Writer:
         try:
             if sqlite:
                 cur.execute("BEGIN IMMEDIATE")  # take the write lock now, not on first write
+            elif durable and self._forced != "off":
+                # a synchronous commit also flushes every commit before it (the WAL is in order)
+                cur.execute("SELECT set_config('synchronous_commit', %s, true)", [self._forced])
             yield cur
             conn.commit()
         except BaseException:
@@ -140,6 +197,10 @@ class Writer:
                 raise
 
     def _insert_run(self, cur: Any, run: Run, batch: Batch) -> None:
+        if self._for_update and run.parent_run_id is not None:
+            # the parent's row, before any check on the runs that follow it: of two runs
+            # created after it at once, the second waits here, then sees the first
+            cur.execute(self._sql("SELECT pk FROM runs WHERE id = ? FOR UPDATE"), [run.parent_run_id])
         if run.kind == RunKind.CONTINUATION:  # one per parent, checked under the write lock
             cur.execute(self._sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
                         [run.parent_run_id, RunKind.CONTINUATION.value])
@@ -177,12 +238,14 @@ class Writer:
                     pk = self._pk(cur, batch.run_id)
                     if batch.run is not None:
                         stmt = self._update_run[batch.run.status != RunStatus.RUNNING, batch.fence is not None]
-                        params = [dumps(v) if c in _RUN_STATE_JSON else v for c, v in _run_state(batch.run).items()]
+                        params = [self._dumps(v) if c in _RUN_STATE_JSON else v
+                                  for c, v in _run_state(batch.run).items()]
                         cur.execute(stmt, [*params, pk] if batch.fence is None else [*params, pk, batch.fence])
                         if cur.rowcount != 1:
                             raise _stale(batch)
                     elif batch.fence is not None:
-                        cur.execute(self._sql("SELECT fence FROM runs WHERE pk = ?"), [pk])
+                        # locked: a lease taken meanwhile waits until this batch is in
+                        cur.execute(self._sql("SELECT fence FROM runs WHERE pk = ?" + self._for_update), [pk])
                         if cur.fetchone()[0] != batch.fence:
                             raise _stale(batch)
                     self._write_children(cur, pk, batch)
@@ -192,7 +255,7 @@ class Writer:
 
     def _write_children(self, cur: Any, pk: int, b: Batch) -> None:
         # the four per-step tables are built as tuples in column order: this is the hot path
-        st = self._stmts
+        st, dumps, text = self._stmts, self._dumps, self._text
         if b.checkpoints:
             cur.executemany(st["checkpoints"].insert, [self._checkpoint_row(pk, cp) for cp in b.checkpoints])
         if b.writes:
@@ -200,14 +263,14 @@ class Writer:
                 (pk, x.checkpoint_seq, x.node, x.attempt, x.kind, dumps(x.value), x.created_at) for x in b.writes])
         if b.attempts:
             cur.executemany(st["node_attempts"].insert, [
-                (pk, a.node, a.attempt, a.status, a.started_at, a.ended_at, a.error_class, a.error, a.decision)
+                (pk, a.node, a.attempt, a.status, a.started_at, a.ended_at, a.error_class, text(a.error), a.decision)
                 for a in b.attempts])
         if b.effects:
             effects = st["effect_journal"]
             cur.executemany(effects.insert, [effects.row({
                 "run_pk": self._pk(cur, e.run_id), "node": e.node, "name": e.name, "occurrence": e.occurrence,
                 "attempt": e.attempt, "key": e.key, "status": e.status.value, "request": e.request,
-                "result": e.result, "error": e.error, "at": e.at, "source": e.source,
+                "result": e.result, "error": text(e.error), "at": e.at, "source": e.source,
                 "compensate": e.compensate}) for e in b.effects])
         for i in b.interrupts:  # a new interrupt, or the answer to one already stored
             cur.execute(self._answer, [i.status.value, dumps(i.answer), i.answered_at, i.id])
@@ -222,6 +285,7 @@ class Writer:
                 (pk, e.seq, e.at, e.type, e.node, e.attempt, dumps(e.data) if e.data else None) for e in b.events])
 
     def _checkpoint_row(self, pk: int, cp: Checkpoint) -> tuple[Any, ...]:
+        dumps = self._dumps
         states = cp.node_states  # StrEnum values: they compare and serialise as plain strings
         last = self._last_states.get(cp.run_id)
         if last is None and cp.seq > 0:
@@ -261,7 +325,7 @@ class Writer:
                 raise LeaseLost(f"run {run_id}: another process took the lease first")
             self._last_states.pop(run_id, None)
             st = self._stmts["runs"]
-            cur.execute(self._sql(f"SELECT {', '.join(st.columns)} FROM runs WHERE pk = ?"), [pk])
+            cur.execute(self._sql(f"SELECT {st.quoted} FROM runs WHERE pk = ?"), [pk])
             row = cur.fetchone()
         parse = self.dialect == "sqlite"  # SQLite's driver gives JSON back as text; PostgreSQL's decodes it
         return run_record(SimpleNamespace(**{c: from_json(v) if j and v is not None and parse else v
@@ -269,7 +333,7 @@ class Writer:
 
     def request_cancel(self, run_id: str, reason: str) -> None:
         with self._lock, self.transaction(True) as cur:
-            cur.execute(self._sql("UPDATE runs SET cancel_reason = ? WHERE id = ?"), [reason, run_id])
+            cur.execute(self._sql("UPDATE runs SET cancel_reason = ? WHERE id = ?"), [self._text(reason), run_id])
             if cur.rowcount == 0:
                 raise NotFound(f"no run with id {run_id!r}")
 
@@ -284,7 +348,7 @@ class Writer:
                         cur.execute(graphs.insert, graphs.row({"version": version, "name": description["name"],
                                                                "description": dict(description)}))
                     elif description.get("ref"):
-                        cur.execute(self._describe, [dumps(dict(description)), version])
+                        cur.execute(self._describe, [self._dumps(dict(description)), version])
             except self._integrity_errors:
                 pass  # another process saved this version first
 
