@@ -201,17 +201,15 @@ class Writer:
             # the parent's row, before any check on the runs that follow it: of two runs
             # created after it at once, the second waits here, then sees the first
             cur.execute(self._sql("SELECT pk FROM runs WHERE id = ? FOR UPDATE"), [run.parent_run_id])
-        if run.kind == RunKind.CONTINUATION:  # one per parent, checked under the write lock
+        # one continuation per run, and one next conversation turn per run: checked under
+        # the write lock (and the parent's row lock), so two callers cannot both pass
+        if run.parent_run_id is not None and run.kind in (RunKind.CONTINUATION, RunKind.MAIN):
             cur.execute(self._sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
-                        [run.parent_run_id, RunKind.CONTINUATION.value])
+                        [run.parent_run_id, run.kind.value])
             found = cur.fetchone()
-            if found is not None:
+            if found is not None and run.kind == RunKind.CONTINUATION:
                 raise InvalidRequest(f"run {run.parent_run_id} was already continued by "
                                      f"{found[0]}; resume that run instead")
-        if run.kind == RunKind.MAIN and run.parent_run_id is not None:  # one next turn per run, likewise
-            cur.execute(self._sql("SELECT id FROM runs WHERE parent_run_id = ? AND kind = ?"),
-                        [run.parent_run_id, RunKind.MAIN.value])
-            found = cur.fetchone()
             if found is not None:
                 raise InvalidRequest(f"run {run.parent_run_id} of thread {run.thread_id} was already followed "
                                      f"by turn {found[0]}; start the turn again to follow the thread's latest run")
