@@ -184,8 +184,8 @@ def main() -> int:
     if "growth" in only:
         step(f"9. chains of {', '.join(map(str, GROWTH))} nodes, each appending a {H.MESSAGE_BYTES}-byte message")
         res["growth"] = interleave(reps, {
-            **{("h", n): (lambda n=n: H.growth(n, 1)) for n in GROWTH},
-            **{(m, n): (lambda n=n, m=m: L.growth(n, 1, m)) for n in GROWTH for m in L.MODES}})
+            **{("h", n): (lambda n=n: H.growth(n, 1, GROWTH[-1])) for n in GROWTH},
+            **{(m, n): (lambda n=n, m=m: L.growth(n, 1, m, GROWTH[-1])) for n in GROWTH for m in L.MODES}})
     load_after = os.getloadavg()
 
     # ------------------------------------------------------------ main table
@@ -319,7 +319,8 @@ def main() -> int:
                                         else fmt_us(per[n]) for n in GROWTH),
                               f"{ratio:.2f}×", f"≤ {TARGET_GROWTH}×" if key == "h" else "—", result])
         print(f"\n9. State growth: chain of N nodes, each appending a {H.MESSAGE_BYTES}-byte message to a list "
-              "field (append / operator.add); per-node overhead = run wall time / N")
+              f"field (append / operator.add); per-node overhead = run wall time / N; {last} // N timed runs "
+              "per repetition, median of all runs")
         print(render_table(["system", *(f"N = {n}" for n in GROWTH), f"N={last} / N={first}", "target", "result"],
                            grow_rows))
 
