@@ -499,3 +499,64 @@ def diff_states(reps: int) -> Sample:
             pairs = asyncio.run(make(path))
             sample.add(asyncio.run(read(path, pairs)))
     return sample
+
+
+# ---------------------------------------------------------------- state growth
+
+MESSAGE_BYTES = 500
+
+
+def message(i: int) -> str:
+    """Node i's message: about MESSAGE_BYTES bytes, distinct per node."""
+    head = f"message {i:04d} "
+    return head + "x" * (MESSAGE_BYTES - len(head))
+
+
+class Transcript(BaseModel):
+    messages: Annotated[list[str], append] = []
+
+
+async def say(state: Transcript, ctx) -> dict:
+    CALLS["n"] += 1
+    return {"messages": [message(int(ctx.node[1:]))]}
+
+
+def growth_graph(n: int) -> ExecutableGraph:
+    """An n-node chain, each node appending one ~500-byte message: the state a node
+    reads grows with its position, what it writes does not."""
+    g = Graph(f"bench-growth-{n}", Transcript)
+    prev: list[str] = []
+    for i in range(n):
+        g.add_node(f"n{i:04d}", say, after=prev)
+        prev = [f"n{i:04d}"]
+    return g.compile()
+
+
+def growth(n: int, reps: int, nodes: int = 800) -> Sample:
+    """Wall time of runs of the growing-transcript chain of n nodes (one checkpoint per
+    node). Each repetition times ``nodes // n`` runs in its store (after one warm-up run),
+    so every chain length gets the same number of node executions and short chains are
+    not at the mercy of one scheduling hiccup."""
+    graph = growth_graph(n)
+    expected = [message(i) for i in range(n)]
+    sample = Sample()
+
+    async def once(path: str) -> list[float]:
+        rt = _runtime(path)
+        try:
+            await _run_checked(rt, graph)            # warm-up run in the same store, not timed
+            times = []
+            for _ in range(max(1, nodes // n)):
+                elapsed, _, cps = await _run_checked(rt, graph)
+                check(len(cps) == n + 1, f"growth: {len(cps)} checkpoints, expected {n + 1}")
+                final = await rt.state_at(cps[-1].id)
+                check(final.messages == expected, f"growth: final state holds {len(final.messages)} messages, "
+                                                  f"expected {n} in node order")
+                times.append(elapsed)
+            return times
+        finally:
+            rt.close()
+
+    for times in each_rep(reps, "h-growth", once):
+        sample.values.extend(times)
+    return sample

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import operator
 from functools import partial
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 from _common import Sample, check, db_size, fresh_dir, now, settle
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -341,3 +342,69 @@ def replay_chain(n: int, reps: int, mode: str) -> tuple[Sample, Sample]:
             finally:
                 conn.close()
     return middle, whole
+
+
+# ---------------------------------------------------------------- state growth
+
+MESSAGE_BYTES = 500
+
+
+def message(i: int) -> str:
+    """Node i's message (the same text as the Shadow Harness case)."""
+    head = f"message {i:04d} "
+    return head + "x" * (MESSAGE_BYTES - len(head))
+
+
+class Transcript(TypedDict, total=False):
+    messages: Annotated[list, operator.add]
+
+
+def say(i: int, state: Transcript) -> dict:
+    CALLS["n"] += 1
+    return {"messages": [message(i)]}
+
+
+def growth_builder(n: int) -> StateGraph:
+    """The chain, each node appending one ~500-byte message to ``messages``."""
+    b = StateGraph(Transcript)
+    for i in range(n):
+        b.add_node(f"n{i:04d}", partial(say, i))
+    b.add_edge(START, "n0000")
+    for i in range(1, n):
+        b.add_edge(f"n{i - 1:04d}", f"n{i:04d}")
+    b.add_edge(f"n{n - 1:04d}", END)
+    return b
+
+
+def _growth_invoke(graph, conn: sqlite3.Connection, thread: str, mode: str, n: int) -> float:
+    CALLS["n"] = 0
+    config = _config(thread)
+    kwargs = {"durability": "sync"} if mode == "matched" else {}
+    settle()
+    t0 = now()
+    graph.invoke({"messages": []}, config, **kwargs)
+    elapsed = now() - t0
+    check(CALLS["n"] == n, f"langgraph growth: {CALLS['n']} node calls, expected {n}")
+    # counted in SQL: reading every checkpoint back would load the whole list n times
+    [(count,)] = conn.execute("SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?", (thread,)).fetchall()
+    check(count == n + 2, f"langgraph growth: {count} checkpoints, expected {n + 2}")
+    got = graph.get_state(config).values.get("messages", [])
+    check(got == [message(i) for i in range(n)], f"langgraph growth: {len(got)} messages, expected {n} in order")
+    return elapsed
+
+
+def growth(n: int, reps: int, mode: str, nodes: int = 800) -> Sample:
+    """As the Shadow Harness case: ``nodes // n`` timed runs per repetition, after a warm-up."""
+    builder = growth_builder(n)
+    sample = Sample()
+    for _ in range(reps):
+        with fresh_dir("lg-growth") as d:
+            conn, saver = _saver(os.path.join(d, "langgraph.db"), mode)
+            try:
+                graph = builder.compile(checkpointer=saver)
+                _growth_invoke(graph, conn, "warm-up", mode, n)   # not timed
+                for i in range(max(1, nodes // n)):
+                    sample.add(_growth_invoke(graph, conn, f"timed-{i}", mode, n))
+            finally:
+                conn.close()
+    return sample

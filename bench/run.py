@@ -5,6 +5,7 @@
     .venv/bin/python bench/run.py --profile    # also: where the runtime spends time and bytes
     .venv/bin/python bench/run.py --json out.json
     .venv/bin/python bench/run.py --only fork,replay,diff   # some measurements only
+    .venv/bin/python bench/run.py --only growth  # per-node cost as the state a node reads grows
     .venv/bin/python bench/hotspots.py         # the profile alone
 
 Every system writes to a durable SQLite file in a fresh temp directory per
@@ -43,6 +44,7 @@ CHAIN = 200
 FAN = 200
 PAR, PAR_MC = 50, 8
 SIZES = (50, 200, 800)
+GROWTH = (50, 200, 800)
 
 TARGET_CHAIN_US = 300
 TARGET_FAN_US = 150
@@ -53,8 +55,9 @@ TARGET_HISTORY = 0.025
 TARGET_FORK = 0.040
 TARGET_FORK_FIRST = 0.010
 TARGET_DIFF = 0.020
+TARGET_GROWTH = 1.3     # per-node cost at the longest chain / at the shortest
 
-SECTIONS = ("chain", "fanout", "parallel", "size", "history", "fork", "replay", "diff")
+SECTIONS = ("chain", "fanout", "parallel", "size", "history", "fork", "replay", "diff", "growth")
 
 
 def verdict(ok: bool, detail: str = "") -> str:
@@ -178,6 +181,11 @@ def main() -> int:
     if "diff" in only:
         step(f"8. diff of two checkpoints of a {H.DIFF_ITEMS:,}-item list")
         res["diff"] = interleave(reps, {"h": lambda: H.diff_states(1)})["h"]
+    if "growth" in only:
+        step(f"9. chains of {', '.join(map(str, GROWTH))} nodes, each appending a {H.MESSAGE_BYTES}-byte message")
+        res["growth"] = interleave(reps, {
+            **{("h", n): (lambda n=n: H.growth(n, 1, GROWTH[-1])) for n in GROWTH},
+            **{(m, n): (lambda n=n, m=m: L.growth(n, 1, m, GROWTH[-1])) for n in GROWTH for m in L.MODES}})
     load_after = os.getloadavg()
 
     # ------------------------------------------------------------ main table
@@ -298,6 +306,24 @@ def main() -> int:
               "earlier checkpoint>): it re-executes the nodes (no effect journal, no report).\nShadow Harness replays "
               "check that report.same is True and that the effect function was never called.")
 
+    # ------------------------------------------------------------ state growth table
+    if "growth" in res:
+        g = res["growth"]
+        first, last = GROWTH[0], GROWTH[-1]
+        grow_rows = []
+        for key, system in (("h", "Shadow Harness"), *((m, f"LangGraph {m}") for m in L.MODES)):
+            per = {n: g[(key, n)].median / n for n in GROWTH}
+            ratio = per[last] / per[first]
+            result = verdict(ratio <= TARGET_GROWTH, f"{ratio:.2f}×") if key == "h" else f"{ratio:.2f}× (context)"
+            grow_rows.append([system, *(spread(g[(key, n)], lambda s, n=n: fmt_us(s / n)) if key == "h"
+                                        else fmt_us(per[n]) for n in GROWTH),
+                              f"{ratio:.2f}×", f"≤ {TARGET_GROWTH}×" if key == "h" else "—", result])
+        print(f"\n9. State growth: chain of N nodes, each appending a {H.MESSAGE_BYTES}-byte message to a list "
+              f"field (append / operator.add); per-node overhead = run wall time / N; {last} // N timed runs "
+              "per repetition, median of all runs")
+        print(render_table(["system", *(f"N = {n}" for n in GROWTH), f"N={last} / N={first}", "target", "result"],
+                           grow_rows))
+
     # ------------------------------------------------------------ size growth table
     if "size" in res:
         h_size, l_size = res["size"]
@@ -345,6 +371,9 @@ def main() -> int:
                              for k in ("h", *L.MODES)}
         if "diff" in res:
             raw["diff"] = {"harness": dump(res["diff"])}
+        if "growth" in res:
+            names = {"h": "harness", **{m: f"langgraph_{m}" for m in L.MODES}}
+            raw["growth"] = {name: {str(n): dump(res["growth"][(k, n)]) for n in GROWTH} for k, name in names.items()}
         with open(args.json, "w") as f:
             json.dump(raw, f, indent=2)
 

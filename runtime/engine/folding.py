@@ -4,11 +4,22 @@ every write passes before it is kept.
 Pure: no I/O. Writes are indexed by the graph's canonical positions as bitmasks,
 so "the completed ancestors of this node" and "an unordered writer of this field"
 are a few integer operations, however many nodes the run has.
+
+What a node costs should follow what it writes, not how big the state it reads has
+grown. So the folded states of the last few node sets are kept, as JSON and (when the
+state model validates field by field, see ``field_plan``) as a validated model: the
+next state is built from the nearest kept one by folding only the writes it lacks and
+validating only the fields those writes touch. A node gets its own copy of the
+validated model, sharing nothing it could change in place. Whenever that path meets
+an error, the whole state is validated as before, so errors read exactly the same.
 """
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -17,7 +28,19 @@ from pydantic_core import from_json, to_json
 from ..core.errors import InvalidWrites, WriteConflict
 from ..core.jsonvalues import JSON
 from ..graph import ExecutableGraph
-from ..graph.reducers import fold
+from ..graph.reducers import FieldPlan, field_plan, fold
+
+#: folded states kept (beyond the run input): enough for a chain, a fan-out's root
+#: and a few branches in flight at once
+KEPT_STATES = 8
+
+
+@dataclass(slots=True)
+class _Folded:
+    """The state of one set of succeeded nodes: JSON, and validated once someone asked."""
+
+    json: dict[str, JSON]
+    model: BaseModel | None = None
 
 
 class StateFold:
@@ -30,8 +53,13 @@ class StateFold:
         self._done_mask = 0
         #: per last-value field, the completed nodes that wrote it (a bitmask over canonical positions)
         self._field_writers: dict[str, int] = {}
-        self._cache: dict[str, JSON] = {}
-        self._cache_mask = -1     # which succeeded nodes the cache folds (-1: none cached)
+        self._root = _Folded(dict(run_input))
+        self._kept: OrderedDict[int, _Folded] = OrderedDict()   # node set (bitmask) -> its state, oldest first
+        #: the state after a node's checked writes, kept once the node is added
+        self._after: tuple[str, Mapping[str, JSON], int, _Folded] | None = None
+        plan = field_plan(graph.state_model)
+        # a field missing from the input gets its default on every validation: the whole-state path does that
+        self._plan = plan if plan is not None and set(graph.state_model.model_fields) <= set(run_input) else None
         for n, w in writes.items():
             self.add(n, w)
 
@@ -43,37 +71,91 @@ class StateFold:
         for field in writes:
             if self.graph.reducer(field).conflicts:
                 self._field_writers[field] = self._field_writers.get(field, 0) | bit
+        after, self._after = self._after, None
+        if after is not None and after[0] == node and after[1] is writes:
+            self._keep(after[2], after[3])
 
     def input_state(self, node: str) -> dict[str, JSON]:
         """Run input folded with the node's succeeded ancestors' writes, canonical order."""
-        return self._fold_mask(self.graph.ancestor_mask(node) & self._done_mask)
+        return self._state(self._input_mask(node)).json
 
     def input_model(self, node: str) -> BaseModel:
-        # built from JSON, so nothing a node changes in place reaches other nodes or the store
-        return self.graph.state_model.model_validate_json(to_json(self.input_state(node)))
+        """The node's input state as a model of its own: nothing a node changes in place
+        reaches other nodes or the store."""
+        folded = self._state(self._input_mask(node))
+        if self._plan is not None:
+            try:
+                return self._plan.for_node(self._validated(self._input_mask(node), folded), folded.json)
+            except ValidationError:
+                pass  # the whole-state validation below raises the error as it always reads
+        return self.graph.state_model.model_validate_json(to_json(folded.json))
 
     def head_state(self) -> dict[str, JSON]:
-        return self._fold_mask(self._done_mask)
+        return self._state(self._done_mask).json
 
-    def _fold_mask(self, mask: int) -> dict[str, JSON]:
-        if mask == self._cache_mask:
-            return self._cache
-        base, start = dict(self.run_input), 0
-        cached = self._cache_mask
-        # Reuse the cache when the new set extends it with nodes later in canonical order.
-        if (cached >= 0 and mask & cached == cached
-                and (mask ^ cached) >> cached.bit_length() << cached.bit_length() == mask ^ cached):
-            base, start = self._cache, cached.bit_length()
-        order, items = self.graph.order, []
-        rest = mask >> start << start
+    def _input_mask(self, node: str) -> int:
+        return self.graph.ancestor_mask(node) & self._done_mask
+
+    # ------------------------------------------------------------------ kept states
+
+    def _keep(self, mask: int, folded: _Folded) -> None:
+        self._kept[mask] = folded
+        self._kept.move_to_end(mask)
+        while len(self._kept) > KEPT_STATES:
+            self._kept.popitem(last=False)
+
+    def _base(self, mask: int, validated: bool) -> tuple[int, _Folded]:
+        """The kept state nearest to ``mask`` that it extends with nodes later in canonical
+        order (so folding the rest onto it is the canonical fold), the run input at worst."""
+        best, found = 0, self._root
+        for kept, folded in self._kept.items():
+            rest = mask ^ kept
+            if (kept & mask == kept and rest >> kept.bit_length() << kept.bit_length() == rest
+                    and kept.bit_length() > best.bit_length() and (folded.model is not None or not validated)):
+                best, found = kept, folded
+        return best, found
+
+    def _beyond(self, mask: int, base: int) -> list[str]:
+        """The nodes of ``mask`` after ``base``'s last one, canonical order."""
+        order, names = self.graph.order, []
+        rest = mask >> base.bit_length() << base.bit_length()
         while rest:  # visit set bits only, lowest (earliest in canonical order) first
             low = rest & -rest
-            name = order[low.bit_length() - 1]
-            items.append((name, self.writes[name]))
+            names.append(order[low.bit_length() - 1])
             rest ^= low
-        state = fold(base, items, self.graph.reducers)
-        self._cache, self._cache_mask = state, mask
-        return state
+        return names
+
+    def _state(self, mask: int) -> _Folded:
+        folded = self._root if mask == 0 else self._kept.get(mask)
+        if folded is None:
+            base, start = self._base(mask, validated=False)
+            folded = _Folded(fold(start.json, [(n, self.writes[n]) for n in self._beyond(mask, base)],
+                                  self.graph.reducers))
+        if mask:
+            self._keep(mask, folded)
+        return folded
+
+    def _validated(self, mask: int, folded: _Folded) -> BaseModel:
+        """``folded`` (the state of ``mask``) validated: a kept validated state with only the
+        fields written since validated again. Never handed to a node as it is."""
+        if folded.model is not None:
+            return folded.model
+        plan = self._plan
+        assert plan is not None
+        if mask == 0:
+            folded.model = self.graph.state_model.model_validate_json(to_json(folded.json))
+            return folded.model
+        base, start = self._base(mask, validated=True)
+        if start.model is None:
+            self._validated(0, start)
+        assert start.model is not None
+        changed = {f for n in self._beyond(mask, base) for f in self.writes[n]}
+        model = copy.copy(start.model)
+        for field in folded.json:  # in the state's own order, so extra fields keep it too
+            if field in changed:
+                plan.assign(model, field, folded.json[field])
+        folded.model = model
+        return model
 
     # ------------------------------------------------------------------ checking writes
 
@@ -103,12 +185,21 @@ class StateFold:
             prev = self._unordered_writer(field, node)
             if prev is not None:
                 raise WriteConflict(field, prev, node)
-        base = self.input_state(node)
+        mask = self._input_mask(node)
+        base = self._state(mask)
         try:
-            folded = fold(base, [(node, writes)], self.graph.reducers)
+            folded = fold(base.json, [(node, writes)], self.graph.reducers)
         except Exception:
-            self._name_reducer_failure(node, base, writes)
+            self._name_reducer_failure(node, base.json, writes)
             raise
+        if self._plan is not None:
+            try:
+                after = self._check_fields(self._plan, self._validated(mask, base), writes, folded)
+            except ValidationError:
+                pass  # the whole-state validation below names the field as it always did
+            else:
+                self._after = (node, writes, mask | 1 << self.graph.index[node], _Folded(folded, after))
+                return writes, len(raw)
         try:
             checked = model.model_validate(folded)
         except ValidationError as e:
@@ -120,6 +211,29 @@ class StateFold:
             if self.graph.reducer(field).conflicts and field in dumped:
                 writes[field] = dumped[field]
         return writes, len(raw)
+
+    def _check_fields(self, plan: FieldPlan, validated: BaseModel, writes: dict[str, JSON],
+                      folded: dict[str, JSON]) -> BaseModel:
+        """Validate only the written fields of ``folded`` onto a copy of ``validated`` (the
+        node's input); coerce last-value writes as the model does. The validated state
+        after the node, for its descendants; ``ValidationError`` when a field does not fit."""
+        checked = copy.copy(validated)
+        for field in folded:
+            if field in plan.appends and field in writes:
+                plan.extend(checked, field, writes[field])
+            elif field in writes:
+                plan.assign(checked, field, folded[field])
+        coerced = [f for f in writes if self.graph.reducer(f).conflicts]
+        if not coerced:
+            return checked
+        dumped = checked.model_dump(mode="json", include=set(coerced))
+        after = copy.copy(checked)
+        for field in coerced:  # store last-value writes as the model coerced them ("3" -> 3)
+            if field in dumped:
+                writes[field] = folded[field] = dumped[field]
+                # what descendants validate is the stored write, not the node's own value
+                plan.assign(after, field, writes[field])
+        return after
 
     def _name_reducer_failure(self, node: str, base: Mapping[str, JSON], writes: Mapping[str, JSON]) -> None:
         """Raise ``InvalidWrites`` naming the field whose reducer could not fold the write."""
