@@ -82,10 +82,11 @@ class StateFold:
     def input_model(self, node: str) -> BaseModel:
         """The node's input state as a model of its own: nothing a node changes in place
         reaches other nodes or the store."""
-        folded = self._state(self._input_mask(node))
+        mask = self._input_mask(node)
+        folded = self._state(mask)
         if self._plan is not None:
             try:
-                return self._plan.for_node(self._validated(self._input_mask(node), folded), folded.json)
+                return self._plan.for_node(self._validated(mask, folded), folded.json)
             except ValidationError:
                 pass  # the whole-state validation below raises the error as it always reads
         return self.graph.state_model.model_validate_json(to_json(folded.json))
@@ -126,13 +127,17 @@ class StateFold:
         return names
 
     def _state(self, mask: int) -> _Folded:
-        folded = self._root if mask == 0 else self._kept.get(mask)
-        if folded is None:
-            base, start = self._base(mask, validated=False)
-            folded = _Folded(fold(start.json, [(n, self.writes[n]) for n in self._beyond(mask, base)],
-                                  self.graph.reducers))
-        if mask:
-            self._keep(mask, folded)
+        if mask == 0:
+            return self._root
+        folded = self._kept.get(mask)
+        if folded is not None:
+            self._kept.move_to_end(mask)
+            return folded
+        base, start = self._base(mask, validated=False)
+        items = [(n, w) for n in self._beyond(mask, base) if (w := self.writes[n])]
+        # nodes that wrote nothing leave the state as it was: the same object serves
+        folded = _Folded(fold(start.json, items, self.graph.reducers)) if items else start
+        self._keep(mask, folded)
         return folded
 
     def _validated(self, mask: int, folded: _Folded) -> BaseModel:
@@ -163,7 +168,10 @@ class StateFold:
         """A node's return value as the writes to keep, and their size in bytes;
         ``InvalidWrites``/``WriteConflict`` saying exactly what is wrong otherwise."""
         if value is None:
-            return {}, 0
+            nothing: dict[str, JSON] = {}
+            mask = self._input_mask(node)
+            self._after = (node, nothing, mask | 1 << self.graph.index[node], self._state(mask))
+            return nothing, 0
         model = self.graph.state_model
         if isinstance(value, model):
             raise InvalidWrites(f"node {node!r} returned the whole state; return a dict of only the "

@@ -162,7 +162,7 @@ class FieldPlan:
     def for_node(self, validated: BaseModel, state: Mapping[str, JSON]) -> BaseModel:
         """A copy of ``validated`` (the validation of ``state``) that shares nothing a
         node could change in place with it or with ``state``."""
-        out = copy.copy(validated)
+        out = validated.__copy__()
         values = out.__dict__
         for field, copier in self.copies:
             values[field] = copier(values[field])
