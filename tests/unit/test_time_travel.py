@@ -573,13 +573,12 @@ async def test_compensating_a_run_that_was_continued_is_refused(rt: Runtime):
     assert not any(line.startswith("undo") for line in log)
 
 
-async def test_import_is_all_or_nothing_and_checks_every_record(rt: Runtime):
+async def test_import_is_all_or_nothing_and_checks_every_record(rt: Runtime, other_store):
     world = World()
     run_id = await recorded_run(rt, world)
     await rt.fork(await checkpoint_after(rt, run_id, "lookup"))
     doc = await rt.export_thread(run_id)
-    fresh = Runtime(MemoryStore() if isinstance(rt.store, MemoryStore) else
-                    SqlStore(rt.store.url.replace("harness.db", "other.db")))
+    fresh = Runtime(other_store)
     try:
         clash = {**doc, "runs": [doc["runs"][0], {**doc["runs"][1], "checkpoints":
                                                   doc["runs"][1]["checkpoints"] + doc["runs"][1]["checkpoints"][:1]}]}
