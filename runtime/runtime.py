@@ -43,8 +43,8 @@ from .engine.slots import Slots
 from .engine.streaming import follow, stream_call
 from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import insert_run, new_limits, validate_input
-from .history.registry import GraphRegistry, compiled
 from .history.lineage import origin
+from .history.registry import GraphRegistry, compiled
 from .history.state import state_json, state_model_at
 from .history.threads import given_fields, next_turn, thread_state, turn_base, turn_state
 from .store.base import CheckpointStore

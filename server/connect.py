@@ -7,8 +7,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from runtime import Runtime, SqlStore
-from runtime import resolve_ref
+from runtime import Runtime, SqlStore, resolve_ref
 
 __all__ = ["DEFAULT_DB", "database_url", "open_runtime"]
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from .states import NodeEvent, NodeStatus, RunEvent, RunStatus
 from .jsonvalues import JSON
+from .states import NodeEvent, NodeStatus, RunEvent, RunStatus
 
 __all__ = [
     "Batch",

@@ -15,28 +15,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..core.jsonvalues import to_json
 from ..core.errors import InvalidRequest, LeaseLost
-from ..graph.locate import resolve_callable
-from ..history.lineage import continuations, continued_chain
+from ..core.jsonvalues import JSON, to_json
 from ..core.records import (
     COMPENSATION_STATUSES,
     Batch,
     EffectStatus,
+    EventType,
     JournalEntry,
     Run,
-    EventType,
     TraceEvent,
 )
 from ..core.states import RunStatus
 from ..core.streams import publish
-from ..core.jsonvalues import JSON
-
+from ..graph.locate import resolve_callable
+from ..history.lineage import continuations, continued_chain
 from .deps import EngineDeps
 from .effects import EffectInfo, call_effect_fn
 from .leases import lease_expired
-
-
 
 
 class StepStatus(StrEnum):

@@ -40,7 +40,6 @@ from typing import Any, Literal, NoReturn, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from ..core.jsonvalues import to_json
 from ..core.errors import (
     DeadlineExceeded,
     ErrorClass,
@@ -49,9 +48,8 @@ from ..core.errors import (
     LimitExceeded,
     NodeError,
 )
+from ..core.jsonvalues import JSON, to_json
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
-from ..core.jsonvalues import JSON
-
 from .scope import AttemptScope
 
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .context import NodeContext
-from .scope import AttemptScope
 from ..core.errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
 from ..graph import NodeSpec
+from .context import NodeContext
+from .scope import AttemptScope
 
 
 class OutcomeKind(StrEnum):

@@ -30,7 +30,6 @@ from ..core.records import (
     TraceEvent,
     WriteKind,
 )
-from ..core.streams import SINK, StreamEvent, merge_stream
 from ..core.states import (
     SETTLED_NODE,
     NodeEvent,
@@ -40,6 +39,7 @@ from ..core.states import (
     next_node_status,
     next_run_status,
 )
+from ..core.streams import SINK, StreamEvent, merge_stream
 from ..graph import ExecutableGraph
 from ..store.base import CheckpointStore
 from .folding import StateFold

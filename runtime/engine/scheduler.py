@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..graph import ExecutableGraph
 from ..core.states import FINISHED_NODE, NodeStatus
+from ..graph import ExecutableGraph
 
 N = NodeStatus
 

@@ -19,8 +19,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from ..core.errors import ErrorClass, GraphError, InvalidRequest, Problem
-from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
 from .locate import resolve_callable
+from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
 from .validate import MAX_NESTING, build, nesting_path, show
 
 

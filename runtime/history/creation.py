@@ -17,8 +17,8 @@ from ..core.env import Environment
 from ..core.errors import InvalidRequest, NodeError
 from ..core.jsonvalues import JSON, problems, to_json, unstorable
 from ..core.records import Batch, Checkpoint, CheckpointSource, EventType, Run, TraceEvent
-from ..core.streams import publish
 from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
+from ..core.streams import publish
 from ..graph import ExecutableGraph
 from ..store.base import CheckpointStore
 

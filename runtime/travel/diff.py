@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
-from ..core.jsonvalues import JSON
 
 __all__ = ["Change", "apply", "diff", "summary"]
 

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .diff import Change, diff
+from ..core.jsonvalues import JSON
 from ..core.records import EffectStatus, JournalEntry
 from ..core.states import NodeStatus
-from ..core.jsonvalues import JSON
-
+from .diff import Change, diff
 
 
 class Verdict(StrEnum):

@@ -31,12 +31,27 @@ from ..core.records import (
 from ..graph.refs import resolve_ref
 from ..graph.spec import ExecutableGraph
 from ..store.base import CheckpointStore
-from .transfer_checks import (Check, GraphInfo, LoadedRun, Thread, check_graph_versions, check_references,
-                              check_settings, check_statuses, check_unique_ids)
-from .transfer_records import (check_checkpoints, check_events, check_interrupts, check_journal, check_node_names,
-                               check_pending_writes, check_trace)
+from .transfer_checks import (
+    Check,
+    GraphInfo,
+    LoadedRun,
+    Thread,
+    check_graph_versions,
+    check_references,
+    check_settings,
+    check_statuses,
+    check_unique_ids,
+)
+from .transfer_records import (
+    check_checkpoints,
+    check_events,
+    check_interrupts,
+    check_journal,
+    check_node_names,
+    check_pending_writes,
+    check_trace,
+)
 from .transfer_states import check_states
-
 
 FORMAT = "shadow-harness/thread"
 #: how many levels deeper a stored value sits in the document than in its store

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
 from ..core.errors import GraphError, InvalidRequest, NotFound
+from ..core.jsonvalues import JSON
 from ..core.records import (
     Checkpoint,
     EffectStatus,
@@ -20,15 +22,12 @@ from ..core.records import (
     Run,
     WriteKind,
 )
-from .report import Recording, ReplayReport, compare, effective_effects
 from ..core.states import NodeStatus
-from ..core.jsonvalues import JSON
 from ..engine import scheduler
 from ..engine.deps import EngineDeps
 from ..history.lineage import continued_chain, head
 from ..history.state import state_json
-
-
+from .report import Recording, ReplayReport, compare, effective_effects
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from runtime import Runtime
-from runtime import JSON
+from runtime import JSON, Runtime
 from server.connect import DEFAULT_DB, database_url, open_runtime
 from server.inputs import InputError, parse_json
 from server.present import load_run_view, plain

@@ -6,8 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from runtime import RunStatus
-from runtime import resolve_ref
+from runtime import RunStatus, resolve_ref
 from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import event_line, run_line
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from runtime import RunKind
-from runtime import resolve_ref
+from runtime import RunKind, resolve_ref
 from server.inputs import InputError, parse_object
 from server.present import (
     change_line,
