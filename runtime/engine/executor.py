@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -33,14 +34,15 @@ class Outcome:
 
 
 async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
-                          pool: Executor) -> Outcome:
+                          pool: Executor, extra: Mapping[str, Any] | None = None) -> Outcome:
     args = (state, ctx) if spec.wants_ctx else (state,)
+    kwargs = {**spec.bound, **extra} if extra else spec.bound
     try:
         if spec.is_async:
-            work = spec.fn(*args, **spec.bound)
+            work = spec.fn(*args, **kwargs)
         else:
             loop = asyncio.get_running_loop()
-            work = loop.run_in_executor(pool, functools.partial(spec.fn, *args, **spec.bound))
+            work = loop.run_in_executor(pool, functools.partial(spec.fn, *args, **kwargs))
         remaining = scope.remaining()
         if remaining is None:
             result = await work

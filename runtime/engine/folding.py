@@ -27,8 +27,9 @@ from pydantic_core import from_json, to_json
 
 from ..core.errors import InvalidWrites, WriteConflict
 from ..core.jsonvalues import JSON
-from ..graph import ExecutableGraph
 from ..graph.reducers import FieldPlan, field_plan, fold
+from ..graph import ExecutableGraph
+from .instances import Instances, as_instances, shift_mask
 
 #: folded states kept (beyond the run input): enough for a chain, a fan-out's root
 #: and a few branches in flight at once
@@ -46,8 +47,10 @@ class _Folded:
 class StateFold:
     """The run input plus the writes of its succeeded nodes, folded in canonical order."""
 
-    def __init__(self, graph: ExecutableGraph, run_input: Mapping[str, JSON], writes: Mapping[str, JSON]):
-        self.graph = graph
+    def __init__(self, inst: Instances | ExecutableGraph, run_input: Mapping[str, JSON], writes: Mapping[str, JSON]):
+        self.inst = inst = as_instances(inst)
+        self.graph = graph = inst.graph
+        inst.on_shift(self._shift)
         self.run_input = run_input
         self.writes: dict[str, JSON] = {}
         self._done_mask = 0
@@ -66,7 +69,7 @@ class StateFold:
     def add(self, node: str, writes: Mapping[str, JSON]) -> None:
         """Keep a succeeded node's (checked) writes."""
         self.writes[node] = writes
-        bit = 1 << self.graph.index[node]
+        bit = 1 << self.inst.index[node]
         self._done_mask |= bit
         for field in writes:
             if self.graph.reducer(field).conflicts:
@@ -95,7 +98,16 @@ class StateFold:
         return self._state(self._done_mask).json
 
     def _input_mask(self, node: str) -> int:
-        return self.graph.ancestor_mask(node) & self._done_mask
+        return self.inst.ancestor_mask(node) & self._done_mask
+
+    def _shift(self, at: int, count: int) -> None:
+        """Instances were inserted at position ``at``: move every later position up."""
+        self._done_mask = shift_mask(self._done_mask, at, count)
+        self._field_writers = {f: shift_mask(m, at, count) for f, m in self._field_writers.items()}
+        self._kept = OrderedDict((shift_mask(m, at, count), f) for m, f in self._kept.items())
+        if self._after is not None:
+            node, writes, mask, folded = self._after
+            self._after = (node, writes, shift_mask(mask, at, count), folded)
 
     # ------------------------------------------------------------------ kept states
 
@@ -118,7 +130,7 @@ class StateFold:
 
     def _beyond(self, mask: int, base: int) -> list[str]:
         """The nodes of ``mask`` after ``base``'s last one, canonical order."""
-        order, names = self.graph.order, []
+        order, names = self.inst.order, []
         rest = mask >> base.bit_length() << base.bit_length()
         while rest:  # visit set bits only, lowest (earliest in canonical order) first
             low = rest & -rest
@@ -170,7 +182,7 @@ class StateFold:
         if value is None:
             nothing: dict[str, JSON] = {}
             mask = self._input_mask(node)
-            self._after = (node, nothing, mask | 1 << self.graph.index[node], self._state(mask))
+            self._after = (node, nothing, mask | 1 << self.inst.index[node], self._state(mask))
             return nothing, 0
         model = self.graph.state_model
         if isinstance(value, model):
@@ -206,7 +218,7 @@ class StateFold:
             except ValidationError:
                 pass  # the whole-state validation below names the field as it always did
             else:
-                self._after = (node, writes, mask | 1 << self.graph.index[node], _Folded(folded, after))
+                self._after = (node, writes, mask | 1 << self.inst.index[node], _Folded(folded, after))
                 return writes, len(raw)
         try:
             checked = model.model_validate(folded)
@@ -256,11 +268,20 @@ class StateFold:
         """A completed node that wrote ``field`` (last-value) and is not ordered before ``node``."""
         writers = self._field_writers.get(field, 0)
         # bit arithmetic: constant work per write however many nodes wrote the field before
-        unordered = writers & ~self.graph.ancestor_mask(node) & ~(1 << self.graph.index[node])
+        unordered = writers & ~self.inst.ancestor_mask(node) & ~(1 << self.inst.index[node])
         if not unordered:
             return None
         low = unordered & -unordered
-        return self.graph.order[low.bit_length() - 1]
+        return self.inst.order[low.bit_length() - 1]
+
+
+def view_of(state: BaseModel, view: type[BaseModel] | None) -> BaseModel:
+    """A subgraph node's own state model, built from its parent's (already validated,
+    same field types: see ``Graph.subgraph``)."""
+    if view is None:
+        return state
+    values = {f: getattr(state, f) for f in view.model_fields if hasattr(state, f)}
+    return view.model_construct(_fields_set=set(values), **values)
 
 
 def _to_json_bytes(value: Any, node: str) -> bytes:

@@ -19,6 +19,7 @@ from ..core.errors import ErrorClass, InvalidWrites, LeaseLost, NodeError, class
 from ..core.jsonvalues import JSON
 from ..core.records import Checkpoint, Interrupt, JournalEntry, Run, WriteKind
 from ..core.states import (
+    FINISHED_NODE,
     NodeEvent,
     NodeStatus,
     RunEvent,
@@ -27,13 +28,15 @@ from ..core.states import (
     supersedes,
 )
 from ..graph import ExecutableGraph
+from ..graph.instances import instance_name, parse_instance
 from . import scheduler
 from .context import NodeContext
 from .decisions import on_failure
 from .deps import EngineDeps
 from .executor import Outcome, OutcomeKind, execute_attempt
-from .folding import StateFold
+from .folding import StateFold, view_of
 from .host import RunHost
+from .instances import Instances
 from .recorder import Recorder
 from .scope import AttemptScope
 from .stopping import Stop, StopError, finish_run, stop
@@ -51,16 +54,17 @@ class RunLoop:
                  interrupts: Sequence[Interrupt], attempts: Mapping[str, int],
                  source_journal: Sequence[JournalEntry] = ()):
         self.deps, self.env, self.graph = deps, deps.env, graph
+        self.inst = Instances(graph, statuses)
         succeeded = {n: w for n, w in writes.items() if statuses.get(n) == N.SUCCEEDED}
-        self.state = StateFold(graph, base, succeeded)
-        self.rec = Recorder(deps.store, deps.env, graph, run, head, statuses, self.state)
+        self.state = StateFold(self.inst, base, succeeded)
+        self.rec = Recorder(deps.store, deps.env, self.inst, run, head, statuses, self.state)
         self.host = RunHost(self.rec, deps.graphs, deps.compensations, key_scope=key_scope, journal=journal,
                             interrupts=interrupts, source_journal=source_journal)
         self._attempt_no: dict[str, int] = dict(attempts)
         self._failures: dict[str, int] = dict(failures)
         self._retry_at: dict[str, float] = {}
         self._in_flight: dict[asyncio.Future[Outcome], AttemptScope] = {}
-        self._candidates: set[str] = set(graph.order)
+        self._candidates: set[str] = set(self.inst.order)
         self._stop: Stop | None = None
         self._next_poll = 0.0
         self._done: list[asyncio.Future[Outcome]] = []   # finished attempts not yet collected
@@ -104,7 +108,9 @@ class RunLoop:
             if self.rec.statuses[done.node] == N.INTERRUPTED:
                 self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
         self.rec.run_event(event, owner=self.env.owner)
-        self._candidates = set(self.graph.order)
+        if self.inst.dynamic:
+            self._regrow()
+        self._candidates = set(self.inst.order)
         self.rec.checkpoint_if_dirty()
         self.rec.flush(durable=True)
 
@@ -117,7 +123,7 @@ class RunLoop:
 
     def _lose_in_flight(self) -> None:
         # RETRYING nodes were waiting, not running: they keep their backoff (see restore)
-        for node in self.graph.order:
+        for node in list(self.inst.order):
             if self.rec.statuses[node] == N.RUNNING:
                 self._node(node, NodeEvent.LOST, reason="the process running it stopped")
 
@@ -197,7 +203,73 @@ class RunLoop:
 
     def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
         if self.rec.node(node, event, attempt, **data):  # settled: its children may be ready
-            self._candidates.update(self.graph.children(node))
+            self._candidates.update(self.inst.children(node))
+            if self.inst.dynamic:
+                self._grow(node)
+
+    # ------------------------------------------------------------------ loops and maps
+
+    def _grow(self, node: str) -> None:
+        """What settling ``node`` creates: a map's end, or its loop's next iteration."""
+        name = parse_instance(node)
+        if name.item is not None:
+            self._close_map(instance_name(name.node, name.iteration))
+        nxt = self.inst.next_iteration(node, self.rec.statuses)
+        if nxt is None:
+            return
+        entry, iteration = nxt
+        bound = self.graph.nodes[entry].max_iterations or 0
+        if iteration >= bound:
+            self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
+                            f"loop {entry!r} reached max_iterations={bound}: {node!r} led back to it again")
+            return
+        new = self.inst.add_iteration(entry, iteration)
+        self.rec.add_instances(new)
+        self._candidates.update(new)
+
+    def _regrow(self) -> None:
+        """A run taken over: create what its settled instances imply and a crash may have
+        kept from being recorded (a loop's next iteration, a map's end)."""
+        for node in list(self.inst.order):
+            if self.rec.statuses[node] in FINISHED_NODE:
+                self._grow(node)
+
+    def _spawn(self, group: str) -> bool:
+        """A map is due: create one instance per item of its list (those not there yet)."""
+        spec = self.inst.spec(group)
+        assert spec.map_over is not None
+        values = self.state.input_state(group).get(spec.map_over)
+        if not isinstance(values, list):
+            self._fail_before_start(group, InvalidWrites(
+                f"map {group!r} runs over state field {spec.map_over!r}, which must be a list; "
+                f"it is {type(values).__name__}"))
+            return False
+        self.rec.add_instances(self.inst.add_items(group, len(values)))
+        attempt = self._attempt_no.get(group, 0) + 1
+        self._attempt_no[group] = attempt
+        self._node(group, NodeEvent.START, attempt=attempt, items=len(values))
+        self._candidates.update(self.inst.items(group))
+        self._close_map(group)
+        return True
+
+    def _close_map(self, group: str) -> None:
+        """A map settles once all its items have: failed if one failed."""
+        statuses = self.rec.statuses
+        if statuses.get(group) != N.RUNNING:
+            return
+        items = self.inst.items(group)
+        if any(statuses[i] not in FINISHED_NODE for i in items):
+            return
+        failed = [i for i in items if statuses[i] == N.FAILED]
+        if failed:
+            self._node(group, NodeEvent.FAIL, error=f"{len(failed)} of {len(items)} items failed: "
+                                                    f"{', '.join(failed[:5])}")
+        elif any(statuses[i] == N.CANCELLED for i in items):
+            self._node(group, NodeEvent.CANCEL, reason="items were cancelled")
+        else:
+            self.state.add(group, {})
+            self.rec.folded(group, 0)
+            self._node(group, NodeEvent.SUCCEED, items=len(items))
 
     def _schedule(self) -> None:
         self._starved = False
@@ -205,7 +277,7 @@ class RunLoop:
             return
         now = self.env.now()
         while True:
-            front = scheduler.frontier(self.graph, self.rec.statuses, self._candidates)
+            front = scheduler.frontier(self.inst, self.rec.statuses, self._candidates)
             # examined: a waiting node comes back when one of its dependencies settles
             self._candidates = set()
             skipped = False
@@ -218,10 +290,11 @@ class RunLoop:
                 if due is not None and due > now:
                     self._candidates.add(node)
                     continue
-                spec = self.graph.nodes[node]
-                if spec.when is not None and self.rec.statuses[node] == N.PENDING:
+                spec = self.inst.spec(node)
+                is_item = spec.map_over is not None and parse_instance(node).item is not None
+                if spec.when is not None and self.rec.statuses[node] == N.PENDING and not is_item:
                     try:
-                        go = bool(spec.when(self.state.input_model(node)))
+                        go = bool(spec.when(view_of(self.state.input_model(node), spec.view)))
                     except Exception as e:
                         self._fail_before_start(node, e)
                         return
@@ -229,6 +302,11 @@ class RunLoop:
                         self._node(node, NodeEvent.SKIP, reason="when() is false")
                         skipped = True
                         continue
+                if spec.map_over is not None and not is_item:
+                    if not self._spawn(node):
+                        return
+                    skipped = True   # its items are candidates now
+                    continue
                 ready.append(node)
             launch = scheduler.admit(ready, 0, self.deps.slots.room(self))
             if len(launch) < len(ready):  # the rest wait in the queue for a free slot
@@ -248,7 +326,7 @@ class RunLoop:
             self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
                             f"run reached max_steps={max_steps} before node {node!r} could start")
             return False
-        spec = self.graph.nodes[node]
+        spec = self.inst.spec(node)
         now = self.env.now()
         deadline = limits.get("deadline_at")
         if spec.timeout is not None:
@@ -258,6 +336,16 @@ class RunLoop:
         except ValidationError as e:
             self._fail_before_start(node, InvalidWrites(f"state for {node!r} does not validate: {e}"))
             return False
+        extra: dict[str, object] = {}
+        if spec.map_over is not None:
+            index = parse_instance(node).item
+            values = getattr(state, spec.map_over, None)
+            if index is None or not isinstance(values, list) or index >= len(values):
+                self._fail_before_start(node, InvalidWrites(f"map item {node!r}: its list changed under it"))
+                return False
+            if spec.wants_item:
+                extra["item"] = values[index]
+        state = view_of(state, spec.view)
         attempt = self._attempt_no.get(node, 0) + 1
         self._attempt_no[node] = attempt
         usage["steps"] += 1
@@ -266,7 +354,7 @@ class RunLoop:
                              clock=self.env.clock.time, started_at=now)
         self._node(node, NodeEvent.START, attempt=attempt)
         ctx = NodeContext(self.host, scope, asyncio.get_running_loop())
-        task = asyncio.ensure_future(execute_attempt(spec, state, ctx, scope, self.env.pool))
+        task = asyncio.ensure_future(execute_attempt(spec, state, ctx, scope, self.env.pool, extra))
         task.add_done_callback(self._on_done)
         self._in_flight[task] = scope
         self.deps.slots.acquire()
@@ -314,7 +402,7 @@ class RunLoop:
 
     def _collect(self) -> None:
         done, self._done = self._done, []
-        done.sort(key=lambda t: self.graph.index[self._in_flight[t].node])
+        done.sort(key=lambda t: self.inst.index[self._in_flight[t].node])
         for task in done:
             scope = self._in_flight.pop(task)
             self.deps.slots.release(self)
@@ -368,7 +456,7 @@ class RunLoop:
         if stopping == StopKind.CANCEL and cls == ErrorClass.DEADLINE:
             self._record_cancelled(scope)
             return
-        decision = on_failure(self.graph.nodes[node].retry, cls, failures, stopping=stopping,
+        decision = on_failure(self.inst.spec(node).retry, cls, failures, stopping=stopping,
                               deadline=self.run.limits.get("deadline_at"), now=self.env.now())
         if decision.retry:
             self._retry_at[node] = self.env.now() + decision.delay
@@ -390,5 +478,5 @@ class RunLoop:
         scope = AttemptScope(run_id=self.run_id, node=node, attempt=attempt, deadline=None,
                              clock=self.env.clock.time, started_at=self.env.now())
         self._node(node, NodeEvent.START, attempt=attempt)
-        self._failures[node] = self.graph.nodes[node].retry.max_attempts  # never retried
+        self._failures[node] = self.inst.spec(node).retry.max_attempts  # never retried
         self._record_failure(scope, error)

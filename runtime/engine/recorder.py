@@ -40,9 +40,9 @@ from ..core.states import (
     next_run_status,
 )
 from ..core.streams import SINK, StreamEvent, merge_stream
-from ..graph import ExecutableGraph
 from ..store.base import CheckpointStore
 from .folding import StateFold
+from .instances import Instances
 from .scope import AttemptScope
 
 SNAPSHOT_EVERY = 200
@@ -50,9 +50,10 @@ SNAPSHOT_MIN_BYTES = 4096
 
 
 class Recorder:
-    def __init__(self, store: CheckpointStore, env: Environment, graph: ExecutableGraph, run: Run,
+    def __init__(self, store: CheckpointStore, env: Environment, inst: Instances, run: Run,
                  head: Checkpoint, statuses: Mapping[str, NodeStatus], state: StateFold):
-        self.store, self.env, self.graph, self.state = store, env, graph, state
+        self.store, self.env, self.inst, self.state = store, env, inst, state
+        self.graph = inst.graph
         self.run = run
         self.head = head
         self._parent = head
@@ -94,6 +95,12 @@ class Recorder:
             return True
         return False
 
+    def add_instances(self, names: list[str]) -> None:
+        """New node instances (a loop's iteration, a map's items): pending, in the next checkpoint."""
+        for n in names:
+            self.statuses[n] = NodeStatus.PENDING
+            self._changed.add(n)
+
     def run_event(self, event: RunEvent, **data: Any) -> None:
         status = next_run_status(self.run.status, event)
         self.run = self.run.evolve(status=status, updated_at=self.env.now())
@@ -123,7 +130,7 @@ class Recorder:
         before = parent.node_states
         changed = [n for n in self._changed if before.get(n) != self.statuses[n]]
         self._changed = set()
-        return tuple(self.graph.canonical(changed))
+        return tuple(self.inst.canonical(changed))
 
     def checkpoint_if_dirty(self) -> None:
         if not self._dirty:
@@ -142,7 +149,7 @@ class Recorder:
             self._snapshot_bytes = len(to_json(snapshot))
         cp = Checkpoint(
             id=self.env.ids.new("cp"), run_id=self.run.id, seq=self.head.seq + 1,
-            parent_id=self.head.id, nodes=tuple(self.graph.canonical(self._folded)),
+            parent_id=self.head.id, nodes=tuple(self.inst.canonical(self._folded)),
             node_states=dict(self.statuses), event_seq=self.seq,
             created_at=self.env.now(), source=CheckpointSource.STEP, snapshot=snapshot,
             changed=self._take_changed(self.head),

@@ -49,7 +49,7 @@ def load_loop(deps: EngineDeps, run: Run, graph: ExecutableGraph | None = None,
         node_event = EventType(ev.type).node_event if ev.type.startswith("node.") else None
         if ev.seq > last.event_seq and node_event is not None and ev.node:
             # started after the last checkpoint (a crash came before the next one)
-            statuses[ev.node] = next_node_status(statuses[ev.node], node_event)
+            statuses[ev.node] = next_node_status(statuses.get(ev.node, NodeStatus.PENDING), node_event)
     retry_at = {n: t for n, t in retry_at.items() if statuses.get(n) == NodeStatus.RETRYING}
     interrupts = source_interrupts + [i for rid in reversed(chain) for i in store.interrupts(rid)]
     failures: dict[str, int] = {}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph
+from .instances import Instances, as_instances
 
 N = NodeStatus
 
@@ -22,41 +23,60 @@ class Frontier:
     skip: tuple[str, ...]    # every dependency was skipped: skip propagates
 
 
-def dependency_verdict(graph: ExecutableGraph, statuses: Mapping[str, NodeStatus], node: str) -> str:
-    """"ready", "skip", "wait" or "blocked" for one node, from its dependencies only.
+def dependency_verdict(inst: Instances, statuses: Mapping[str, NodeStatus], node: str) -> str:
+    """"ready", "skip", "wait" or "blocked" for one node instance, from its dependencies only.
 
     A node runs once all its dependencies finished, none failed or was cancelled,
-    and at least one succeeded (or it has none). All skipped → skipped.
+    and at least one succeeded (or it has none). All skipped → skipped. A dependency
+    on a loop from outside it counts once the loop has ended, with every instance of
+    that node (one succeeded: it succeeded).
     """
-    deps = graph.nodes[node].after
-    if not deps:
+    if not inst.dynamic:
+        deps = inst.graph.nodes[node].after
+        if not deps:
+            return "ready"
+        succeeded = False
+        for d in deps:
+            s = statuses[d]
+            if s not in FINISHED_NODE:
+                return "wait"
+            if s in (N.FAILED, N.CANCELLED):
+                return "blocked"
+            succeeded = succeeded or s == N.SUCCEEDED
+        return "ready" if succeeded else "skip"
+    groups = inst.dep_groups(node, statuses)
+    if not groups:
         return "ready"
     succeeded = False
-    for d in deps:
-        s = statuses[d]
-        if s not in FINISHED_NODE:
+    for members, still_open in groups:
+        if still_open:
             return "wait"
-        if s in (N.FAILED, N.CANCELLED):
-            return "blocked"
-        succeeded = succeeded or s == N.SUCCEEDED
+        for d in members:
+            s = statuses[d]
+            if s not in FINISHED_NODE:
+                return "wait"
+            if s in (N.FAILED, N.CANCELLED):
+                return "blocked"
+            succeeded = succeeded or s == N.SUCCEEDED
     return "ready" if succeeded else "skip"
 
 
-def frontier(graph: ExecutableGraph, statuses: Mapping[str, NodeStatus],
+def frontier(graph: Instances | ExecutableGraph, statuses: Mapping[str, NodeStatus],
              candidates: Iterable[str] | None = None) -> Frontier:
-    """Ready and skippable nodes among ``candidates`` (default: all), canonical order.
+    """Ready and skippable node instances among ``candidates`` (default: all), canonical order.
 
-    Callers pass only the nodes whose dependencies changed (the children of what
+    Callers pass only the instances whose dependencies changed (the children of what
     just finished) to keep each step proportional to the change, not the graph.
     """
+    inst = as_instances(graph)
     ready: list[str] = []
     skip: list[str] = []
-    nodes = graph.order if candidates is None else graph.canonical(list(set(candidates)))
+    nodes = inst.order if candidates is None else sorted(set(candidates), key=inst.index.__getitem__)
     for node in nodes:
         status = statuses[node]
         if status not in (N.PENDING, N.RETRYING):
             continue
-        verdict = dependency_verdict(graph, statuses, node)
+        verdict = dependency_verdict(inst, statuses, node)
         if verdict == "ready":
             ready.append(node)
         elif verdict == "skip" and status == N.PENDING:

@@ -47,7 +47,7 @@ def finish_run(rec: Recorder, host: RunHost, store: CheckpointStore, why: Stop |
             why = stop(StopKind.CANCEL, ErrorClass.CANCELLED, reason)
     kind = why.kind if why else None
     if kind is not None:
-        for node in rec.graph.order:  # nodes still waiting end with the run, or stay paused
+        for node in list(rec.inst.order):  # nodes still waiting end with the run, or stay paused
             event = STOP_NODE_EVENT[kind].get(statuses[node])
             if event is not None:
                 rec.node(node, event)

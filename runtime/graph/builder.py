@@ -8,8 +8,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..core.errors import GraphError, Problem
+from .reducers import reducers_for
 from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
 from .validate import build
+
+
+def subgraph_done(state: Any) -> None:
+    """The node a subgraph's name stands for in its parent: it settles once the
+    subgraph's last nodes have, and writes nothing."""
+    return None
 
 
 def _location_of(fn: Any) -> str:
@@ -35,16 +43,25 @@ class Graph:
         self.state = state or AnyState
         self.default_retry = retry or NO_RETRY
         self._decls: list[NodeDecl] = []
+        self._problems: list[Problem] = []
 
     def node(self, name: str | None = None, *, after: Sequence[str] = (),
              retry: RetryPolicy | None = None, timeout: float | None = None,
              when: Callable[[Any], bool] | None = None,
-             args: Mapping[str, Any] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator: register the function as a node that runs after ``after``."""
+             args: Mapping[str, Any] | None = None, max_iterations: int | None = None,
+             map_over: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: register the function as a node that runs after ``after``.
+
+        ``max_iterations``: this node starts a loop (an edge back to it from a node that
+        runs after it); the run fails with ``limit_exceeded`` past that many iterations.
+        ``map_over``: run one instance per item of that state field's list (the
+        function takes the item as a parameter named ``item``); nodes after it see
+        every item's writes, folded in item order.
+        """
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             self.add_node(name or fn.__name__, fn, after=after, retry=retry, timeout=timeout,
-                          when=when, args=args)
+                          when=when, args=args, max_iterations=max_iterations, map_over=map_over)
             return fn
 
         return register
@@ -52,13 +69,73 @@ class Graph:
     def add_node(self, name: str, fn: Callable[..., Any], *, after: Sequence[str] = (),
                  retry: RetryPolicy | None = None, timeout: float | None = None,
                  when: Callable[[Any], bool] | None = None,
-                 args: Mapping[str, Any] | None = None) -> None:
+                 args: Mapping[str, Any] | None = None, max_iterations: int | None = None,
+                 map_over: str | None = None) -> None:
         self._decls.append(NodeDecl(
             name=name, fn=fn, after=tuple(after) if not isinstance(after, str) else (after,),
             retry=retry or self.default_retry, timeout=timeout, when=when, args=dict(args or {}),
             location=f"node {name!r} ({_location_of(fn)})", fn_ref=_ref_of(fn),
             when_ref=_ref_of(when) if when is not None else None,
+            max_iterations=max_iterations, map_over=map_over,
         ))
 
+    def subgraph(self, name: str, graph: Graph | ExecutableGraph, *, after: Sequence[str] = ()) -> None:
+        """Use a graph as node ``name``: its nodes run in this graph's runs as ``name/node``
+        (same checkpoints, concurrency budget and interrupts), after ``after``; nodes
+        after ``name`` run once the subgraph's last nodes have. Its nodes see their own
+        state model, a view of this graph's state: each of its fields must be a field
+        here with the same type and reducer."""
+        try:
+            child = graph.compile() if isinstance(graph, Graph) else graph
+        except GraphError as e:
+            self._problems.extend(Problem(f"subgraph {name!r}: {p.location}", p.message) for p in e.problems)
+            return
+        where = f"subgraph {name!r}"
+        self._problems.extend(_view_problems(where, child, self.state))
+        view = None if child.state_model is self.state else child.state_model
+        deps = tuple(after) if not isinstance(after, str) else (after,)
+        for n in child.order:
+            spec = child.nodes[n]
+            self._decls.append(NodeDecl(
+                name=f"{name}/{n}", fn=spec.fn, after=tuple(f"{name}/{d}" for d in spec.after) if spec.after else deps,
+                retry=spec.retry, timeout=spec.timeout, when=spec.when, args=dict(spec.args),
+                location=f"{where} {spec.location}", fn_ref=spec.fn_ref, when_ref=spec.when_ref,
+                max_iterations=spec.max_iterations, map_over=spec.map_over, view=spec.view or view, scoped=True))
+        last = [f"{name}/{n}" for n in child.order if not child.children(n) and not child.loop_of.get(n)]
+        last += [f"{name}/{n}" for n in child.order if child.loop_of.get(n) == n]   # a loop ends the subgraph
+        self._decls.append(NodeDecl(name=name, fn=subgraph_done, after=tuple(dict.fromkeys(last)),
+                                    retry=NO_RETRY, location=f"{where} (its end)",
+                                    fn_ref="runtime.graph.builder:subgraph_done"))
+
     def compile(self) -> ExecutableGraph:
+        if self._problems:
+            try:
+                build(self.name, self.state, self._decls)
+            except GraphError as e:
+                raise GraphError([*self._problems, *e.problems]) from None
+            raise GraphError(list(self._problems))
         return build(self.name, self.state, self._decls)
+
+
+def _view_problems(where: str, child: ExecutableGraph, parent: type[BaseModel]) -> list[Problem]:
+    """A subgraph's state must be a view of its parent's: same fields, types, reducers."""
+    if child.state_model is parent or child.state_model is AnyState:
+        return []
+    out = []
+    mine = reducers_of(parent)
+    for field, info in child.state_model.model_fields.items():
+        theirs = parent.model_fields.get(field)
+        if theirs is None:
+            out.append(Problem(where, f"state field {field!r} of {child.state_model.__name__} is not a field "
+                                      f"of {parent.__name__}"))
+        elif theirs.annotation != info.annotation:
+            out.append(Problem(where, f"state field {field!r} is {info.annotation!r} in "
+                                      f"{child.state_model.__name__} but {theirs.annotation!r} in {parent.__name__}"))
+        elif child.reducer(field).name != mine.get(field, "last_value"):
+            out.append(Problem(where, f"state field {field!r} has reducer {child.reducer(field).name!r} in "
+                                      f"{child.state_model.__name__} but {mine.get(field, 'last_value')!r} in {parent.__name__}"))
+    return out
+
+
+def reducers_of(model: type[BaseModel]) -> dict[str, str]:
+    return {f: r.name for f, r in reducers_for(model).items()}

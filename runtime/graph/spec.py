@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ..core.errors import ErrorClass
+from .instances import InstanceKey, canonical_instances, instance_key
 from .reducers import BUILTIN, Reducer, last_value, reducers_for
 
 
@@ -68,6 +69,14 @@ class NodeDecl:
     location: str = ""
     fn_ref: str = ""
     when_ref: str | None = None
+    #: a loop's entry: how many iterations the loop may run
+    max_iterations: Any = None
+    #: a map worker: the state field whose list it runs over, one instance per item
+    map_over: Any = None
+    #: a subgraph's node: the child's state model it sees (a view of the parent's state)
+    view: Any = None
+    #: declared by a subgraph: its name may contain '/' (the subgraph's path)
+    scoped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +96,10 @@ class NodeSpec:
     fn_ref: str
     when_ref: str | None
     location: str
+    max_iterations: int | None = None
+    map_over: str | None = None
+    view: type[BaseModel] | None = None
+    wants_item: bool = False
 
     def structure(self) -> dict[str, Any]:
         """What identifies the node in a graph version (defaults left out, to stay small)."""
@@ -101,6 +114,10 @@ class NodeSpec:
             out["timeout"] = self.timeout
         if self.retry != NO_RETRY:
             out["retry"] = self.retry.to_json()
+        if self.max_iterations is not None:
+            out["max_iterations"] = self.max_iterations
+        if self.map_over is not None:
+            out["map_over"] = self.map_over
         return out
 
 
@@ -111,10 +128,10 @@ class ExecutableGraph:
     """
 
     __slots__ = ("name", "state_model", "nodes", "order", "index", "reducers", "version", "ref",
-                 "_ancestors", "_children", "_frozen")
+                 "loops", "loop_of", "back_sources", "block", "_ancestors", "_children", "_frozen")
 
     def __init__(self, name: str, state_model: type[BaseModel], nodes: Sequence[NodeSpec],
-                 order: Sequence[str]):
+                 order: Sequence[str], loops: Mapping[str, Sequence[str]] | None = None):
         self.name = name
         self.state_model = state_model
         self.ref: str | None = None   # where it can be imported from, when known (for resume elsewhere)
@@ -122,9 +139,18 @@ class ExecutableGraph:
         self.order: tuple[str, ...] = tuple(order)
         self.index: Mapping[str, int] = {n: i for i, n in enumerate(self.order)}
         self.reducers: Mapping[str, Reducer] = reducers_for(state_model)
+        #: loops by entry node (the node with max_iterations): their members in canonical order
+        self.loops: Mapping[str, tuple[str, ...]] = {e: tuple(m) for e, m in (loops or {}).items()}
+        self.loop_of: Mapping[str, str] = {m: e for e, ms in self.loops.items() for m in ms}
+        #: the loop members an entry runs again after (its back-edges)
+        self.back_sources: Mapping[str, tuple[str, ...]] = {
+            e: tuple(d for d in self.nodes[e].after if d in ms) for e, ms in self.loops.items()}
+        #: where a node's block starts in the order (a loop's members are one block)
+        self.block: Mapping[str, int] = {m: min(self.index[x] for x in ms)
+                                         for ms in self.loops.values() for m in ms}
         children: dict[str, list[str]] = {n: [] for n in self.order}
         for n in nodes:
-            for d in n.after:
+            for d in self.forward_deps(n.name):
                 children[d].append(n.name)
         self._children: Mapping[str, tuple[str, ...]] = {
             k: tuple(sorted(v, key=self.index.__getitem__)) for k, v in children.items()}
@@ -132,7 +158,7 @@ class ExecutableGraph:
         anc: dict[str, int] = {}
         for name in self.order:
             mask = 0
-            for d in self.nodes[name].after:
+            for d in self.forward_deps(name):
                 mask |= anc[d] | (1 << self.index[d])
             anc[name] = mask
         self._ancestors: Mapping[str, int] = anc
@@ -142,6 +168,10 @@ class ExecutableGraph:
         self.reducers = MappingProxyType(dict(self.reducers))
         self._children = MappingProxyType(self._children)
         self._ancestors = MappingProxyType(self._ancestors)
+        self.loops = MappingProxyType(dict(self.loops))
+        self.loop_of = MappingProxyType(dict(self.loop_of))
+        self.back_sources = MappingProxyType(dict(self.back_sources))
+        self.block = MappingProxyType(dict(self.block))
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -162,6 +192,20 @@ class ExecutableGraph:
     def reducer(self, field_name: str) -> Reducer:
         return self.reducers.get(field_name, last_value)
 
+    def forward_deps(self, node: str) -> tuple[str, ...]:
+        """``after`` without a loop entry's back-edges (those start the next iteration)."""
+        back = self.back_sources.get(node) if self.loops else None
+        after = self.nodes[node].after
+        return after if not back else tuple(d for d in after if d not in back)
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether runs of this graph create instances beyond one per node."""
+        return bool(self.loops) or any(s.map_over is not None for s in self.nodes.values())
+
+    def key(self, instance: str) -> InstanceKey:
+        return instance_key(self.index, self.block, instance)
+
     def is_ancestor(self, a: str, b: str) -> bool:
         """True when ``a`` must finish before ``b`` can start (transitively)."""
         return bool(self._ancestors[b] >> self.index[a] & 1)
@@ -179,7 +223,10 @@ class ExecutableGraph:
         return self._children[node]
 
     def canonical(self, names: Sequence[str]) -> list[str]:
-        return sorted(names, key=self.index.__getitem__)
+        """Node instances in canonical (fold) order."""
+        if not self.dynamic and all(n in self.index for n in names):
+            return sorted(names, key=self.index.__getitem__)
+        return canonical_instances(self.index, self.block, names)
 
     def describe(self) -> dict[str, Any]:
         """A JSON description of the structure (for stores, exports and the UI)."""
@@ -190,6 +237,7 @@ class ExecutableGraph:
             "nodes": [self.nodes[n].structure() for n in self.order],
             # not part of the version: lets states be rebuilt without the code (see FoldShape)
             "reducers": {f: r.name for f, r in self.reducers.items()},
+            **({"loops": {e: list(m) for e, m in self.loops.items()}} if self.loops else {}),
         }
 
     def __repr__(self) -> str:
@@ -206,6 +254,13 @@ class FoldShape:
     order: tuple[str, ...]
     index: Mapping[str, int]
     reducers: Mapping[str, Reducer]
+    block: Mapping[str, int] = field(default_factory=dict)
+
+    def key(self, instance: str) -> InstanceKey:
+        return instance_key(self.index, self.block, instance)
+
+    def canonical(self, names: Sequence[str]) -> list[str]:
+        return canonical_instances(self.index, self.block, names)
 
     @classmethod
     def from_description(cls, desc: Mapping[str, Any]) -> FoldShape | None:
@@ -214,5 +269,8 @@ class FoldShape:
             return None   # described before reducers were recorded
         if not all(isinstance(n, str) for n in named.values()) or not set(named.values()) <= set(BUILTIN):
             return None   # a custom reducer: only its code can fold
-        return cls(str(desc.get("name", "?")), tuple(map(str, order)), {n: i for i, n in enumerate(order)},
-                   {f: BUILTIN[n] for f, n in named.items()})
+        index = {n: i for i, n in enumerate(order)}
+        loops = desc.get("loops") or {}
+        block = {m: min(index.get(x, 0) for x in ms) for ms in loops.values() for m in ms} if isinstance(loops, dict) else {}
+        return cls(str(desc.get("name", "?")), tuple(map(str, order)), index,
+                   {f: BUILTIN[n] for f, n in named.items()}, block)

@@ -7,7 +7,7 @@ import inspect
 import math
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -17,6 +17,7 @@ from .spec import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 _CTX_NAMES = {"ctx", "context"}
 _ID = re.compile(r"[\w.-]+")  # letters (any script), digits, _ . -
+_PATH = re.compile(r"[\w.-]+(/[\w.-]+)+")  # a subgraph's node: sub/inner
 
 #: how deeply a plan or a node's args may nest; deeper values would exhaust the stack of
 #: the recursive code that hashes, stores and prints them
@@ -33,7 +34,9 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
     first_at: dict[str, str] = {}
     good: list[NodeDecl] = []
     for d in decls:
-        if not isinstance(d.name, str) or not _ID.fullmatch(d.name):
+        if d.scoped and isinstance(d.name, str) and _PATH.fullmatch(d.name):
+            pass
+        elif not isinstance(d.name, str) or not _ID.fullmatch(d.name):
             problems.append(Problem(d.location, f"node id {d.name!r} must be a non-empty string of letters, digits, '_', '-' or '.'"))
             continue
         if d.name.startswith("__"):
@@ -50,18 +53,56 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
     specs: list[NodeSpec] = []
     for d in good:
         deps[d.name] = _check_deps(d, names, problems)
-        spec = _check_node(d, problems)
+        spec = _check_node(d, state, problems)
         if spec is not None:
             specs.append(spec)
 
-    cycles = _cycles(deps)
-    for cycle in cycles:
-        problems.append(Problem(f"node {cycle[0]!r}", "cycle: " + " → ".join([*cycle, cycle[0]])))
-    problems.extend(_unreachable(deps, names, {n for c in cycles for n in c}, decls))
+    by_name = {d.name: d for d in good}
+    loops: dict[str, list[str]] = {}
+    bad: set[str] = set()
+    for comp, cycle in _cycles(deps):
+        problem = _check_loop(comp, cycle, deps, by_name, loops)
+        if problem is not None:
+            problems.append(problem)
+            bad |= comp
+    for d in good:
+        if d.max_iterations is not None and d.name not in loops and d.name not in bad:
+            problems.append(Problem(d.location, f"max_iterations bounds a loop, and {d.name!r} is in no cycle; "
+                                                "give it to the node each iteration starts at"))
+    problems.extend(_unreachable(deps, names, bad, decls))
 
     if problems:
         raise GraphError(problems)
-    return ExecutableGraph(name, state, specs, _canonical_order(deps))
+    return ExecutableGraph(name, state, specs, _canonical_order(deps, loops), loops)
+
+
+def _check_loop(comp: set[str], cycle: list[str], deps: dict[str, list[str]],
+                decls: Mapping[str, NodeDecl], loops: dict[str, list[str]]) -> Problem | None:
+    """A cycle is a loop when exactly one member bounds it (``max_iterations``: the node
+    each iteration starts at), some member decides with ``when=`` whether it goes on,
+    and without the edges back to its entry the rest is acyclic (no nested loops)."""
+    where = f"node {cycle[0]!r}"
+    shown = " → ".join([*cycle, cycle[0]])
+    if not any(decls[n].when is not None for n in comp):
+        return Problem(where, f"cycle: {shown} has no exit: give one of its nodes a when= condition "
+                              "(and its entry max_iterations) to make it a loop")
+    entries = sorted(n for n in comp if decls[n].max_iterations is not None)
+    if not entries:
+        return Problem(where, f"cycle: {shown} has no iteration bound: set max_iterations on the node "
+                              "each iteration starts at")
+    if len(entries) > 1:
+        return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}: "
+                              "set it on the node each iteration starts at only (nested loops are not supported)")
+    entry = entries[0]
+    forward = {n: [d for d in deps[n] if d in comp and not (n == entry)] for n in comp}
+    inner = _cycles(forward)
+    if inner:
+        path = " → ".join([*inner[0][1], inner[0][1][0]])
+        return Problem(where, f"cycle: {shown}: {path} is a second cycle inside it; nested loops are not supported")
+    if any(decls[n].map_over is not None for n in (entry,)):
+        return Problem(f"node {entry!r}", "a map worker cannot be the entry of a loop")
+    loops[entry] = sorted(comp)
+    return None
 
 
 def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[str]:
@@ -81,8 +122,19 @@ def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[s
     return out
 
 
-def _check_node(d: NodeDecl, problems: list[Problem]) -> NodeSpec | None:
+def _check_node(d: NodeDecl, state: type[BaseModel], problems: list[Problem]) -> NodeSpec | None:
     before = len(problems)
+    if d.max_iterations is not None and (isinstance(d.max_iterations, bool) or not isinstance(d.max_iterations, int)
+                                         or d.max_iterations < 1):
+        problems.append(Problem(f"{d.location} max_iterations",
+                                f"must be a whole number >= 1, got {show(d.max_iterations)}"))
+    if d.map_over is not None:
+        extra = state.model_config.get("extra") == "allow"
+        if not isinstance(d.map_over, str) or not d.map_over:
+            problems.append(Problem(f"{d.location} map_over", f"must name a state field, got {show(d.map_over)}"))
+        elif d.map_over not in state.model_fields and not extra:
+            problems.append(Problem(f"{d.location} map_over", f"{d.map_over!r} is not a field of {state.__name__}; "
+                                                              f"fields are: {', '.join(state.model_fields)}"))
     if not callable(d.fn):
         problems.append(Problem(d.location, f"node function {d.fn!r} is not callable"))
         return None
@@ -99,13 +151,14 @@ def _check_node(d: NodeDecl, problems: list[Problem]) -> NodeSpec | None:
     if deep is not None:
         problems.append(Problem(f"{d.location} args", f"nested more than {MAX_NESTING} levels deep"))
         return None
-    wants_ctx, bound = _check_signature(d, problems)
+    wants_ctx, wants_item, bound = _check_signature(d, problems)
     if len(problems) > before:
         return None
     return NodeSpec(
         name=d.name, fn=d.fn, after=tuple(d.after), retry=d.retry, timeout=d.timeout, when=d.when,
         args=dict(d.args), bound=bound, is_async=_is_async(d.fn), wants_ctx=wants_ctx,
         fn_ref=d.fn_ref, when_ref=d.when_ref, location=d.location,
+        max_iterations=d.max_iterations, map_over=d.map_over, view=d.view, wants_item=wants_item,
     )
 
 
@@ -172,29 +225,32 @@ def _is_async(fn: object) -> bool:
     return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(getattr(target, "__call__", None))
 
 
-def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, dict[str, object]]:
+def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, bool, dict[str, object]]:
     """Check that ``fn(state[, ctx], **args)`` can be called with the node's args; return
-    whether it takes ``ctx`` and the args converted to the annotated types."""
+    whether it takes ``ctx``, whether it takes its map ``item``, and the args converted
+    to the annotated types."""
     bound: dict[str, object] = dict(d.args) if isinstance(d.args, dict) else {}
     try:
         sig = inspect.signature(d.fn)
     except (TypeError, ValueError):
-        return True, bound
+        return True, False, bound
     if not isinstance(d.args, dict):
         problems.append(Problem(d.location, f"args must be an object, got {d.args!r}"))
-        return False, bound
+        return False, False, bound
     params = list(sig.parameters.values())
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not positional:
         if any(p.kind == p.VAR_POSITIONAL for p in params):  # a generic wrapper(*a, **k)
             return True, bound
         problems.append(Problem(d.location, "node function must take the state as its first parameter"))
-        return False, bound
+        return False, False, bound
     rest = positional[1:]
     wants_ctx = bool(rest) and rest[0].name in _CTX_NAMES
     if wants_ctx:
         rest = rest[1:]
     keywords = {p.name: p for p in [*rest, *(p for p in params if p.kind == p.KEYWORD_ONLY)]}
+    # a map worker receives its item as ``item``
+    wants_item = d.map_over is not None and keywords.pop("item", None) is not None
     accepts_any = any(p.kind == p.VAR_KEYWORD for p in params)
     try:
         hints = typing.get_type_hints(d.fn)
@@ -220,16 +276,16 @@ def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, dict[s
     for key, p in keywords.items():
         if p.default is p.empty and key not in d.args:
             problems.append(Problem(f"{d.location} args", f"missing required argument {key!r}"))
-    return wants_ctx, bound
+    return wants_ctx, wants_item, bound
 
 
-def _cycles(deps: dict[str, list[str]]) -> list[list[str]]:
-    """One named cycle per strongly connected component that has one (Tarjan)."""
+def _cycles(deps: dict[str, list[str]]) -> list[tuple[set[str], list[str]]]:
+    """Each strongly connected component that has a cycle, with one named cycle (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on: set[str] = set()
-    out: list[list[str]] = []
+    out: list[tuple[set[str], list[str]]] = []
     counter = 0
 
     def visit(root: str) -> None:
@@ -269,12 +325,12 @@ def _cycles(deps: dict[str, list[str]]) -> list[list[str]]:
                     if w == v:
                         break
                 if len(comp) > 1 or v in deps.get(v, ()):
-                    out.append(_cycle_path(set(comp), deps))
+                    out.append((set(comp), _cycle_path(set(comp), deps)))
 
     for n in sorted(deps):
         if n not in index:
             visit(n)
-    return sorted(out)
+    return sorted(out, key=lambda c: c[1])
 
 
 def _cycle_path(comp: set[str], deps: dict[str, list[str]]) -> list[str]:
@@ -319,14 +375,33 @@ def _unreachable(deps: dict[str, list[str]], names: set[str], in_cycle: set[str]
     return [Problem(where.get(n, f"node {n!r}"), f"unreachable: {why}") for n, why in sorted(blocked.items())]
 
 
-def _canonical_order(deps: dict[str, list[str]]) -> list[str]:
+def _canonical_order(deps: dict[str, list[str]], loops: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """Topological order with ties broken by node id, so it is the same for any
-    declaration order of the same structure."""
-    remaining = {n: len(ds) for n, ds in deps.items()}
+    declaration order of the same structure. A loop is one block, named by its entry,
+    whose members follow each other (without the edges back to its entry)."""
+    loops = loops or {}
+    block = {m: e for e, ms in loops.items() for m in ms}
+    blocks: dict[str, set[str]] = {}
+    for n, ds in deps.items():
+        b = block.get(n, n)
+        blocks.setdefault(b, set()).update(block.get(d, d) for d in ds if block.get(d, d) != b)
+    order: list[str] = []
+    for b in _kahn(blocks):
+        if b in loops:
+            members = set(loops[b])
+            order.extend(_kahn({m: {d for d in deps[m] if d in members and m != b} for m in members}))
+        else:
+            order.append(b)
+    return order
+
+
+def _kahn(deps: Mapping[str, Iterable[str]]) -> list[str]:
+    remaining = {n: 0 for n in deps}
     children: dict[str, list[str]] = {n: [] for n in deps}
     for n, ds in deps.items():
         for d in ds:
             children[d].append(n)
+            remaining[n] += 1
     heap = [n for n, k in remaining.items() if k == 0]
     heapq.heapify(heap)
     order: list[str] = []

@@ -24,6 +24,7 @@ from ..core.records import (
 )
 from ..core.states import NodeStatus
 from ..engine import scheduler
+from ..engine.instances import Instances
 from ..engine.deps import EngineDeps
 from ..history.lineage import continued_chain, head
 from ..history.state import state_json
@@ -55,7 +56,7 @@ def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
     writes = [w for w in deps.store.pending_writes(cp.run_id) if w.checkpoint_seq == cp.seq]
     try:
         graph = deps.graphs.graph_for(deps.store.get_run(cp.run_id))
-        ready = list(scheduler.frontier(graph, cp.node_states).ready)
+        ready = list(scheduler.frontier(Instances(graph, cp.node_states), cp.node_states).ready)
     except (NotFound, InvalidRequest, GraphError):  # the graph's code is not importable here
         ready = []
     interrupted = [n for n, s in cp.node_states.items() if s == NodeStatus.INTERRUPTED]
