@@ -20,6 +20,7 @@ from ..core.records import Batch, Checkpoint, CheckpointSource, EventType, Run, 
 from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..core.streams import publish
 from ..graph import ExecutableGraph
+from ..graph.instances import base_node
 from ..store.base import CheckpointStore
 
 
@@ -56,11 +57,14 @@ def insert_run(store: CheckpointStore, env: Environment, run: Run, statuses: Map
 
 
 def branch_statuses(node_states: Mapping[str, NodeStatus],
-                    nodes: Iterable[str] | None = None) -> dict[str, NodeStatus]:
+                    graph: ExecutableGraph | None = None) -> dict[str, NodeStatus]:
     """Node statuses of a run branching off a checkpoint: finished work is kept,
-    the rest runs again (``nodes``: the new run's graph, when it differs)."""
-    out = {n: NodeStatus.PENDING for n in (node_states if nodes is None else nodes)}
+    the rest runs again (``graph``: the new run's graph, when it differs). Instances of
+    loops and maps are kept when their node is in the graph."""
+    out = {n: NodeStatus.PENDING for n in (node_states if graph is None else graph.order)}
     for n, s in node_states.items():
+        if graph is not None and n not in out and base_node(n) in graph.nodes:
+            out[n] = NodeStatus.PENDING
         if n in out and s in COMPLETED_NODE:
             out[n] = s
     return out

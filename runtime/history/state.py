@@ -39,7 +39,7 @@ def state_json(store: CheckpointStore, graphs: GraphRegistry, cp: Checkpoint) ->
             break
         run = store.get_run(cp.run_id)
         graph = graphs.shape_for(run)
-        done = [n for n in graph.order if cp.node_states.get(n) == NodeStatus.SUCCEEDED]
+        done = graph.canonical([n for n, st in cp.node_states.items() if st == NodeStatus.SUCCEEDED])
         prefix = _snapshot_prefix(store, graph, run, cp, done)
         if prefix is not None:
             base, extra = prefix
@@ -85,9 +85,9 @@ def _snapshot_prefix(store: CheckpointStore, graph: ExecutableGraph | FoldShape,
     if snap is None:
         return None
     had = {n for n, s in snap.node_states.items() if s == NodeStatus.SUCCEEDED}
-    top = max((graph.index[n] for n in had), default=-1)
+    top = max((graph.key(n) for n in had), default=(-1, 0, 0, 0))
     extra = [n for n in done if n not in had]
-    if had <= set(done) and all(graph.index[n] > top for n in extra):
+    if had <= set(done) and all(graph.key(n) > top for n in extra):
         return snap.snapshot or {}, extra
     return None
 

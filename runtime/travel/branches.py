@@ -135,7 +135,7 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     except ValidationError as e:
         raise InvalidRequest(f"the recorded input does not fit {compiled.state_model.__name__} of the "
                              f"graph given: {e.errors()[0]['msg']}") from None
-    statuses = branch_statuses(cp.node_states, compiled.order)
+    statuses = branch_statuses(cp.node_states, compiled)
     options: dict[str, JSON] = {"effects": EffectsMode.MOCK.value, "mocks": mocks_json, "compare": True,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
     # its parent is the run asked for: that lineage's journal serves the mocks
@@ -143,7 +143,8 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     # the state the replay's nodes fold from: the input and the kept nodes' recorded
     # writes, under the graph it runs (new code may have dropped a node)
     writes = deps.store.node_writes(writes_lineage(deps.store, source))
-    kept = [(n, writes[n]) for n in compiled.order if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
+    kept = [(n, writes[n]) for n in compiled.canonical(list(statuses))
+            if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
     snapshot = fold(recorded_input, kept, compiled.reducers)
     deps.graphs.register(compiled)
     run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=snapshot, claim=True,

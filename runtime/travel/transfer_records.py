@@ -9,6 +9,7 @@ from typing import Any
 from ..core.errors import IllegalTransition, Problem
 from ..core.records import Checkpoint, EffectStatus, InterruptKind, InterruptStatus, JournalEntry, RunKind, WriteKind
 from ..core.states import NodeEvent, NodeStatus, RunStatus, next_node_status
+from ..graph.instances import base_node
 from .transfer_checks import LoadedRun, Thread, is_integer, is_member, is_number, names
 
 __all__ = ["check_checkpoints", "check_events", "check_interrupts", "check_journal", "check_node_names",
@@ -89,7 +90,8 @@ def check_trace(t: Thread) -> Iterator[Problem]:
     for r in t.runs:
         nodes, events, cps = t.nodes_of(r), r.batch.events, r.batch.checkpoints
         if (nodes is None or [e.seq for e in events] != list(range(1, len(events) + 1))
-                or any(set(cp.node_states) != nodes for cp in cps)
+                or any(not nodes <= set(cp.node_states) or any(base_node(n) not in nodes for n in cp.node_states)
+                       for cp in cps)
                 or any(a.event_seq > b.event_seq for a, b in zip(cps, cps[1:]))):
             continue  # reported by the checks of events, checkpoints and node names
         yield from _replay_trace(r, {n: NodeStatus.PENDING for n in nodes})
@@ -113,9 +115,10 @@ def _replay_trace(r: LoadedRun, states: dict[str, NodeStatus]) -> Iterator[Probl
                 yield Problem(where, f"inherited must map nodes of the graph to node statuses; got {', '.join(odd)}")
                 return
             states.update({n: NodeStatus(s) for n, s in inherited.items()})
-        elif ev.type.startswith("node.") and ev.node in states and ev.type[5:] in _NODE_EVENTS:
-            try:
-                states[ev.node] = next_node_status(states[ev.node], NodeEvent(ev.type[5:]))
+        elif (ev.type.startswith("node.") and ev.node is not None and ev.type[5:] in _NODE_EVENTS
+              and (ev.node in states or base_node(ev.node) in states)):
+            try:   # a loop's or map's instance is pending until its first event
+                states[ev.node] = next_node_status(states.get(ev.node, NodeStatus.PENDING), NodeEvent(ev.type[5:]))
             except IllegalTransition as e:
                 yield Problem(where, f"{e} (node {ev.node!r})")
                 return
@@ -127,8 +130,8 @@ def _replay_trace(r: LoadedRun, states: dict[str, NodeStatus]) -> Iterator[Probl
 
 
 def _differs(r: LoadedRun, j: int, cp: Checkpoint, states: Mapping[str, NodeStatus]) -> Problem | None:
-    odd = [f"{n} is {s.value} (the events say {states[n].value})" for n, s in cp.node_states.items()
-           if states[n] != s]
+    odd = [f"{n} is {s.value} (the events say {states.get(n, NodeStatus.PENDING).value})"
+           for n, s in cp.node_states.items() if states.get(n, NodeStatus.PENDING) != s]
     if not odd:
         return None
     return Problem(r.at("checkpoints", j), f"node_states disagree with the run's events up to event_seq "
@@ -163,7 +166,7 @@ def check_node_names(t: Thread) -> Iterator[Problem]:
 
 
 def _unknown(named: Iterable[str | None], nodes: frozenset[str], graph: str) -> str | None:
-    odd = [n for n in named if n is not None and n not in nodes]
+    odd = [n for n in named if n is not None and n not in nodes and base_node(n) not in nodes]
     return f"names node(s) {names(odd)}, which {graph} does not have" if odd else None
 
 
