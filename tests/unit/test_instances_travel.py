@@ -78,9 +78,10 @@ def loop_graph(world: World, *, stop: int = 5, max_iterations: int = 60, changed
 
 
 def map_graph(world: World, *, count: int = 5, changed_item: int | None = None,
-              reverse: bool = False) -> ExecutableGraph:
+              reverse: bool = False, fail_once: set[int] | None = None) -> ExecutableGraph:
     """plan → work[i] per item (an effect each) → collect. ``reverse``: the items finish in
-    reverse order (each waits for the next one), so completion order is not item order."""
+    reverse order (each waits for the next one), so completion order is not item order;
+    ``fail_once``: those items fail after their effect, the first time."""
     g = Graph("map", state=S)
     done = {i: asyncio.Event() for i in range(count + 1)}
     done[count].set()
@@ -98,6 +99,9 @@ def map_graph(world: World, *, count: int = 5, changed_item: int | None = None,
             reply = "changed"
         if reverse:
             done[item].set()
+        if fail_once and item in fail_once:
+            fail_once.discard(item)
+            raise PermissionError(f"item {item} refused")
         return {"log": [reply]}
 
     @g.node(after=["work"])
@@ -341,6 +345,44 @@ async def test_fork_in_the_middle_of_a_map_runs_only_the_remaining_items(rt: Run
     assert world.of("svc") == [0, 1, 2, 3, 4, 2, 3, 4]     # the items done at the base did not run again
     assert (await final_state(rt, live.id)).log == ["w0", "w1", "w2", "w3", "w4"]
     assert (await rt.history(live.id))[-1].node_states["work"] == NodeStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("items, runs, log", [
+    ([0, 1], [], ["w0", "w1"]),                                     # fewer items: the rest are gone
+    ([0, 1, 2, 3, 4, 5], ["work[2]", "work[3]", "work[4]", "work[5]"], ["w0", "w1", "w2", "w3", "w4", "m"]),
+])
+async def test_a_patch_of_a_maps_list_in_the_middle_of_it_decides_the_items_left(rt: Runtime, items, runs, log):
+    world = World()
+    run = await rt.start(map_graph(world), {}, max_concurrency=1)
+    base = await checkpoint_after(rt, run.id, "work[1]")
+    fork = await rt.fork(base, {"items": items}, mocks={"svc": "m"})
+    assert fork.status == RunStatus.SUCCEEDED, fork.error
+    assert await attempted(rt, fork.id) == [*runs, "collect"]
+    end = await final_state(rt, fork.id)
+    assert end.log == log and end.n == len(log)
+    assert {n for n in (await rt.history(fork.id))[-1].node_states if "[" in n} == {f"work[{i}]" for i in items}
+    assert len(world.calls) == 5
+    await assert_instance_trace_consistent(rt, fork.id)
+
+
+async def test_a_continuation_reruns_the_failed_items_and_its_history_reads_whole(rt: Runtime):
+    world = World()
+    run = await rt.start(map_graph(world, fail_once={1, 3}), {})
+    assert run.status == RunStatus.FAILED
+    head = (await rt.history(run.id))[-1].node_states
+    done = {n for n, st in head.items() if "[" in n and st == NodeStatus.SUCCEEDED}
+    assert head["work[1]"] == head["work[3]"] == NodeStatus.FAILED and done <= {"work[0]", "work[2]", "work[4]"}
+    cont = await rt.resume(run.id)
+    assert cont.status == RunStatus.SUCCEEDED
+    again = sorted({"work[0]", "work[1]", "work[2]", "work[3]", "work[4]"} - done)
+    assert sorted(await attempted(rt, cont.id)) == sorted([*again, "collect"])
+    assert sorted(world.of("svc")) == [0, 1, 2, 3, 4]           # the failed items' effects were not repeated
+    assert (await final_state(rt, cont.id)).log == ["w0", "w1", "w2", "w3", "w4"]
+    await assert_instance_trace_consistent(rt, cont.id)
+    report = await rt.replay(cont.id)                             # a continued run is replayed whole
+    assert report.same and report.status == "succeeded"
+    assert [n.node for n in report.nodes] == ["plan", "work", *[f"work[{i}]" for i in range(5)], "collect"]
+    assert len(world.calls) == 5
 
 
 async def test_fork_in_the_middle_of_a_map_inside_a_loop(rt: Runtime):
