@@ -184,3 +184,42 @@ def test_instance_names_parse_and_order_canonically() -> None:
     assert parse_instance("sub/inner") == ("sub/inner", 0, None)
     names = ["finish", "tool#1", "model#2", "model", "tool", "model#1", "prep"]
     assert graph.canonical(names) == ["prep", "model", "tool", "model#1", "tool#1", "model#2", "finish"]
+
+
+async def test_a_plan_declares_loops_and_maps_too(rt: Runtime) -> None:
+    from runtime.graph.plan import Registry, compile_plan
+
+    reg = Registry()
+    reg.state(S)
+
+    @reg.function()
+    def bump(s: S) -> dict[str, Any]:
+        return {"turns": s.turns + 1, "messages": [f"turn {s.turns + 1}"]}
+
+    @reg.function()
+    def again(s: S) -> bool:
+        return s.turns < s.goal
+
+    @reg.function()
+    def noop(s: S) -> None:
+        return None
+
+    plan = {"name": "planned", "state": "S", "nodes": [
+        {"id": "bump", "fn": "bump", "after": ["check"], "max_iterations": 5},
+        {"id": "check", "fn": "noop", "after": ["bump"], "when": "again"}]}
+    run = await rt.start(compile_plan(plan, reg), {"goal": 3})
+    assert run.status == RunStatus.SUCCEEDED
+    assert (await rt.state_at((await rt.history(run.id))[-1].id)).messages == ["turn 1", "turn 2", "turn 3"]
+    with pytest.raises(GraphError) as e:
+        compile_plan({**plan, "nodes": [{**plan["nodes"][0], "max_iterations": 0}, plan["nodes"][1]]}, reg)
+    assert "max_iterations" in str(e.value)
+
+
+async def test_streaming_a_loop_yields_every_instance_in_trace_order(rt: Runtime) -> None:
+    events = [ev async for ev in rt.stream(react(), {"goal": 3})]
+    run_id = events[0].run_id
+    trace = await rt.events(run_id)
+    streamed = [e for e in events if e.type != "checkpoint" and not e.ephemeral]
+    assert [(e.seq, e.type, e.node) for e in streamed] == [(t.seq, str(t.type), t.node) for t in trace]
+    outputs = [e.node for e in events if e.type == "node.succeed"]
+    assert outputs == ["prep", "model", "tool", "model#1", "tool#1", "model#2", "finish"]
