@@ -207,3 +207,36 @@ async def test_a_failed_item_fails_the_map_and_names_itself(rt: Runtime) -> None
     assert run.error is not None and run.error.get("node") == "work[2]"
     final = (await rt.history(run.id))[-1].node_states
     assert final["work[2]"] == NodeStatus.FAILED and final["reduce"] == NodeStatus.PENDING
+
+
+class Agent(BaseModel):
+    turn: int = 0
+    calls: list[str] = []
+    log: Annotated[list[str], append] = []
+
+
+async def test_a_map_inside_a_loop_runs_parallel_tool_calls_per_iteration(rt: Runtime) -> None:
+    """The agent's model asks for several tools at once; each call is an item of the
+    map in that iteration (``tools#1[0]``), and the next iteration sees all results."""
+    g = Graph("parallel_tools", Agent)
+    effects: list[str] = []
+
+    @g.node(after=["tools"], max_iterations=5)
+    def model(s: Agent) -> dict[str, Any]:
+        n = s.turn + 1
+        calls = [f"t{n}.{i}" for i in range(n)] if n < 3 else []
+        return {"turn": n, "calls": calls, "log": [f"model {n} saw {len(s.log)}"]}
+
+    @g.node(after=["model"], map_over="calls", when=lambda s: bool(s.calls))
+    def tools(s: Agent, ctx: Any, item: str) -> dict[str, Any]:
+        ctx.effect("tool", lambda: effects.append(ctx.node), request={"call": item})
+        return {"log": [f"result {item}"]}
+
+    run = await rt.start(g, {}, max_concurrency=2)
+    assert run.status == RunStatus.SUCCEEDED
+    final = (await rt.history(run.id))[-1]
+    assert sorted(effects) == ["tools#1[0]", "tools#1[1]", "tools[0]"]
+    assert final.node_states["tools#2"] == NodeStatus.SKIPPED
+    state = await rt.state_at(final.id)
+    assert state.log == ["model 1 saw 0", "result t1.0", "model 2 saw 2", "result t2.0", "result t2.1",
+                         "model 3 saw 5"]
