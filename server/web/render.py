@@ -1,0 +1,58 @@
+"""Rendering templates: a whole page, or only one of its blocks for an htmx swap.
+
+Every page template names its swappable parts as blocks; a request made by htmx
+(``HX-Request``) gets the block it asked for, any other request the full page, so
+each URL works on its own and without JavaScript.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from litestar import Request, Response
+from litestar.utils.scope.state import ScopeState
+from markupsafe import Markup
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = ROOT / "templates"
+STATIC = ROOT / "static"
+
+ENV = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html", "svg"]),
+                  trim_blocks=True, lstrip_blocks=True)
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, indent=indent, sort_keys=False, ensure_ascii=False, default=str)
+
+
+def _tojson_attr(value: Any) -> Markup:
+    """JSON for an HTML attribute value (escaped by Jinja when inserted as a string)."""
+    return Markup.escape(json.dumps(value, default=str))
+
+
+ENV.filters["json"] = _json
+ENV.filters["attrjson"] = _tojson_attr
+
+
+def is_htmx(request: Request[Any, Any, Any]) -> bool:
+    return request.headers.get("hx-request") == "true" and request.headers.get("hx-history-restore-request") != "true"
+
+
+def csrf_token(request: Request[Any, Any, Any]) -> str:
+    token = ScopeState.from_scope(request.scope).csrf_token
+    return token if isinstance(token, str) else ""
+
+
+def render(request: Request[Any, Any, Any], template: str, context: dict[str, Any], *,
+           block: str | None = None, status: int = 200, headers: dict[str, str] | None = None) -> Response[str]:
+    """The full page, or just ``block`` of it when htmx asked for a fragment."""
+    tmpl = ENV.get_template(template)
+    ctx = {"request": request, "csrf": csrf_token(request), "path": request.url.path, **context}
+    if block is not None and is_htmx(request):
+        html = "".join(tmpl.blocks[block](tmpl.new_context(ctx)))
+    else:
+        html = tmpl.render(ctx)
+    return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=headers or {})
