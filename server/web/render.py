@@ -34,6 +34,7 @@ def _tojson_attr(value: Any) -> Markup:
 
 
 ENV.filters["json"] = _json
+# macros as globals: a block rendered alone (an htmx fragment) does not run the page's imports
 ENV.filters["attrjson"] = _tojson_attr
 
 
@@ -56,3 +57,26 @@ def render(request: Request[Any, Any, Any], template: str, context: dict[str, An
     else:
         html = tmpl.render(ctx)
     return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=headers or {})
+
+
+def _fmt_time(ts: float | None) -> str:
+    import datetime as _dt
+
+    if ts is None:
+        return ""
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _fmt_duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+ENV.filters["fmt_time"] = _fmt_time
+ENV.filters["fmt_duration"] = _fmt_duration
+
+_macros = ENV.get_template("_macros.html").module
+ENV.globals.update(badge=_macros.badge, tree=_macros.tree)   # type: ignore[attr-defined]
