@@ -102,13 +102,13 @@ class RunLoop(Outcomes, Growth):
 
     # ------------------------------------------------------------------ taking the run over
 
-    def begin(self, event: RunEvent, answered: Mapping[str, JSON]) -> None:
+    def begin(self, event: RunEvent, answered: Mapping[str, JSON], by: str | None = None) -> None:
         """Record why this process took the run over: claim, resume with answers, recovery."""
         if event == RunEvent.RECOVER:
             log.info("run %s: recovering it (its previous owner stopped)", self.run_id)
             self._lose_in_flight()
         for interrupt_id, value in answered.items():
-            done = self.host.answer(interrupt_id, value)
+            done = self.host.answer(interrupt_id, value, by)
             if self.rec.statuses[done.node] == N.INTERRUPTED:
                 self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
         self.rec.run_event(event, owner=self.env.owner)

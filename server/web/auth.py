@@ -51,7 +51,7 @@ class TokenMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        state: dict[str, Any] = scope.setdefault("state", {})   # type: ignore[typeddict-item]
+        state: dict[str, Any] = scope.setdefault("state", {})
         if not self.secret:
             state["identity"] = "local"
             await self.app(scope, receive, send)
@@ -92,6 +92,7 @@ class TokenMiddleware:
     @staticmethod
     async def _refuse(send: Send) -> None:
         body = b'{"error": "a token is required: Authorization: Bearer <token>", "status": 401}'
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        start: Any = {"type": "http.response.start", "status": 401,
+                      "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -51,7 +51,8 @@ def _folds(order: Sequence[str], after: Mapping[str, Sequence[str]]) -> dict[str
 
 def dot_source(description: Mapping[str, object]) -> tuple[str, dict[str, str], dict[str, tuple[str, ...]]]:
     """The dot program for a stored graph description, the drawing id of each node and the groups."""
-    nodes = [n for n in description.get("nodes", []) if isinstance(n, dict)]   # type: ignore[union-attr]
+    raw = description.get("nodes")
+    nodes = [n for n in raw if isinstance(n, dict)] if isinstance(raw, list) else []
     order = [str(n["name"]) for n in nodes]
     after = {str(n["name"]): [str(d) for d in n.get("after", [])] for n in nodes}
     spec = {str(n["name"]): n for n in nodes}

@@ -41,7 +41,8 @@ def complete(coro: Coroutine[Any, Any, T]) -> T:
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        result: T = done.value
+        return result
     coro.close()
     raise RuntimeError("a read suspended; it must run on the event loop")
 
@@ -230,7 +231,7 @@ def parse_json_field(text: str, what: str) -> JSON:
     if not text.strip():
         return None
     try:
-        return json.loads(text)  # type: ignore[no-any-return]
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidRequest(f"{what} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
 

@@ -223,3 +223,17 @@ async def test_streaming_a_loop_yields_every_instance_in_trace_order(rt: Runtime
     assert [(e.seq, e.type, e.node) for e in streamed] == [(t.seq, str(t.type), t.node) for t in trace]
     outputs = [e.node for e in events if e.type == "node.succeed"]
     assert outputs == ["prep", "model", "tool", "model#1", "tool#1", "model#2", "finish"]
+
+
+async def test_who_answered_is_recorded_in_the_trace(rt: Runtime) -> None:
+    g = Graph("ask_once", S)
+
+    @g.node()
+    def ask(s: S, ctx: Any) -> dict[str, Any]:
+        return {"messages": [str(ctx.interrupt({"q": "ok?"}))]}
+
+    run = await rt.start(g, {})
+    run = await rt.resume(run.id, "yes", answered_by="alice")
+    assert run.status == RunStatus.SUCCEEDED
+    answered = [e for e in await rt.events(run.id) if e.type == "interrupt.answered"]
+    assert [e.data.get("by") for e in answered] == ["alice"]
