@@ -78,5 +78,9 @@ def _fmt_duration(seconds: float) -> str:
 ENV.filters["fmt_time"] = _fmt_time
 ENV.filters["fmt_duration"] = _fmt_duration
 
-_macros = ENV.get_template("_macros.html").module
-ENV.globals.update(badge=_macros.badge, tree=_macros.tree)   # type: ignore[attr-defined]
+_macros: Any = ENV.get_template("_macros.html").module
+ENV.globals.update(badge=_macros.badge, tree=_macros.tree)
+
+
+def badge_html(status: str) -> str:
+    return str(_macros.badge(status))
