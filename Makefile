@@ -1,6 +1,6 @@
 # Two entry points for a fresh clone: `make demo` (set up, run the example) and
 # `make test` (set up, run every test suite).
-.PHONY: setup demo test test-unit test-slow typecheck bench clean
+.PHONY: setup demo test test-unit test-slow typecheck bench bench-agents clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,10 @@ test: setup typecheck
 bench:
 	@bash scripts/setup.sh requirements/bench.txt
 	.venv/bin/python bench/run.py
+
+bench-agents:
+	@bash scripts/setup.sh requirements/bench.txt
+	.venv/bin/python bench/agents.py --scaling
 
 clean:
 	rm -rf .venv demo.db demo.db-wal demo.db-shm .pytest_cache .hypothesis

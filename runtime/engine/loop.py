@@ -28,13 +28,15 @@ from ..core.states import (
     supersedes,
 )
 from ..graph import ExecutableGraph
-from ..graph.instances import instance_name, parse_instance
+from ..graph.instances import parse_instance
 from . import scheduler
 from .context import NodeContext
 from .decisions import on_failure
 from .deps import EngineDeps
 from .executor import Outcome, OutcomeKind, execute_attempt
 from .folding import StateFold, view_of
+from .growth import Growth
+from .outcomes import Outcomes
 from .host import RunHost
 from .instances import Instances
 from .recorder import Recorder
@@ -46,7 +48,7 @@ log = logging.getLogger(__name__)
 N = NodeStatus
 
 
-class RunLoop:
+class RunLoop(Outcomes, Growth):
     def __init__(self, deps: EngineDeps, graph: ExecutableGraph, run: Run, *,
                  base: Mapping[str, JSON], head: Checkpoint, statuses: Mapping[str, NodeStatus],
                  writes: Mapping[str, JSON],
@@ -65,6 +67,8 @@ class RunLoop:
         self._retry_at: dict[str, float] = {}
         self._in_flight: dict[asyncio.Future[Outcome], AttemptScope] = {}
         self._candidates: set[str] = set(self.inst.order)
+        #: due and checked (dependencies, when=), waiting for a free slot: not examined again
+        self._queued: list[str] = []
         self._stop: Stop | None = None
         self._next_poll = 0.0
         self._done: list[asyncio.Future[Outcome]] = []   # finished attempts not yet collected
@@ -98,19 +102,20 @@ class RunLoop:
 
     # ------------------------------------------------------------------ taking the run over
 
-    def begin(self, event: RunEvent, answered: Mapping[str, JSON]) -> None:
+    def begin(self, event: RunEvent, answered: Mapping[str, JSON], by: str | None = None) -> None:
         """Record why this process took the run over: claim, resume with answers, recovery."""
         if event == RunEvent.RECOVER:
             log.info("run %s: recovering it (its previous owner stopped)", self.run_id)
             self._lose_in_flight()
         for interrupt_id, value in answered.items():
-            done = self.host.answer(interrupt_id, value)
+            done = self.host.answer(interrupt_id, value, by)
             if self.rec.statuses[done.node] == N.INTERRUPTED:
                 self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
         self.rec.run_event(event, owner=self.env.owner)
         if self.inst.dynamic:
             self._regrow()
         self._candidates = set(self.inst.order)
+        self._queued = []
         self.rec.checkpoint_if_dirty()
         self.rec.flush(durable=True)
 
@@ -207,70 +212,6 @@ class RunLoop:
             if self.inst.dynamic:
                 self._grow(node)
 
-    # ------------------------------------------------------------------ loops and maps
-
-    def _grow(self, node: str) -> None:
-        """What settling ``node`` creates: a map's end, or its loop's next iteration."""
-        name = parse_instance(node)
-        if name.item is not None:
-            self._close_map(instance_name(name.node, name.iteration))
-        nxt = self.inst.next_iteration(node, self.rec.statuses)
-        if nxt is None:
-            return
-        entry, iteration = nxt
-        bound = self.graph.nodes[entry].max_iterations or 0
-        if iteration >= bound:
-            self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
-                            f"loop {entry!r} reached max_iterations={bound}: {node!r} led back to it again")
-            return
-        new = self.inst.add_iteration(entry, iteration)
-        self.rec.add_instances(new)
-        self._candidates.update(new)
-
-    def _regrow(self) -> None:
-        """A run taken over: create what its settled instances imply and a crash may have
-        kept from being recorded (a loop's next iteration, a map's end)."""
-        for node in list(self.inst.order):
-            if self.rec.statuses[node] in FINISHED_NODE:
-                self._grow(node)
-
-    def _spawn(self, group: str) -> bool:
-        """A map is due: create one instance per item of its list (those not there yet)."""
-        spec = self.inst.spec(group)
-        assert spec.map_over is not None
-        values = self.state.input_state(group).get(spec.map_over)
-        if not isinstance(values, list):
-            self._fail_before_start(group, InvalidWrites(
-                f"map {group!r} runs over state field {spec.map_over!r}, which must be a list; "
-                f"it is {type(values).__name__}"))
-            return False
-        self.rec.add_instances(self.inst.add_items(group, len(values)))
-        attempt = self._attempt_no.get(group, 0) + 1
-        self._attempt_no[group] = attempt
-        self._node(group, NodeEvent.START, attempt=attempt, items=len(values))
-        self._candidates.update(self.inst.items(group))
-        self._close_map(group)
-        return True
-
-    def _close_map(self, group: str) -> None:
-        """A map settles once all its items have: failed if one failed."""
-        statuses = self.rec.statuses
-        if statuses.get(group) != N.RUNNING:
-            return
-        items = self.inst.items(group)
-        if any(statuses[i] not in FINISHED_NODE for i in items):
-            return
-        failed = [i for i in items if statuses[i] == N.FAILED]
-        if failed:
-            self._node(group, NodeEvent.FAIL, error=f"{len(failed)} of {len(items)} items failed: "
-                                                    f"{', '.join(failed[:5])}")
-        elif any(statuses[i] == N.CANCELLED for i in items):
-            self._node(group, NodeEvent.CANCEL, reason="items were cancelled")
-        else:
-            self.state.add(group, {})
-            self.rec.folded(group, 0)
-            self._node(group, NodeEvent.SUCCEED, items=len(items))
-
     def _schedule(self) -> None:
         self._starved = False
         if self._stop is not None:
@@ -308,9 +249,12 @@ class RunLoop:
                     skipped = True   # its items are candidates now
                     continue
                 ready.append(node)
+            if self._queued:
+                ready = sorted({*self._queued, *ready}, key=self.inst.index.__getitem__)
+                self._queued = []
             launch = scheduler.admit(ready, 0, self.deps.slots.room(self))
             if len(launch) < len(ready):  # the rest wait in the queue for a free slot
-                self._candidates.update(ready[len(launch):])
+                self._queued = ready[len(launch):]
                 # a run with nothing in flight waits for other runs of this Runtime to free one
                 self._starved = not self._in_flight and not launch
             for node in launch:
@@ -420,63 +364,3 @@ class RunLoop:
                 self._record_interrupt(scope, outcome)
             else:
                 self._record_failure(scope, outcome.error or NodeError("unknown failure"))
-
-    def _record_success(self, scope: AttemptScope, outcome: Outcome) -> None:
-        node = scope.node
-        try:
-            writes, size = self.state.check_writes(node, outcome.value)
-        except NodeError as e:
-            self._record_failure(scope, e)
-            return
-        self.rec.pending(scope, WriteKind.WRITES, writes)
-        self.rec.attempt(scope, N.SUCCEEDED)
-        self.state.add(node, writes)
-        self.rec.folded(node, size)
-        self._node(node, NodeEvent.SUCCEED, attempt=scope.attempt)
-
-    def _record_interrupt(self, scope: AttemptScope, outcome: Outcome) -> None:
-        self.rec.pending(scope, WriteKind.INTERRUPT, {"interrupt_id": outcome.interrupt_id})
-        self.rec.attempt(scope, N.INTERRUPTED, decision="paused for an answer")
-        self._node(scope.node, NodeEvent.INTERRUPT, attempt=scope.attempt, interrupt_id=outcome.interrupt_id)
-        if supersedes(StopKind.INTERRUPT, self._stop.kind if self._stop else None):
-            self._stop = Stop(StopKind.INTERRUPT, {})
-
-    def _record_cancelled(self, scope: AttemptScope) -> None:
-        reason = self._stop.error["message"] if self._stop else "cancelled"
-        self.rec.attempt(scope, N.CANCELLED, error_class=ErrorClass.CANCELLED, error=reason, decision="cancelled")
-        self._node(scope.node, NodeEvent.CANCEL, attempt=scope.attempt, reason=reason)
-
-    def _record_failure(self, scope: AttemptScope, error: BaseException) -> None:
-        node = scope.node
-        cls = classify(error)
-        message = f"{type(error).__name__}: {error}"
-        failures = self._failures.get(node, 0) + 1
-        self._failures[node] = failures
-        stopping = self._stop.kind if self._stop else None
-        if stopping == StopKind.CANCEL and cls == ErrorClass.DEADLINE:
-            self._record_cancelled(scope)
-            return
-        decision = on_failure(self.inst.spec(node).retry, cls, failures, stopping=stopping,
-                              deadline=self.run.limits.get("deadline_at"), now=self.env.now())
-        if decision.retry:
-            self._retry_at[node] = self.env.now() + decision.delay
-            self._candidates.add(node)
-            self.rec.attempt(scope, N.FAILED, error_class=cls, error=message, decision=decision.reason)
-            self._node(node, NodeEvent.RETRY, attempt=scope.attempt, error_class=cls.value,
-                       error=message, retry_in=decision.delay)
-            return
-        self.rec.pending(scope, WriteKind.ERROR, {"class": cls.value, "message": message})
-        self.rec.attempt(scope, N.FAILED, error_class=cls, error=message, decision=decision.reason)
-        self._node(node, NodeEvent.FAIL, attempt=scope.attempt, error_class=cls.value, error=message)
-        if supersedes(StopKind.FAIL, stopping):
-            self._stop = Stop(StopKind.FAIL, {"class": cls.value, "message": message, "node": node})
-
-    def _fail_before_start(self, node: str, error: BaseException) -> None:
-        """A failure found while preparing a node (its ``when`` raised, bad state)."""
-        attempt = self._attempt_no.get(node, 0) + 1
-        self._attempt_no[node] = attempt
-        scope = AttemptScope(run_id=self.run_id, node=node, attempt=attempt, deadline=None,
-                             clock=self.env.clock.time, started_at=self.env.now())
-        self._node(node, NodeEvent.START, attempt=attempt)
-        self._failures[node] = self.inst.spec(node).retry.max_attempts  # never retried
-        self._record_failure(scope, error)

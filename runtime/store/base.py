@@ -21,6 +21,7 @@ from ..core.records import (
     NodeAttempt,
     PendingWrite,
     Run,
+    RunKind,
     TraceEvent,
 )
 from ..core.states import RunStatus
@@ -49,8 +50,10 @@ class CheckpointStore(Protocol):
         """The run, or ``NotFound``."""
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
-                  limit: int = 100) -> list[Run]:
-        """Newest first."""
+                  limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
+                  search: str | None = None, offset: int = 0) -> list[Run]:
+        """Newest first; ``search``: runs whose id or thread id contains it; ``offset``:
+        how many matching runs to skip (pages)."""
 
     def child_runs(self, run_id: str) -> list[Run]:
         """Runs whose parent is ``run_id``, oldest first."""

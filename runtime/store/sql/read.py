@@ -76,12 +76,20 @@ class Reader:
         return run_record(row)
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
-                  limit: int = 100) -> list[Run]:
-        stmt = select(RUNS).order_by(RUNS.c.pk.desc()).limit(limit)
+                  limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
+                  search: str | None = None, offset: int = 0) -> list[Run]:
+        stmt = select(RUNS).order_by(RUNS.c.pk.desc()).limit(limit).offset(offset)
         if status is not None:
             stmt = stmt.where(RUNS.c.status == status.value)
         if thread_id is not None:
             stmt = stmt.where(RUNS.c.thread_id == thread_id)
+        if graph_name is not None:
+            stmt = stmt.where(RUNS.c.graph_name == graph_name)
+        if kind is not None:
+            stmt = stmt.where(RUNS.c.kind == kind.value)
+        if search:   # an id or a thread id, or part of one: escaped, so % and _ match themselves
+            pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            stmt = stmt.where(RUNS.c.id.like(pattern, escape="\\") | RUNS.c.thread_id.like(pattern, escape="\\"))
         with self.engine.connect() as conn:
             return [run_record(r) for r in conn.execute(stmt)]
 

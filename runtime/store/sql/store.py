@@ -36,6 +36,7 @@ from ...core.records import (
     NodeAttempt,
     PendingWrite,
     Run,
+    RunKind,
     TraceEvent,
 )
 from ...core.states import RunStatus
@@ -98,8 +99,10 @@ class SqlStore:
         return self._reader.get_run(run_id)
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
-                  limit: int = 100) -> list[Run]:
-        return self._reader.list_runs(status, thread_id, limit)
+                  limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
+                  search: str | None = None, offset: int = 0) -> list[Run]:
+        return self._reader.list_runs(status, thread_id, limit, graph_name=graph_name, kind=kind,
+                                      search=search, offset=offset)
 
     def child_runs(self, run_id: str) -> list[Run]:
         return self._reader.child_runs(run_id)

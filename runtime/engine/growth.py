@@ -1,0 +1,99 @@
+"""How a run grows: a loop's next iteration, a map's items, a map's end.
+
+Mixed into ``RunLoop``: these steps act on the loop's records (transitions,
+candidates, the stop reason) and are kept apart so the loop itself stays about
+scheduling and outcomes.
+"""
+
+from __future__ import annotations
+
+from ..core.errors import ErrorClass, InvalidWrites
+from ..core.jsonvalues import JSON
+from ..core.states import FINISHED_NODE, NodeEvent, NodeStatus, StopKind
+from ..graph import ExecutableGraph
+from ..graph.instances import instance_name, parse_instance
+from .folding import StateFold
+from .instances import Instances
+from .recorder import Recorder
+
+N = NodeStatus
+
+
+class Growth:
+    graph: ExecutableGraph
+    inst: Instances
+    rec: Recorder
+    state: StateFold
+    _candidates: set[str]
+    _attempt_no: dict[str, int]
+
+    def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
+        raise NotImplementedError
+
+    def _stop_with(self, kind: StopKind, cls: ErrorClass, message: str) -> None:
+        raise NotImplementedError
+
+    def _fail_before_start(self, node: str, error: BaseException) -> None:
+        raise NotImplementedError
+
+    def _grow(self, node: str) -> None:
+        """What settling ``node`` creates: a map's end, or its loop's next iteration."""
+        name = parse_instance(node)
+        if name.item is not None:
+            self._close_map(instance_name(name.node, name.iteration))
+        nxt = self.inst.next_iteration(node, self.rec.statuses)
+        if nxt is None:
+            return
+        entry, iteration = nxt
+        bound = self.graph.nodes[entry].max_iterations or 0
+        if iteration >= bound:
+            self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
+                            f"loop {entry!r} reached max_iterations={bound}: {node!r} led back to it again")
+            return
+        new = self.inst.add_iteration(entry, iteration)
+        self.rec.add_instances(new)
+        self._candidates.update(new)
+
+    def _regrow(self) -> None:
+        """A run taken over: create what its settled instances imply and a crash may have
+        kept from being recorded (a loop's next iteration, a map's end)."""
+        for node in list(self.inst.order):
+            if self.rec.statuses[node] in FINISHED_NODE:
+                self._grow(node)
+
+    def _spawn(self, group: str) -> bool:
+        """A map is due: create one instance per item of its list (those not there yet)."""
+        spec = self.inst.spec(group)
+        assert spec.map_over is not None
+        values = self.state.input_state(group).get(spec.map_over)
+        if not isinstance(values, list):
+            self._fail_before_start(group, InvalidWrites(
+                f"map {group!r} runs over state field {spec.map_over!r}, which must be a list; "
+                f"it is {type(values).__name__}"))
+            return False
+        self.rec.add_instances(self.inst.add_items(group, len(values)))
+        attempt = self._attempt_no.get(group, 0) + 1
+        self._attempt_no[group] = attempt
+        self._node(group, NodeEvent.START, attempt=attempt, items=len(values))
+        self._candidates.update(self.inst.items(group))
+        self._close_map(group)
+        return True
+
+    def _close_map(self, group: str) -> None:
+        """A map settles once all its items have: failed if one failed."""
+        statuses = self.rec.statuses
+        if statuses.get(group) != N.RUNNING:
+            return
+        items = self.inst.items(group)
+        if any(statuses[i] not in FINISHED_NODE for i in reversed(items)):   # later items finish later
+            return
+        failed = [i for i in items if statuses[i] == N.FAILED]
+        if failed:
+            self._node(group, NodeEvent.FAIL, error=f"{len(failed)} of {len(items)} items failed: "
+                                                    f"{', '.join(failed[:5])}")
+        elif any(statuses[i] == N.CANCELLED for i in items):
+            self._node(group, NodeEvent.CANCEL, reason="items were cancelled")
+        else:
+            self.state.add(group, {})
+            self.rec.folded(group, 0)
+            self._node(group, NodeEvent.SUCCEED, items=len(items))

@@ -1,0 +1,159 @@
+"""Cycles, loops and the canonical order of a graph's nodes.
+
+A cycle is legal when it is a loop: one entry bounded by ``max_iterations``, a
+``when=`` that can end it, nothing nested inside. The canonical order keeps a loop's
+members together, so an instance's place in the fold (``instances.instance_key``)
+extends the dependency order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+
+from ..core.errors import Problem
+from .spec import NodeDecl
+
+
+def cycles(deps: dict[str, list[str]]) -> list[tuple[set[str], list[str]]]:
+    """Each strongly connected component that has a cycle, with one named cycle (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[tuple[set[str], list[str]]] = []
+    counter = 0
+
+    def visit(root: str) -> None:
+        nonlocal counter
+        work = [(root, iter(sorted(deps.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in deps:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(deps.get(w, ())))))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in deps.get(v, ()):
+                    out.append((set(comp), _cycle_path(set(comp), deps)))
+
+    for n in sorted(deps):
+        if n not in index:
+            visit(n)
+    return sorted(out, key=lambda c: c[1])
+
+
+def _cycle_path(comp: set[str], deps: dict[str, list[str]]) -> list[str]:
+    """A concrete cycle through the component, read in execution order."""
+    start = min(comp)
+    path, seen = [start], {start}
+    node = start
+    while True:
+        # follow edges backwards (dep -> node) so the printed cycle reads "a runs before b"
+        nxt = sorted(n for n in comp if node in deps.get(n, ()))
+        step = next((n for n in nxt if n == start), None) if len(path) > 1 else None
+        if step is not None:
+            return path
+        candidates = [n for n in nxt if n not in seen]
+        if not candidates:
+            # close the loop at the first node already on the path
+            back = next(n for n in nxt if n in seen)
+            return path[path.index(back):]
+        node = candidates[0]
+        path.append(node)
+        seen.add(node)
+
+
+def check_loop(comp: set[str], cycle: list[str], deps: dict[str, list[str]],
+                decls: Mapping[str, NodeDecl], loops: dict[str, list[str]]) -> Problem | None:
+    """A cycle is a loop when exactly one member bounds it (``max_iterations``: the node
+    each iteration starts at), some member decides with ``when=`` whether it goes on,
+    and without the edges back to its entry the rest is acyclic (no nested loops)."""
+    where = f"node {cycle[0]!r}"
+    shown = " → ".join([*cycle, cycle[0]])
+    if not any(decls[n].when is not None for n in comp):
+        return Problem(where, f"cycle: {shown} has no exit: give one of its nodes a when= condition "
+                              "(and its entry max_iterations) to make it a loop")
+    entries = sorted(n for n in comp if decls[n].max_iterations is not None)
+    if not entries:
+        return Problem(where, f"cycle: {shown} has no iteration bound: set max_iterations on the node "
+                              "each iteration starts at")
+    if len(entries) > 1:
+        return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}: "
+                              "set it on the node each iteration starts at only (nested loops are not supported)")
+    entry = entries[0]
+    forward = {n: [d for d in deps[n] if d in comp and not (n == entry)] for n in comp}
+    inner = cycles(forward)
+    if inner:
+        path = " → ".join([*inner[0][1], inner[0][1][0]])
+        return Problem(where, f"cycle: {shown}: {path} is a second cycle inside it; nested loops are not supported")
+    if any(decls[n].map_over is not None for n in (entry,)):
+        return Problem(f"node {entry!r}", "a map worker cannot be the entry of a loop")
+    loops[entry] = sorted(comp)
+    return None
+
+
+def canonical_order(deps: dict[str, list[str]], loops: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """Topological order with ties broken by node id, so it is the same for any
+    declaration order of the same structure. A loop is one block, named by its entry,
+    whose members follow each other (without the edges back to its entry)."""
+    loops = loops or {}
+    block = {m: e for e, ms in loops.items() for m in ms}
+    blocks: dict[str, set[str]] = {}
+    for n, ds in deps.items():
+        b = block.get(n, n)
+        blocks.setdefault(b, set()).update(block.get(d, d) for d in ds if block.get(d, d) != b)
+    order: list[str] = []
+    for b in _kahn(blocks):
+        if b in loops:
+            members = set(loops[b])
+            order.extend(_kahn({m: {d for d in deps[m] if d in members and m != b} for m in members}))
+        else:
+            order.append(b)
+    return order
+
+
+def _kahn(deps: Mapping[str, Iterable[str]]) -> list[str]:
+    remaining = {n: 0 for n in deps}
+    children: dict[str, list[str]] = {n: [] for n in deps}
+    for n, ds in deps.items():
+        for d in ds:
+            children[d].append(n)
+            remaining[n] += 1
+    heap = [n for n, k in remaining.items() if k == 0]
+    heapq.heapify(heap)
+    order: list[str] = []
+    while heap:
+        n = heapq.heappop(heap)
+        order.append(n)
+        for c in children[n]:
+            remaining[c] -= 1
+            if remaining[c] == 0:
+                heapq.heappush(heap, c)
+    return order
