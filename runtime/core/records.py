@@ -215,6 +215,7 @@ class CheckpointSummary:
     nodes: tuple[str, ...]
     source: str
     created_at: float
+    event_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

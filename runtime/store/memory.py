@@ -203,7 +203,7 @@ class MemoryStore:
     def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
         with self._lock:
             self._get(run_id)
-            return [CheckpointSummary(c.id, c.run_id, c.seq, c.nodes, c.source, c.created_at)
+            return [CheckpointSummary(c.id, c.run_id, c.seq, c.nodes, c.source, c.created_at, c.event_seq)
                     for c in self._checkpoints[run_id] if first_seq <= c.seq <= last_seq]
 
     def close(self) -> None:

@@ -69,8 +69,13 @@ def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
     def panel_url(name: str, **more: Any) -> str:
         return f"{base}/panels/{name}?{urlencode({'cp': sel, **more})}"
 
+    group: list[tuple[str, str]] = []
+    if p.node is not None:   # a folded fan-out: its members, each with its status here
+        gid = lay.ids.get(base_node(p.node), "")
+        full = dag.node_summary(p.node_states)
+        group = [(m, dag.headline(full.get(m, {}))) for m in lay.groups.get(gid, ())]
     return {
-        "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND,
+        "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND, "group": group,
         "summary": dict(list(summary.items())[:NODE_ROWS]), "more_nodes": max(0, len(summary) - NODE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url,
         "instances": services.node_instances(rt, p, p.node) if p.node else [],
@@ -129,3 +134,25 @@ async def run_panel(request: Request[Any, Any, Any], run_id: str, name: str, cp:
 
 
 HANDLERS = [home, runs_list, run_page, run_panel]
+
+
+@get("/runs/{run_id:str}/events/{seq:int}", include_in_schema=False)
+async def event_page(request: Request[Any, Any, Any], run_id: str, seq: int) -> Response[str]:
+    """One trace event at its own URL, with the events around it."""
+    rt = runtime_of(request)
+
+    def load() -> dict[str, Any]:
+        run = services.complete(rt.get_run(run_id))
+        around = rt.store.events(run_id, max(0, seq - 6), 11)
+        event = next((e for e in around if e.seq == seq), None)
+        if event is None:
+            raise NotFound(f"run {run_id} has no event #{seq}")
+        # the first checkpoint that reflects this event: where to look at its effect on the state
+        cps = rt.store.checkpoint_summaries(run_id, 0, run.head_seq)
+        reflected = next((c for c in cps if c.event_seq >= seq), None)
+        return {"run": run, "event": event, "around": around, "checkpoint": reflected}
+
+    return render(request, "event.html", await services.in_thread(load))
+
+
+HANDLERS.append(event_page)

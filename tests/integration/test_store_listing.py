@@ -55,8 +55,8 @@ async def test_timeline_pages_and_event_windows(store: CheckpointStore) -> None:
     full = store.checkpoints(run.id)
     assert len(full) >= 4
     summaries = store.checkpoint_summaries(run.id, 1, 2)
-    assert [(s.id, s.seq, s.nodes, s.source) for s in summaries] == \
-        [(c.id, c.seq, c.nodes, c.source) for c in full if 1 <= c.seq <= 2]
+    assert [(s.id, s.seq, s.nodes, s.source, s.event_seq) for s in summaries] == \
+        [(c.id, c.seq, c.nodes, c.source, c.event_seq) for c in full if 1 <= c.seq <= 2]
     assert store.checkpoint_summaries(run.id, 100, 200) == []
     events = store.events(run.id)
     assert store.events(run.id, 2, limit=3) == events[2:5]

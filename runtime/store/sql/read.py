@@ -117,9 +117,10 @@ class Reader:
         c = CHECKPOINTS.c
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
-            rows = conn.execute(select(c.id, c.seq, c.nodes, c.source, c.created_at)
+            rows = conn.execute(select(c.id, c.seq, c.nodes, c.source, c.created_at, c.event_seq)
                                 .where(c.run_pk == pk, c.seq >= first_seq, c.seq <= last_seq).order_by(c.seq)).all()
-        return [CheckpointSummary(r.id, run_id, r.seq, tuple(r.nodes or ()), r.source, r.created_at) for r in rows]
+        return [CheckpointSummary(r.id, run_id, r.seq, tuple(r.nodes or ()), r.source, r.created_at, r.event_seq)
+                for r in rows]
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         with self.engine.connect() as conn:
