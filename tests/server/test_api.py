@@ -16,6 +16,7 @@ from litestar.testing import TestClient
 
 from runtime import InvalidRequest, Run, Runtime, RunStatus
 from server.present import plain
+from server.web import api
 from server.web.app import MAX_BODY, create_app
 
 if TYPE_CHECKING:
@@ -461,10 +462,6 @@ def test_openapi_lists_every_route_with_its_body_and_statuses(reader: Client) ->
 
 
 def test_api_handlers_declare_parameters_in_the_current_style() -> None:
-    from litestar import Litestar
-
-    from server.web import api
-
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with TestClient(Litestar(route_handlers=api.HANDLERS)) as c:
