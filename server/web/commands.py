@@ -8,15 +8,16 @@ error (HTTP 422 or 409) and creates nothing.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import UploadFile
 from litestar.enums import RequestEncodingType
-from litestar.params import Body
+from litestar.params import Body, FromPath, FromQuery
 from litestar.response import Redirect
 
 from runtime import Runtime
+from server.inputs import MAX_DEPTH, InputError, parse_json
 from runtime.core.errors import GraphError, InvalidRequest, NotFound
 from runtime.travel.branches import apply_patch
 from runtime.travel.diff import diff
@@ -25,8 +26,6 @@ from . import actions, services
 from .render import is_htmx, render
 from .services import Conflict, complete, in_thread
 
-Form = Body(media_type=RequestEncodingType.URL_ENCODED)
-Upload = Body(media_type=RequestEncodingType.MULTI_PART)
 
 
 def _rt(request: Request[Any, Any, Any]) -> Runtime:
@@ -47,7 +46,7 @@ def _status(exc: Exception) -> int:
 
 # ------------------------------------------------------------------ fork
 
-def _fork_context(rt: Runtime, checkpoint_id: str) -> dict[str, Any]:
+def _fork_context(rt: Runtime, checkpoint_id: FromPath[str]) -> dict[str, Any]:
     cp = rt.store.get_checkpoint(checkpoint_id)
     run = complete(rt.get_run(cp.run_id))
     state = complete(rt.state_at(cp.id)).model_dump(mode="json")
@@ -74,15 +73,15 @@ def _preview(rt: Runtime, ctx: dict[str, Any], patch_text: str) -> tuple[dict[st
 
 
 @get("/checkpoints/{checkpoint_id:str}/fork", include_in_schema=False)
-async def fork_form(request: Request[Any, Any, Any], checkpoint_id: str) -> Response[str]:
+async def fork_form(request: Request[Any, Any, Any], checkpoint_id: FromPath[str]) -> Response[str]:
     ctx = await in_thread(_fork_context, _rt(request), checkpoint_id)
     return render(request, "fork.html", {**ctx, "patch_text": "", "mocks_text": "", "effects": "mock",
                                          "changes": None, "error": None})
 
 
 @post("/checkpoints/{checkpoint_id:str}/fork", include_in_schema=False)
-async def fork_submit(request: Request[Any, Any, Any], checkpoint_id: str,
-                      data: dict[str, str] = Form) -> Response[Any]:
+async def fork_submit(request: Request[Any, Any, Any], checkpoint_id: FromPath[str],
+                      data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
     rt = _rt(request)
     ctx = await in_thread(_fork_context, rt, checkpoint_id)
     patch_text, mocks_text = data.get("patch", ""), data.get("mocks", "")
@@ -107,7 +106,7 @@ async def fork_submit(request: Request[Any, Any, Any], checkpoint_id: str,
 # ------------------------------------------------------------------ replay and its report
 
 @get("/runs/{run_id:str}/replay", include_in_schema=False)
-async def replay_form(request: Request[Any, Any, Any], run_id: str) -> Response[str]:
+async def replay_form(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[str]:
     rt = _rt(request)
     run = await in_thread(lambda: complete(rt.get_run(run_id)))
     versions = [g.version for g in rt.graphs.versions(run.graph_name)]
@@ -115,7 +114,7 @@ async def replay_form(request: Request[Any, Any, Any], run_id: str) -> Response[
 
 
 @post("/runs/{run_id:str}/replay", include_in_schema=False)
-async def replay_submit(request: Request[Any, Any, Any], run_id: str, data: dict[str, str] = Form) -> Response[Any]:
+async def replay_submit(request: Request[Any, Any, Any], run_id: FromPath[str], data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
     rt = _rt(request)
     run = await in_thread(lambda: complete(rt.get_run(run_id)))
     try:
@@ -131,7 +130,7 @@ async def replay_submit(request: Request[Any, Any, Any], run_id: str, data: dict
 
 
 @get("/runs/{run_id:str}/report", include_in_schema=False)
-async def report_page(request: Request[Any, Any, Any], run_id: str) -> Response[str]:
+async def report_page(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[str]:
     rt = _rt(request)
     run = await in_thread(lambda: complete(rt.get_run(run_id)))
     if not run.options.get("compare"):
@@ -143,20 +142,20 @@ async def report_page(request: Request[Any, Any, Any], run_id: str) -> Response[
 # ------------------------------------------------------------------ resume, cancel, compensate
 
 @post("/runs/{run_id:str}/resume", include_in_schema=False)
-async def resume_submit(request: Request[Any, Any, Any], run_id: str) -> Response[Any]:
+async def resume_submit(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[Any]:
     new_id = await actions.resume(_rt(request), request.app.state.tasks, run_id)
     return _go(request, f"/runs/{new_id}")
 
 
 @post("/runs/{run_id:str}/cancel", include_in_schema=False)
-async def cancel_submit(request: Request[Any, Any, Any], run_id: str, data: dict[str, str] = Form) -> Response[Any]:
+async def cancel_submit(request: Request[Any, Any, Any], run_id: FromPath[str], data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
     await actions.cancel(_rt(request), request.app.state.tasks, run_id, data.get("reason", ""))
     return _go(request, f"/runs/{run_id}")
 
 
 @post("/runs/{run_id:str}/compensate", include_in_schema=False)
-async def compensate_submit(request: Request[Any, Any, Any], run_id: str,
-                            data: dict[str, str] = Form) -> Response[Any]:
+async def compensate_submit(request: Request[Any, Any, Any], run_id: FromPath[str],
+                            data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
     report = await actions.compensate(_rt(request), run_id, retry_in_doubt=data.get("retry_in_doubt") == "on")
     return render(request, "compensated.html", {"run_id": run_id, "report": report})
 
@@ -164,7 +163,7 @@ async def compensate_submit(request: Request[Any, Any, Any], run_id: str,
 # ------------------------------------------------------------------ export and import
 
 @get("/runs/{run_id:str}/export", include_in_schema=False)
-async def export_download(request: Request[Any, Any, Any], run_id: str) -> Response[bytes]:
+async def export_download(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[bytes]:
     doc = await actions.export_thread(_rt(request), run_id)
     body = json.dumps(doc, indent=1).encode()
     return Response(body, media_type="application/json",
@@ -177,16 +176,18 @@ async def import_form(request: Request[Any, Any, Any]) -> Response[str]:
 
 
 @post("/import", include_in_schema=False)
-async def import_submit(request: Request[Any, Any, Any], data: dict[str, Any] = Upload) -> Response[Any]:
+async def import_submit(request: Request[Any, Any, Any], data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.MULTI_PART)]) -> Response[Any]:
     upload = data.get("file")
     try:
         if not isinstance(upload, UploadFile):
             raise InvalidRequest("choose an exported thread (.json) to upload")
         raw = await upload.read()
-        try:
-            document = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InvalidRequest(f"the file is not JSON: {e}") from None
+        try:   # the rules `harness import` applies: UTF-8, no NaN, bounded depth
+            document = parse_json(raw.decode("utf-8"), upload.filename or "the file", MAX_DEPTH + 10)
+        except UnicodeDecodeError as e:
+            raise InvalidRequest(f"the file is not UTF-8 text (byte {e.start} cannot be decoded)") from None
+        except InputError as e:
+            raise InvalidRequest(str(e)) from None
         runs = await actions.import_thread(_rt(request), document)
     except (InvalidRequest, NotFound) as e:
         return render(request, "import.html", {"error": str(e), "runs": None}, status=_status(e))

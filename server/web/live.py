@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar import Request, get
+from litestar.params import FromPath, FromQuery
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from runtime.core.records import InterruptStatus
@@ -38,7 +39,7 @@ def _line(ev: StreamEvent) -> str:
 
 
 @get("/runs/{run_id:str}/live", include_in_schema=False)
-async def run_live(request: Request[Any, Any, Any], run_id: str, after: int = 0) -> ServerSentEvent:
+async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after: FromQuery[int] = 0) -> ServerSentEvent:
     rt = request.app.state.runtime
     await in_thread(lambda: complete(rt.get_run(run_id)))   # 404 before the stream starts
 

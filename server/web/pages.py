@@ -6,11 +6,11 @@ or only the block an htmx request targets (``HX-Target``: ``main``, ``runs``, â€
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from litestar import Request, Response, get
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect
 
 from runtime import Runtime
@@ -36,8 +36,8 @@ async def home() -> Redirect:
 
 
 @get("/runs", include_in_schema=False)
-async def runs_list(request: Request[Any, Any, Any], status: str | None = None, graph: str | None = None,
-                    kind: str | None = None, q: str | None = None, page: int = 1) -> Response[str]:
+async def runs_list(request: Request[Any, Any, Any], status: FromQuery[str | None] = None, graph: FromQuery[str | None] = None,
+                    kind: FromQuery[str | None] = None, q: FromQuery[str | None] = None, page: FromQuery[int] = 1) -> Response[str]:
     data = await services.in_thread(services.runs_page, runtime_of(request), status=status, graph=graph,
                                     kind=kind, q=q, page=page)
 
@@ -63,10 +63,10 @@ def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
     def cp_url(seq: int) -> str:
         return f"{base}?cp={seq}"
 
-    def node_url(name: str) -> str:
+    def node_url(name: FromPath[str]) -> str:
         return f"{base}?{urlencode({'cp': sel, 'node': name})}"
 
-    def panel_url(name: str, **more: Any) -> str:
+    def panel_url(name: FromPath[str], **more: Any) -> str:
         return f"{base}/panels/{name}?{urlencode({'cp': sel, **more})}"
 
     group: list[tuple[str, str]] = []
@@ -85,8 +85,8 @@ def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
 
 
 @get("/runs/{run_id:str}", include_in_schema=False)
-async def run_page(request: Request[Any, Any, Any], run_id: str, cp: int | None = None,
-                   node: str | None = None) -> Response[str]:
+async def run_page(request: Request[Any, Any, Any], run_id: FromPath[str], cp: FromQuery[int | None] = None,
+                   node: FromQuery[str | None] = None) -> Response[str]:
     rt = runtime_of(request)
 
     def load() -> dict[str, Any]:
@@ -100,8 +100,8 @@ PANELS = ("journal", "attempts", "events", "nodes")
 
 
 @get("/runs/{run_id:str}/panels/{name:str}", include_in_schema=False)
-async def run_panel(request: Request[Any, Any, Any], run_id: str, name: str, cp: int | None = None,
-                    page: int = 1, eq: str = Parameter(default="", max_length=200)) -> Response[str]:
+async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name: FromPath[str], cp: FromQuery[int | None] = None,
+                    page: FromQuery[int] = 1, eq: Annotated[str, QueryParameter(max_length=200)] = "") -> Response[str]:
     """One panel of the run page, loaded when it is opened (big runs never ship whole)."""
     if name not in PANELS:
         raise NotFound(f"no panel {name!r}; panels are: {', '.join(PANELS)}")
@@ -137,7 +137,7 @@ HANDLERS = [home, runs_list, run_page, run_panel]
 
 
 @get("/runs/{run_id:str}/events/{seq:int}", include_in_schema=False)
-async def event_page(request: Request[Any, Any, Any], run_id: str, seq: int) -> Response[str]:
+async def event_page(request: Request[Any, Any, Any], run_id: FromPath[str], seq: FromPath[int]) -> Response[str]:
     """One trace event at its own URL, with the events around it."""
     rt = runtime_of(request)
 

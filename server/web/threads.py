@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from litestar import Request, Response, get
+from litestar.params import FromPath, FromQuery
 
 from runtime import Runtime
 from runtime.core.errors import NotFound
@@ -28,7 +29,7 @@ class Branch:
     patched: tuple[str, ...]    # the fields a fork's patch edited
 
 
-def thread_tree(rt: Runtime, thread_id: str) -> list[Branch]:
+def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
     runs = rt.store.list_runs(None, thread_id, THREAD_LIMIT)
     if not runs:
         raise NotFound(f"no thread {thread_id!r}")
@@ -65,18 +66,18 @@ def _patched_fields(rt: Runtime, run: Run) -> tuple[str, ...]:
 
 
 @get("/threads/{thread_id:str}", include_in_schema=False)
-async def thread_page(request: Request[Any, Any, Any], thread_id: str) -> Response[str]:
+async def thread_page(request: Request[Any, Any, Any], thread_id: FromPath[str]) -> Response[str]:
     rt: Runtime = request.app.state.runtime
     branches = await in_thread(thread_tree, rt, thread_id)
     return render(request, "thread.html", {"thread_id": thread_id, "branches": branches})
 
 
-def _checkpoints_of_thread(rt: Runtime, thread_id: str) -> list[tuple[Run, list[Checkpoint]]]:
+def _checkpoints_of_thread(rt: Runtime, thread_id: FromPath[str]) -> list[tuple[Run, list[Checkpoint]]]:
     return [(r, complete(rt.history(r.id))) for r in rt.store.list_runs(None, thread_id, 50)]
 
 
 @get("/diff", include_in_schema=False)
-async def diff_page(request: Request[Any, Any, Any], a: str, b: str | None = None) -> Response[str]:
+async def diff_page(request: Request[Any, Any, Any], a: FromQuery[str], b: FromQuery[str | None] = None) -> Response[str]:
     rt: Runtime = request.app.state.runtime
 
     def load() -> dict[str, Any]:
