@@ -15,6 +15,7 @@ from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
     Checkpoint,
+    CheckpointSummary,
     Interrupt,
     InterruptStatus,
     JournalEntry,
@@ -95,6 +96,11 @@ class CheckpointStore(Protocol):
     def interrupts(self, run_id: str | None = None,
                    status: InterruptStatus | None = None) -> list[Interrupt]: ...
 
-    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]: ...
+    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
+        """Events after ``after_seq`` in order, at most ``limit`` of them."""
+
+    def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        """The run's checkpoints with ``first_seq <= seq <= last_seq``, oldest first, without
+        their node states (a page of a timeline)."""
 
     def close(self) -> None: ...

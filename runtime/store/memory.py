@@ -11,6 +11,7 @@ from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
     Checkpoint,
+    CheckpointSummary,
     Interrupt,
     InterruptStatus,
     JournalEntry,
@@ -193,10 +194,17 @@ class MemoryStore:
         return [i for i in items if (run_id is None or i.run_id == run_id)
                 and (status is None or i.status == status)]
 
-    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
+    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         with self._lock:
             self._get(run_id)
-            return [e for e in self._events[run_id] if e.seq > after_seq]
+            found = [e for e in self._events[run_id] if e.seq > after_seq]
+        return found if limit is None else found[:limit]
+
+    def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        with self._lock:
+            self._get(run_id)
+            return [CheckpointSummary(c.id, c.run_id, c.seq, c.nodes, c.source, c.created_at, c.event_seq)
+                    for c in self._checkpoints[run_id] if first_seq <= c.seq <= last_seq]
 
     def close(self) -> None:
         pass

@@ -18,16 +18,28 @@ from typing import Any, TypeVar
 from runtime import Runtime
 from runtime.core.errors import InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
-from runtime.core.records import Checkpoint, Interrupt, JournalEntry, NodeAttempt, Run, RunKind, TraceEvent
+from runtime.core.records import (
+    Checkpoint,
+    CheckpointSummary,
+    Interrupt,
+    JournalEntry,
+    NodeAttempt,
+    Run,
+    RunKind,
+    TraceEvent,
+)
 from runtime.core.states import NodeStatus, RunStatus
 from runtime.graph.instances import base_node
-from runtime.travel.diff import Change
+from runtime.history.state import state_json
+from runtime.travel.diff import Change, diff
 from runtime.travel.views import CheckpointView
 
 T = TypeVar("T")
 
 PER_PAGE = 50
 EVENTS_PER_PAGE = 100
+#: rows of a lazily loaded panel (attempts, nodes) per page
+ROWS_PER_PAGE = 200
 #: checkpoints shown around the selected one on the timeline
 TIMELINE_WINDOW = 60
 
@@ -81,23 +93,16 @@ def runs_page(rt: Runtime, *, status: str | None = None, graph: str | None = Non
 class RunPage:
     run: Run
     description: Mapping[str, Any]
-    checkpoints: Sequence[Checkpoint]          # the timeline window
+    checkpoints: Sequence[CheckpointSummary]   # the timeline window
     total_checkpoints: int
     selected: CheckpointView
     previous: Checkpoint | None
     changes: Sequence[Change]
     node: str | None
     node_states: Mapping[str, NodeStatus]
-    journal: Sequence[JournalEntry]
-    attempts: Sequence[NodeAttempt]
     interrupts: Sequence[Interrupt]
     children: Sequence[Run]
-    events: Sequence[TraceEvent]
-    events_page: int
-    events_has_next: bool
-    event_query: str
     orphaned: bool
-    waterfall: Sequence[Mapping[str, Any]] = field(default_factory=list)
 
 
 def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
@@ -110,49 +115,40 @@ def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
     return desc
 
 
-def checkpoint_by_seq(rt: Runtime, run_id: str, seq: int | None) -> Checkpoint:
+def selected_checkpoint(rt: Runtime, run_id: str, seq: int | None) -> Checkpoint:
     cp = rt.store.find_checkpoint(run_id, seq)
     if cp is None or (seq is not None and cp.seq != seq):
         raise NotFound(f"run {run_id} has no checkpoint #{seq}")
     return cp
 
 
-def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | None = None,
-             events_page: int = 1, event_query: str = "") -> RunPage:
+def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | None = None) -> RunPage:
+    """What the run page shows at one checkpoint. Reads stay proportional to what is
+    shown: a window of the timeline, one checkpoint's states, its writes and diff."""
     run = complete(rt.get_run(run_id))
-    all_cps = complete(rt.history(run_id))
-    if not all_cps:
-        raise NotFound(f"run {run_id} has no checkpoints")
-    if cp is None:
-        chosen = all_cps[-1]
-    else:
-        found = [c for c in all_cps if c.seq == cp]
-        if not found:
-            raise NotFound(f"run {run_id} has no checkpoint #{cp}")
-        chosen = found[0]
+    chosen = selected_checkpoint(rt, run_id, cp)
     view = complete(rt.checkpoint(chosen.id))
-    previous = next((c for c in reversed(all_cps) if c.seq < chosen.seq), None)
-    changes = complete(rt.diff(previous.id, chosen.id)) if previous is not None else []
-    i = all_cps.index(chosen)
-    lo = max(0, min(i - TIMELINE_WINDOW // 2, len(all_cps) - TIMELINE_WINDOW))
-    window = all_cps[lo:lo + TIMELINE_WINDOW]
+    previous = rt.store.find_checkpoint(run_id, chosen.seq - 1) if chosen.seq > 0 else None
+    changes = diff(state_json(rt.store, rt.graphs, previous), view.state) if previous is not None else []
+    last = max(run.head_seq, chosen.seq)
+    lo = max(0, min(chosen.seq - TIMELINE_WINDOW // 2, last + 1 - TIMELINE_WINDOW))
+    window = rt.store.checkpoint_summaries(run_id, lo, lo + TIMELINE_WINDOW - 1)
     if node is not None and not any(base_node(n) == base_node(node) for n in chosen.node_states):
         raise NotFound(f"run {run_id} has no node {node!r}")
-    events, has_next = events_window(rt, run_id, events_page, event_query)
-    attempts = complete(rt.attempts(run_id))
     return RunPage(
-        run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=len(all_cps),
+        run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
         selected=view, previous=previous, changes=changes, node=node, node_states=chosen.node_states,
-        journal=rt.store.journal([run_id]), attempts=attempts,
         interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
-        events=events, events_page=events_page, events_has_next=has_next, event_query=event_query,
-        orphaned=rt.orphaned(run), waterfall=waterfall(attempts, run))
+        orphaned=rt.orphaned(run))
 
 
 def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
                   per_page: int = EVENTS_PER_PAGE) -> tuple[list[TraceEvent], bool]:
     """One page of the run's trace (searchable by type, node or data), never all of it."""
     page = max(1, page)
+    if not query:   # sequence numbers are gapless from 1: a page is a range of them
+        found = rt.store.events(run_id, (page - 1) * per_page, per_page + 1)
+        return found[:per_page], len(found) > per_page
     events = rt.store.events(run_id, 0)
     if query:
         q = query.lower()
@@ -177,17 +173,24 @@ def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]
     return out
 
 
-def node_instances(page: RunPage, node: str) -> list[dict[str, Any]]:
-    """The instances of a graph node at the selected checkpoint, with their attempts and effects."""
+def node_instances(rt: Runtime, page: RunPage, node: str) -> list[dict[str, Any]]:
+    """The instances of a graph node at the selected checkpoint, with the attempts, writes
+    and effects each had by then."""
     base = base_node(node)
+    until = page.selected.checkpoint.created_at
+    attempts = [a for a in rt.store.node_attempts(page.run.id) if base_node(a.node) == base and a.started_at <= until]
+    effects = journal_rows([e for e in rt.store.journal([page.run.id]) if base_node(e.node) == base and e.at <= until],
+                           page.run)
+    writes = [w for w in rt.store.pending_writes(page.run.id)
+              if base_node(w.node) == base and w.checkpoint_seq < page.selected.checkpoint.seq + 1]
     out = []
     for inst, st in page.node_states.items():
         if base_node(inst) != base:
             continue
         out.append({"name": inst, "status": st.value,
-                    "attempts": [a for a in page.attempts if a.node == inst],
-                    "effects": [e for e in page.journal if e.node == inst],
-                    "writes": [w for w in page.selected.pending_writes if w.node == inst]})
+                    "attempts": [a for a in attempts if a.node == inst],
+                    "effects": [e for e in effects if e.node == inst],
+                    "writes": [w for w in writes if w.node == inst]})
     return out
 
 

@@ -41,3 +41,23 @@ def test_filters_search_and_pages(store: CheckpointStore) -> None:  # noqa: F811
     assert store.list_runs(search="%") and not store.list_runs(search="x%y")
     assert [r.id for r in store.list_runs(thread_id="t_even", kind=RunKind.MAIN, limit=2, offset=1)] == \
         ["run_06", "run_02"]
+
+
+async def test_timeline_pages_and_event_windows(store: CheckpointStore) -> None:  # noqa: F811
+    from runtime import Graph, Runtime
+
+    g = Graph("three")
+    g.add_node("a", lambda s: {"x": 1})
+    g.add_node("b", lambda s: {"y": 2}, after=["a"])
+    g.add_node("c", lambda s: {"z": 3}, after=["b"])
+    rt = Runtime(store=store)
+    run = await rt.start(g, {})
+    full = store.checkpoints(run.id)
+    assert len(full) >= 4
+    summaries = store.checkpoint_summaries(run.id, 1, 2)
+    assert [(s.id, s.seq, s.nodes, s.source, s.event_seq) for s in summaries] == \
+        [(c.id, c.seq, c.nodes, c.source, c.event_seq) for c in full if 1 <= c.seq <= 2]
+    assert store.checkpoint_summaries(run.id, 100, 200) == []
+    events = store.events(run.id)
+    assert store.events(run.id, 2, limit=3) == events[2:5]
+    assert store.events(run.id, len(events), limit=5) == []

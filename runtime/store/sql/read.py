@@ -17,6 +17,7 @@ from ...core.errors import NotFound
 from ...core.jsonvalues import JSON
 from ...core.records import (
     Checkpoint,
+    CheckpointSummary,
     EffectStatus,
     Interrupt,
     InterruptKind,
@@ -111,6 +112,15 @@ class Reader:
             states = dict(row.states) if row.full else {**states, **row.states}
             out.append(checkpoint_record(run_id, row, states, changed))
         return out
+
+    def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        c = CHECKPOINTS.c
+        with self.engine.connect() as conn:
+            pk = self.pk(conn, run_id)
+            rows = conn.execute(select(c.id, c.seq, c.nodes, c.source, c.created_at, c.event_seq)
+                                .where(c.run_pk == pk, c.seq >= first_seq, c.seq <= last_seq).order_by(c.seq)).all()
+        return [CheckpointSummary(r.id, run_id, r.seq, tuple(r.nodes or ()), r.source, r.created_at, r.event_seq)
+                for r in rows]
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         with self.engine.connect() as conn:
@@ -208,11 +218,11 @@ class Reader:
                           InterruptStatus(r.status), r.created_at, r.response_schema, r.answer, r.answered_at)
                 for r in rows]
 
-    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
+    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
-            rows = conn.execute(select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > after_seq)
-                                .order_by(EVENTS.c.seq)).all()
+            stmt = select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > after_seq).order_by(EVENTS.c.seq)
+            rows = conn.execute(stmt if limit is None else stmt.limit(limit)).all()
         return [TraceEvent(run_id, r.seq, r.at, r.type, r.node, r.attempt, r.data or {}) for r in rows]
 
 

@@ -30,6 +30,7 @@ from ...core.jsonvalues import JSON
 from ...core.records import (
     Batch,
     Checkpoint,
+    CheckpointSummary,
     Interrupt,
     InterruptStatus,
     JournalEntry,
@@ -133,8 +134,11 @@ class SqlStore:
                    status: InterruptStatus | None = None) -> list[Interrupt]:
         return self._reader.interrupts(run_id, status)
 
-    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
-        return self._reader.events(run_id, after_seq)
+    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
+        return self._reader.events(run_id, after_seq, limit)
+
+    def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        return self._reader.checkpoint_summaries(run_id, first_seq, last_seq)
 
 
 def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:
