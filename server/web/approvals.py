@@ -152,32 +152,45 @@ def find_interrupt(rt: Runtime, interrupt_id: str) -> tuple[Interrupt, list[Inte
     return found, [i for i in everything if i.run_id == found.run_id and i.id != found.id]
 
 
-def paused_at(checkpoints: Sequence[Checkpoint], i: Interrupt) -> Checkpoint | None:
-    """The checkpoint the run stood at while the question waited: its last one while
-    pending, else the last one before the answer let the run go on."""
-    if i.status == InterruptStatus.PENDING or i.answered_at is None:
-        return checkpoints[-1] if checkpoints else None
-    before = [c for c in checkpoints if c.created_at <= i.answered_at]
-    return before[-1] if before else (checkpoints[0] if checkpoints else None)
+def paused_at(rt: Runtime, run_id: str, i: Interrupt) -> Checkpoint | None:
+    """The checkpoint the run stood at while the question waited: its head while the
+    question is open, else the last one made before the answer let the run go on
+    (found among the light timeline rows, then read whole)."""
+    head = rt.store.find_checkpoint(run_id)
+    if head is None or i.answered_at is None or head.created_at < i.answered_at:
+        return head
+    rows = rt.store.checkpoint_summaries(run_id, 0, head.seq)
+    # one made at the very moment of the answer is the resume's, not the pause's
+    before = [c for c in rows if c.created_at < i.answered_at] or rows[:1]
+    return rt.store.get_checkpoint(before[-1].id) if before else head
 
 
-def answered_by(rt: Runtime, i: Interrupt) -> tuple[str | None, float | None]:
-    """Who answered (as recorded on the trace) and when."""
+#: trace events read at a time while looking for an answer's record
+EVENT_WINDOW = 200
+
+
+def answered_by(rt: Runtime, i: Interrupt, after_seq: int) -> tuple[str | None, float | None]:
+    """Who answered (as the trace recorded it) and when; the record comes after the
+    pause, so the trace is read from there, a window at a time."""
     if i.status != InterruptStatus.ANSWERED:
         return None, None
-    for ev in reversed(complete(rt.events(i.run_id))):
-        if ev.type == EventType.INTERRUPT_ANSWERED and ev.data.get("interrupt_id") == i.id:
-            by = ev.data.get("by")
-            return (str(by) if by is not None else None), ev.at
-    return None, i.answered_at
+    while True:
+        window = rt.store.events(i.run_id, after_seq, EVENT_WINDOW)
+        for ev in window:
+            if ev.type == EventType.INTERRUPT_ANSWERED and ev.data.get("interrupt_id") == i.id:
+                by = ev.data.get("by")
+                return (str(by) if by is not None else None), ev.at
+        if len(window) < EVENT_WINDOW:
+            return None, i.answered_at
+        after_seq = window[-1].seq
 
 
 def screen(rt: Runtime, interrupt_id: str) -> dict[str, Any]:
     i, others = find_interrupt(rt, interrupt_id)
     run = complete(rt.get_run(i.run_id))
-    cp = paused_at(complete(rt.history(run.id)), i)
+    cp = paused_at(rt, run.id, i)
     state = complete(rt.checkpoint(cp.id)).state if cp is not None else {}
-    by, at = answered_by(rt, i)
+    by, at = answered_by(rt, i, cp.event_seq if cp is not None else 0)
     value = i.payload.get("value") if isinstance(i.payload, Mapping) else i.payload
     return {"i": i, "run": run, "value": value, "question": question_text(i), "cp": cp, "state": state,
             "node_status": cp.node_states.get(i.node) if cp is not None else None,

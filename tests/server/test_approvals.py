@@ -27,6 +27,7 @@ from runtime import (
     InterruptKind,
     InterruptStatus,
     NodeContext,
+    NodeStatus,
     RunStatus,
     Runtime,
     SqlStore,
@@ -401,7 +402,8 @@ def test_an_invalid_answer_shows_errors_by_its_fields_and_keeps_the_run_paused(r
     assert snapshot(rt, run_id) == before and before[0] == RunStatus.INTERRUPTED
 
 
-def test_a_valid_answer_resumes_the_run_and_records_who_answered(rt: Runtime, client: TestClient[Any]):
+def test_a_valid_answer_resumes_the_run_and_records_who_answered(rt: Runtime, client: TestClient[Any],
+                                                                 monkeypatch: pytest.MonkeyPatch):
     run_id, q = start(rt, review_graph(), {})
     reply = post_answer(client, q.id, valid_review())
     assert reply.status_code == 303 and reply.headers["location"] == f"/runs/{run_id}"
@@ -418,7 +420,15 @@ def test_a_valid_answer_resumes_the_run_and_records_who_answered(rt: Runtime, cl
 
     page = client.get(f"/interrupts/{q.id}").text
     assert re.search(r'id="answered"><dt>Answered</dt><dd>by <strong>local</strong> at \d{4}-', page)
+    # the state shown is the one the run paused at, not where it ended
+    pause = asyncio.run(rt.history(run_id))[1]
+    assert pause.node_states["ask"] == NodeStatus.INTERRUPTED
+    assert f"/runs/{run_id}?cp={pause.seq}\">checkpoint #{pause.seq}<" in page and '"ann:4:Oslo"' not in page
     assert '<form class="stacked answer-form"' not in page
+    # the trace is read a window at a time from the pause on, however small the window
+    monkeypatch.setattr(approvals, "EVENT_WINDOW", 1)
+    assert approvals.answered_by(rt, done, 0)[0] == "local"
+    assert approvals.answered_by(rt, done, pause.event_seq)[0] == "local"
     again = post_answer_raw(client, q.id, valid_review())
     assert again.status_code == 409 and "cannot be answered again" in again.text
 
