@@ -37,12 +37,6 @@ from server.web.app import create_app
 
 XSS = "<script>alert(1)</script>"
 
-# the app's other pages still declare parameters in a style Litestar deprecates; this
-# module's own handlers are held to no warnings at all (test_handlers_use_current_styles)
-pytestmark = [
-    pytest.mark.filterwarnings(r"ignore:\[paths='/(?!inbox|interrupts):litestar.exceptions.LitestarDeprecationWarning"),
-    pytest.mark.filterwarnings(r"ignore:Deprecated use of 'Body\(\)':litestar.exceptions.LitestarDeprecationWarning"),
-]
 
 
 # --------------------------------------------------------------------------- graphs
