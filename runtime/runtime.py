@@ -182,7 +182,7 @@ class Runtime:
                      answers: Mapping[str, JSON] | None = None,
                      graph: Graph | ExecutableGraph | None = None, deadline: float | None = None,
                      max_steps: int | None = None, max_tokens: int | None = None,
-                     max_cost: float | None = None) -> Run:
+                     max_cost: float | None = None, answered_by: str | None = None) -> Run:
         """Continue a run: answer its interrupts, continue it after failure or
         cancellation (as a new continuation run), or recover it after a crash.
 
@@ -192,7 +192,8 @@ class Runtime:
         A continuation starts with its parent's usage and limits, so budgets count
         across the chain; ``deadline``, ``max_steps``, ``max_tokens`` and ``max_cost``
         replace the limits of those names (a continuation's, or the same run's from now
-        on; one below the usage so far ends the run with ``limit_exceeded``)."""
+        on; one below the usage so far ends the run with ``limit_exceeded``). ``answered_by``
+        names who answered; the trace's ``interrupt.answered`` events record it."""
         limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
                             max_cost=max_cost)
         if graph is not None:
@@ -202,7 +203,9 @@ class Runtime:
                 raise InvalidRequest(f"run {run_id} was made by graph version {run.graph_version}; "
                                      f"the graph given is version {given.version}")
             self.graphs.remember_run(run_id, given)
-        return await self._driver.resume(run_id, answer, answers, limits)
+        if answered_by is not None and (not isinstance(answered_by, str) or not answered_by or len(answered_by) > 200):
+            raise InvalidRequest(f"answered_by must be a short non-empty string, got {answered_by!r}")
+        return await self._driver.resume(run_id, answer, answers, limits, answered_by)
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0) -> Run:
         """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED."""

@@ -59,5 +59,8 @@ TURN=$($H runs --thread ada --limit 1 --json | $PY -c 'import json,sys; print(js
 echo; echo "== harness watch $TURN: the turn's recorded events, as a follower in another process sees them"
 $H watch "$TURN"
 
+echo; echo "== an agent: a tool loop (model, tool, model#1, …), a map over what it found (read[0], …), a review subgraph"
+$H run examples.agent:graph --input '{"question": "tides"}'
+
 echo; echo "== harness runs"
 $H runs

@@ -12,6 +12,21 @@ python3 - <<'PY' || { echo "setup: Python 3.11 or newer is required" >&2; exit 1
 import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
 
+# System tools: graphviz draws the debugger's graphs; Chromium runs the browser tests.
+need=()
+command -v dot >/dev/null || need+=(graphviz)
+if [ "${HARNESS_BROWSER:-1}" = 1 ] && ! command -v chromium >/dev/null && [ -z "${CHROMIUM_PATH:-}" ]; then
+  need+=(chromium)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${need[*]} (apt)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "setup: please install ${need[*]} (Debian: sudo apt-get install ${need[*]})" >&2; exit 1
+  fi
+fi
+
 [ -x .venv/bin/python ] || python3 -m venv .venv
 [ -x .venv/bin/uv ] || .venv/bin/pip install --quiet --disable-pip-version-check uv==0.9.*  2>/dev/null \
   || .venv/bin/pip install --quiet --disable-pip-version-check uv

@@ -19,6 +19,7 @@ __all__ = [
     "COMPENSATION_STATUSES",
     "Checkpoint",
     "CheckpointSource",
+    "CheckpointSummary",
     "EffectStatus",
     "EffectsMode",
     "EventType",
@@ -202,6 +203,19 @@ class Checkpoint:
     snapshot: Mapping[str, JSON] | None = None
     #: nodes whose status changed since the parent checkpoint (None: not known)
     changed: tuple[str, ...] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSummary:
+    """What a timeline shows of a checkpoint, without its node states or state."""
+
+    id: str
+    run_id: str
+    seq: int
+    nodes: tuple[str, ...]
+    source: str
+    created_at: float
+    event_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

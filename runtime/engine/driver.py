@@ -68,20 +68,20 @@ class Driver:
         return run
 
     def take_lease(self, run: Run, event: RunEvent, answered: Mapping[str, JSON] | None = None,
-                   limits: Mapping[str, JSON] | None = None) -> RunLoop:
+                   limits: Mapping[str, JSON] | None = None, by: str | None = None) -> RunLoop:
         """Acquire the run's lease (bumping its fencing token), then record why; new
         ``limits`` apply from now on (the run row is written with them as the loop begins)."""
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
         if limits:
             run = run.evolve(limits=with_limits(run.limits, limits, self.env.now()))
         loop = load_loop(self.deps, run)
-        loop.begin(event, answered or {})
+        loop.begin(event, answered or {}, by)
         return loop
 
     # ------------------------------------------------------------------ resume
 
     async def resume(self, run_id: str, answer: JSON = MISSING, answers: Mapping[str, JSON] | None = None,
-                     limits: Mapping[str, JSON] | None = None) -> Run:
+                     limits: Mapping[str, JSON] | None = None, by: str | None = None) -> Run:
         """``limits`` (validated by the caller): replace the inherited ones of a
         continuation, or apply to this run from now on."""
         run = self.store.get_run(run_id)
@@ -92,7 +92,7 @@ class Driver:
             run = await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER)))
             path = RESUME_PATHS[run.status]
         if path == ResumePath.ANSWER:
-            return await self.answer(run, answer, answers, limits)
+            return await self.answer(run, answer, answers, limits, by)
         if answering:
             if any(i.status == InterruptStatus.ANSWERED for i in self.store.interrupts(run_id)):
                 # most likely another caller answered first
@@ -114,11 +114,11 @@ class Driver:
         return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits)))
 
     async def answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None,
-                     limits: Mapping[str, JSON] | None = None) -> Run:
+                     limits: Mapping[str, JSON] | None = None, by: str | None = None) -> Run:
         given = match_answers(run, self.store.interrupts(run.id), answer, answers)
         checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
         try:
-            loop = self.take_lease(run, RunEvent.RESUME, answered=checked, limits=limits)
+            loop = self.take_lease(run, RunEvent.RESUME, answered=checked, limits=limits, by=by)
         except LeaseLost:
             raise InvalidAnswer(f"run {run.id} was already answered by another caller") from None
         return await self.finished(await self.run_loop(loop))

@@ -85,7 +85,7 @@ class Growth:
         if statuses.get(group) != N.RUNNING:
             return
         items = self.inst.items(group)
-        if any(statuses[i] not in FINISHED_NODE for i in items):
+        if any(statuses[i] not in FINISHED_NODE for i in reversed(items)):   # later items finish later
             return
         failed = [i for i in items if statuses[i] == N.FAILED]
         if failed:

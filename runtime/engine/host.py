@@ -132,7 +132,7 @@ class RunHost:
         found = self.interrupts.get((node, slot, kind.value))
         if found is not None and kind != InterruptKind.USER and found.run_id != self.run_id:
             return None  # a continuation asks again: whoever continues the run decides afresh
-        if found is not None and found.run_id != self.run_id and found.answer is not None:
+        if found is not None and found.run_id != self.run_id and found.status == InterruptStatus.ANSWERED:
             # an answer recorded by an earlier run (a continued run, or the run a replay re-executes)
             self.rec.emit(EventType.INTERRUPT_REUSED, node, interrupt_id=found.id,
                           source_run_id=found.run_id, slot=slot)
@@ -159,14 +159,17 @@ class RunHost:
         scope.interrupt_id = existing.id
         raise NodeInterrupt(existing.id)
 
-    def answer(self, interrupt_id: str, value: JSON) -> Interrupt:
-        """Record a validated answer; returns the answered interrupt."""
+    def answer(self, interrupt_id: str, value: JSON, by: str | None = None) -> Interrupt:
+        """Record a validated answer (and who gave it, when known); returns the answered interrupt."""
         key = next(k for k, i in self.interrupts.items() if i.id == interrupt_id)
         done = replace(self.interrupts[key], status=InterruptStatus.ANSWERED, answer=value,
                        answered_at=self.now())
         self.interrupts[key] = done
         self.rec.batch.interrupts.append(done)
-        self.rec.emit(EventType.INTERRUPT_ANSWERED, done.node, interrupt_id=interrupt_id)
+        data: dict[str, JSON] = {"interrupt_id": interrupt_id}
+        if by:
+            data["by"] = by
+        self.rec.emit(EventType.INTERRUPT_ANSWERED, done.node, None, **data)
         return done
 
     def close_pending(self) -> None:

@@ -156,8 +156,12 @@ class Instances:
         """Whether no instance of the loop will run any more (nodes after it may start)."""
         if entry in self._ended:
             return True
-        for m in self.graph.loops[entry]:
-            for inst in self._of.get(m, ()):
+        members = self.graph.loops[entry]
+        for m in members:   # the newest iteration first: it is the likeliest to be running
+            if any(statuses[x] not in FINISHED_NODE for x in self._with_items(self._of[m][-1])):
+                return False
+        for m in members:
+            for inst in reversed(self._of.get(m, ())):   # the newest iteration is the likeliest to run
                 if any(statuses[x] not in FINISHED_NODE for x in self._with_items(inst)):
                     return False
         self._ended.add(entry)
@@ -233,8 +237,11 @@ class Instances:
         if at + count < len(self.order):
             for i in range(at, len(self.order)):
                 self.index[self.order[i]] = i   # type: ignore[index]
-            for n, m in self._anc.items():
-                self._anc[n] = shift_mask(m, at, count)
+            # an instance's ancestors come before it: only masks of instances after ``at`` move
+            for n in self.order[at + count:]:
+                m = self._anc.get(n)
+                if m is not None:
+                    self._anc[n] = shift_mask(m, at, count)
             for listener in self._shift:
                 listener(at, count)
         else:

@@ -67,6 +67,8 @@ class RunLoop(Outcomes, Growth):
         self._retry_at: dict[str, float] = {}
         self._in_flight: dict[asyncio.Future[Outcome], AttemptScope] = {}
         self._candidates: set[str] = set(self.inst.order)
+        #: due and checked (dependencies, when=), waiting for a free slot: not examined again
+        self._queued: list[str] = []
         self._stop: Stop | None = None
         self._next_poll = 0.0
         self._done: list[asyncio.Future[Outcome]] = []   # finished attempts not yet collected
@@ -100,19 +102,20 @@ class RunLoop(Outcomes, Growth):
 
     # ------------------------------------------------------------------ taking the run over
 
-    def begin(self, event: RunEvent, answered: Mapping[str, JSON]) -> None:
+    def begin(self, event: RunEvent, answered: Mapping[str, JSON], by: str | None = None) -> None:
         """Record why this process took the run over: claim, resume with answers, recovery."""
         if event == RunEvent.RECOVER:
             log.info("run %s: recovering it (its previous owner stopped)", self.run_id)
             self._lose_in_flight()
         for interrupt_id, value in answered.items():
-            done = self.host.answer(interrupt_id, value)
+            done = self.host.answer(interrupt_id, value, by)
             if self.rec.statuses[done.node] == N.INTERRUPTED:
                 self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
         self.rec.run_event(event, owner=self.env.owner)
         if self.inst.dynamic:
             self._regrow()
         self._candidates = set(self.inst.order)
+        self._queued = []
         self.rec.checkpoint_if_dirty()
         self.rec.flush(durable=True)
 
@@ -246,9 +249,12 @@ class RunLoop(Outcomes, Growth):
                     skipped = True   # its items are candidates now
                     continue
                 ready.append(node)
+            if self._queued:
+                ready = sorted({*self._queued, *ready}, key=self.inst.index.__getitem__)
+                self._queued = []
             launch = scheduler.admit(ready, 0, self.deps.slots.room(self))
             if len(launch) < len(ready):  # the rest wait in the queue for a free slot
-                self._candidates.update(ready[len(launch):])
+                self._queued = ready[len(launch):]
                 # a run with nothing in flight waits for other runs of this Runtime to free one
                 self._starved = not self._in_flight and not launch
             for node in launch:

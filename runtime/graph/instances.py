@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import NamedTuple
 
 _NAME = re.compile(r"(?P<node>[^#\[\]]+)(?:#(?P<it>[1-9]\d*))?(?:\[(?P<item>\d+)\])?")
@@ -26,6 +27,7 @@ class InstanceName(NamedTuple):
     item: int | None = None
 
 
+@lru_cache(maxsize=65536)   # hot in the scheduler; names repeat for the whole run
 def parse_instance(name: str) -> InstanceName:
     m = _NAME.fullmatch(name)
     if m is None:

@@ -5,6 +5,9 @@
                {"id": "pay", "fn": "pay", "after": ["lookup"], "timeout": 5,
                 "retry": {"max_attempts": 3}, "when": "is_large"}]}
 
+A node may also start a loop (``"max_iterations": 5``, with an edge back to it from a
+node that runs after it) or map over a list field (``"map_over": "items"``).
+
 ``fn``, ``when`` and ``state`` name entries of a ``Registry`` or, failing that, an
 importable ``module:attribute``. A plan compiles to the same ``ExecutableGraph`` as
 the Python builder and is validated the same way: every problem at once.
@@ -72,6 +75,8 @@ class _Node(BaseModel):
     when: str | None = None
     timeout: Annotated[_Seconds, Field(gt=0)] | None = None
     retry: _Retry | None = None
+    max_iterations: Annotated[_Count, Field(ge=1)] | None = None
+    map_over: str | None = None
 
 
 class _Plan(BaseModel):
@@ -122,7 +127,7 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
         decls.append(NodeDecl(
             name=node.id, fn=fn or _unresolved, after=tuple(node.after), retry=retry,
             timeout=node.timeout, when=when, args=node.args, location=where,
-            fn_ref=node.fn, when_ref=node.when,
+            fn_ref=node.fn, when_ref=node.when, max_iterations=node.max_iterations, map_over=node.map_over,
         ))
     try:
         graph = build(doc.name, state, decls)

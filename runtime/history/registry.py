@@ -56,6 +56,10 @@ class GraphRegistry:
         self.store.save_graph(desc)
         return done
 
+    def versions(self, name: str) -> list[ExecutableGraph]:
+        """The registered versions of the graph called ``name``, in the order they were registered."""
+        return [g for g in self._graphs.values() if g.name == name]
+
     def graph_for(self, run: Run) -> ExecutableGraph:
         """The graph a run was made by: registered, or imported by its stored reference."""
         graph = self._graphs.get(run.graph_version)

@@ -15,12 +15,14 @@ from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
     Checkpoint,
+    CheckpointSummary,
     Interrupt,
     InterruptStatus,
     JournalEntry,
     NodeAttempt,
     PendingWrite,
     Run,
+    RunKind,
     TraceEvent,
 )
 from ..core.states import RunStatus
@@ -49,8 +51,10 @@ class CheckpointStore(Protocol):
         """The run, or ``NotFound``."""
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
-                  limit: int = 100) -> list[Run]:
-        """Newest first."""
+                  limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
+                  search: str | None = None, offset: int = 0) -> list[Run]:
+        """Newest first; ``search``: runs whose id or thread id contains it; ``offset``:
+        how many matching runs to skip (pages)."""
 
     def child_runs(self, run_id: str) -> list[Run]:
         """Runs whose parent is ``run_id``, oldest first."""
@@ -92,6 +96,11 @@ class CheckpointStore(Protocol):
     def interrupts(self, run_id: str | None = None,
                    status: InterruptStatus | None = None) -> list[Interrupt]: ...
 
-    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]: ...
+    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
+        """Events after ``after_seq`` in order, at most ``limit`` of them."""
+
+    def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        """The run's checkpoints with ``first_seq <= seq <= last_seq``, oldest first, without
+        their node states (a page of a timeline)."""
 
     def close(self) -> None: ...

@@ -11,6 +11,7 @@ from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
     Checkpoint,
+    CheckpointSummary,
     Interrupt,
     InterruptStatus,
     JournalEntry,
@@ -110,11 +111,14 @@ class MemoryStore:
             return self._get(run_id)
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
-                  limit: int = 100) -> list[Run]:
+                  limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
+                  search: str | None = None, offset: int = 0) -> list[Run]:
         with self._lock:
             runs = [self._runs[i] for i in reversed(self._order)]
         return [r for r in runs if (status is None or r.status == status)
-                and (thread_id is None or r.thread_id == thread_id)][:limit]
+                and (thread_id is None or r.thread_id == thread_id)
+                and (graph_name is None or r.graph_name == graph_name) and (kind is None or r.kind == kind)
+                and (not search or search in r.id or search in r.thread_id)][offset:offset + limit]
 
     def child_runs(self, run_id: str) -> list[Run]:
         with self._lock:
@@ -190,10 +194,17 @@ class MemoryStore:
         return [i for i in items if (run_id is None or i.run_id == run_id)
                 and (status is None or i.status == status)]
 
-    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
+    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         with self._lock:
             self._get(run_id)
-            return [e for e in self._events[run_id] if e.seq > after_seq]
+            found = [e for e in self._events[run_id] if e.seq > after_seq]
+        return found if limit is None else found[:limit]
+
+    def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        with self._lock:
+            self._get(run_id)
+            return [CheckpointSummary(c.id, c.run_id, c.seq, c.nodes, c.source, c.created_at, c.event_seq)
+                    for c in self._checkpoints[run_id] if first_seq <= c.seq <= last_seq]
 
     def close(self) -> None:
         pass

@@ -17,6 +17,7 @@ from ...core.errors import NotFound
 from ...core.jsonvalues import JSON
 from ...core.records import (
     Checkpoint,
+    CheckpointSummary,
     EffectStatus,
     Interrupt,
     InterruptKind,
@@ -76,12 +77,20 @@ class Reader:
         return run_record(row)
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
-                  limit: int = 100) -> list[Run]:
-        stmt = select(RUNS).order_by(RUNS.c.pk.desc()).limit(limit)
+                  limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
+                  search: str | None = None, offset: int = 0) -> list[Run]:
+        stmt = select(RUNS).order_by(RUNS.c.pk.desc()).limit(limit).offset(offset)
         if status is not None:
             stmt = stmt.where(RUNS.c.status == status.value)
         if thread_id is not None:
             stmt = stmt.where(RUNS.c.thread_id == thread_id)
+        if graph_name is not None:
+            stmt = stmt.where(RUNS.c.graph_name == graph_name)
+        if kind is not None:
+            stmt = stmt.where(RUNS.c.kind == kind.value)
+        if search:   # an id or a thread id, or part of one: escaped, so % and _ match themselves
+            pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            stmt = stmt.where(RUNS.c.id.like(pattern, escape="\\") | RUNS.c.thread_id.like(pattern, escape="\\"))
         with self.engine.connect() as conn:
             return [run_record(r) for r in conn.execute(stmt)]
 
@@ -103,6 +112,15 @@ class Reader:
             states = dict(row.states) if row.full else {**states, **row.states}
             out.append(checkpoint_record(run_id, row, states, changed))
         return out
+
+    def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        c = CHECKPOINTS.c
+        with self.engine.connect() as conn:
+            pk = self.pk(conn, run_id)
+            rows = conn.execute(select(c.id, c.seq, c.nodes, c.source, c.created_at, c.event_seq)
+                                .where(c.run_pk == pk, c.seq >= first_seq, c.seq <= last_seq).order_by(c.seq)).all()
+        return [CheckpointSummary(r.id, run_id, r.seq, tuple(r.nodes or ()), r.source, r.created_at, r.event_seq)
+                for r in rows]
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         with self.engine.connect() as conn:
@@ -200,11 +218,11 @@ class Reader:
                           InterruptStatus(r.status), r.created_at, r.response_schema, r.answer, r.answered_at)
                 for r in rows]
 
-    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
+    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
-            rows = conn.execute(select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > after_seq)
-                                .order_by(EVENTS.c.seq)).all()
+            stmt = select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > after_seq).order_by(EVENTS.c.seq)
+            rows = conn.execute(stmt if limit is None else stmt.limit(limit)).all()
         return [TraceEvent(run_id, r.seq, r.at, r.type, r.node, r.attempt, r.data or {}) for r in rows]
 
 

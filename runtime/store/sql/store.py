@@ -30,12 +30,14 @@ from ...core.jsonvalues import JSON
 from ...core.records import (
     Batch,
     Checkpoint,
+    CheckpointSummary,
     Interrupt,
     InterruptStatus,
     JournalEntry,
     NodeAttempt,
     PendingWrite,
     Run,
+    RunKind,
     TraceEvent,
 )
 from ...core.states import RunStatus
@@ -98,8 +100,10 @@ class SqlStore:
         return self._reader.get_run(run_id)
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
-                  limit: int = 100) -> list[Run]:
-        return self._reader.list_runs(status, thread_id, limit)
+                  limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
+                  search: str | None = None, offset: int = 0) -> list[Run]:
+        return self._reader.list_runs(status, thread_id, limit, graph_name=graph_name, kind=kind,
+                                      search=search, offset=offset)
 
     def child_runs(self, run_id: str) -> list[Run]:
         return self._reader.child_runs(run_id)
@@ -130,8 +134,11 @@ class SqlStore:
                    status: InterruptStatus | None = None) -> list[Interrupt]:
         return self._reader.interrupts(run_id, status)
 
-    def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
-        return self._reader.events(run_id, after_seq)
+    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
+        return self._reader.events(run_id, after_seq, limit)
+
+    def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        return self._reader.checkpoint_summaries(run_id, first_seq, last_seq)
 
 
 def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:

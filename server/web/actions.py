@@ -1,0 +1,127 @@
+"""What people do to runs, shared by the pages and the JSON API.
+
+Every action checks the run's state first (a conflict is ``Conflict``, HTTP 409),
+lets the Runtime validate the request before it writes anything (``InvalidRequest``,
+HTTP 422), and — for actions that drive a run — returns as soon as the run exists,
+driving it in the background so the page can follow it live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from runtime import Runtime
+from runtime.core.errors import InvalidAnswer, InvalidRequest, NotFound
+from runtime.core.jsonvalues import JSON
+from runtime.core.records import Interrupt, InterruptStatus, Run
+from runtime.core.states import RunStatus
+from runtime.engine.compensation import CompensationReport
+
+from .services import Conflict, complete, in_thread, start_in_background
+
+Tasks = set[asyncio.Task[None]]
+
+TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+async def _run(rt: Runtime, run_id: str) -> Run:
+    run: Run = await in_thread(lambda: complete(rt.get_run(run_id)))
+    return run
+
+
+async def fork(rt: Runtime, tasks: Tasks, checkpoint_id: str, patch: Mapping[str, JSON] | None,
+               effects: str = "mock", mocks: Mapping[str, JSON] | None = None) -> str:
+    """A new branch from a checkpoint; the patch and mocks are validated before anything is written."""
+    if effects not in ("mock", "live"):
+        raise InvalidRequest(f"effects must be 'mock' or 'live', got {effects!r}")
+    if patch is not None and not isinstance(patch, Mapping):
+        raise InvalidRequest(f"patch must be an object of state fields, got {type(patch).__name__}")
+    await in_thread(rt.store.get_checkpoint, checkpoint_id)   # NotFound before anything else
+    return await start_in_background(rt, rt.fork(checkpoint_id, patch, effects=effects, mocks=mocks), tasks)
+
+
+async def replay(rt: Runtime, tasks: Tasks, target_id: str, version: str | None = None,
+                 mocks: Mapping[str, JSON] | None = None) -> str:
+    """Re-execute a run (or from a checkpoint) with effects mocked, under the same or another
+    registered version of its graph; the report compares it node by node."""
+    graph = None
+    if version:
+        graph = rt.graphs.registered(version)
+        if graph is None:
+            raise InvalidRequest(f"graph version {version!r} is not registered with this server")
+    return await start_in_background(rt, rt.replay(target_id, graph, mocks=mocks), tasks)
+
+
+async def resume(rt: Runtime, tasks: Tasks, run_id: str) -> str:
+    """Continue a failed or cancelled run (a new continuation), start a queued one, or recover one
+    whose process is gone. Returns the id of the run that goes on."""
+    run = await _run(rt, run_id)
+    if run.status == RunStatus.SUCCEEDED:
+        raise Conflict(f"run {run_id} already succeeded; a succeeded run never changes (fork it instead)")
+    if run.status == RunStatus.INTERRUPTED:
+        raise Conflict(f"run {run_id} is waiting for answers: answer its interrupts to resume it")
+    if run.status == RunStatus.RUNNING and not rt.orphaned(run):
+        raise Conflict(f"run {run_id} is running; cancel it or wait for it to finish")
+    return await start_in_background(rt, rt.resume(run_id), tasks)
+
+
+async def cancel(rt: Runtime, tasks: Tasks, run_id: str, reason: str) -> str:
+    run = await _run(rt, run_id)
+    if run.status in TERMINAL:
+        raise Conflict(f"run {run_id} is {run.status.value}: there is nothing to cancel")
+    reason = (reason or "").strip() or "cancelled from the debugger"
+    if len(reason) > 500:
+        raise InvalidRequest("reason must be at most 500 characters")
+    task = asyncio.get_running_loop().create_task(_cancel(rt, run_id, reason))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    await asyncio.sleep(0)   # let the request reach the run before answering
+    return run_id
+
+
+async def _cancel(rt: Runtime, run_id: str, reason: str) -> None:
+    await rt.cancel(run_id, reason)
+
+
+async def compensate(rt: Runtime, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:
+    run = await _run(rt, run_id)
+    if run.status not in TERMINAL:
+        raise Conflict(f"run {run_id} is {run.status.value}; compensate a run once it has ended")
+    return await rt.compensate(run_id, retry_in_doubt=retry_in_doubt)
+
+
+async def pending_interrupt(rt: Runtime, interrupt_id: str) -> Interrupt:
+    everything: list[Interrupt] = await in_thread(rt.store.interrupts, None, None)
+    for i in everything:
+        if i.id == interrupt_id:
+            return i
+    raise NotFound(f"no interrupt {interrupt_id!r}")
+
+
+async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: str) -> str:
+    """Answer one interrupt; the answer is validated (against the node's response model
+    when it declared one) before the run moves. Returns the run id."""
+    found = await pending_interrupt(rt, interrupt_id)
+    if found.status != InterruptStatus.PENDING:
+        raise Conflict(f"interrupt {interrupt_id} is {found.status.value}: it cannot be answered again")
+    try:
+        return await start_in_background(
+            rt, rt.resume(found.run_id, answers={interrupt_id: value}, answered_by=by), tasks)
+    except InvalidAnswer as e:
+        if "already answered" in str(e):
+            raise Conflict(str(e)) from None
+        raise
+
+
+async def export_thread(rt: Runtime, run_id: str) -> dict[str, JSON]:
+    doc: dict[str, JSON] = await in_thread(lambda: complete(rt.export_thread(run_id)))
+    return doc
+
+
+async def import_thread(rt: Runtime, document: Any) -> list[Run]:
+    if not isinstance(document, Mapping):
+        raise InvalidRequest(f"an exported thread is a JSON object, got {type(document).__name__}")
+    runs: list[Run] = await in_thread(lambda: complete(rt.import_thread(document)))
+    return runs

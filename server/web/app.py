@@ -1,0 +1,71 @@
+"""The composition root: ``create_app(runtime)`` builds the Litestar app.
+
+Pages and the JSON API share ``services``; security lives in ``auth`` (token rule
+off loopback, identity of who answers) and Litestar's CSRF middleware (every form
+post); request bodies are size-limited; user mistakes map to 404/409/422, never 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+from litestar import Litestar, Request, Response
+from litestar.config.csrf import CSRFConfig
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.static_files import create_static_files_router
+
+from runtime import Runtime
+from runtime.core.errors import GraphError, InvalidRequest, NotFound
+
+from . import api, approvals, commands, live, pages, threads
+from .auth import TokenMiddleware, check_bind
+from .render import STATIC, is_htmx, render
+from .services import Conflict
+
+#: the largest request body accepted (an imported thread is the biggest thing posted)
+MAX_BODY = 20 * 1024 * 1024
+
+
+def _status_of(exc: Exception) -> tuple[int, str]:
+    if isinstance(exc, NotFound):
+        return 404, str(exc)
+    if isinstance(exc, Conflict):
+        return 409, str(exc)
+    if isinstance(exc, (InvalidRequest, GraphError)):
+        return 422, str(exc)
+    if isinstance(exc, HTTPException):
+        return exc.status_code, str(exc.detail)
+    return 500, "internal error"
+
+
+def _error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    status, message = _status_of(exc)
+    if request.url.path.startswith("/api/"):
+        return Response({"error": message, "status": status}, status_code=status)
+    if is_htmx(request):   # shown where the form was, instead of replacing the page
+        return render(request, "error.html", {"status": status, "message": message}, block="message",
+                      status=status, headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"})
+    return render(request, "error.html", {"status": status, "message": message}, status=status)
+
+
+def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None = None,
+               csrf_secret: str | None = None) -> Litestar:
+    """The debugger over ``runtime``. Off loopback a token is required (``token``)."""
+    check_bind(host, token)
+    app = Litestar(
+        route_handlers=[*pages.HANDLERS, *api.HANDLERS, *approvals.HANDLERS, *live.HANDLERS, *commands.HANDLERS,
+                        *threads.HANDLERS, create_static_files_router(path="/static", directories=[STATIC])],
+        middleware=[TokenMiddleware.define(token, host)],
+        csrf_config=CSRFConfig(secret=csrf_secret or secrets.token_hex(32), exclude=["/api/", "/static/"],
+                               cookie_samesite="strict"),
+        exception_handlers={NotFound: _error, InvalidRequest: _error, GraphError: _error,
+                            NotFoundException: _error, ValidationException: _error, HTTPException: _error},
+        request_max_body_size=MAX_BODY,
+        debug=False,
+    )
+    app.state.runtime = runtime
+    app.state.tasks = set()   # runs started by actions, driven in the background
+    app.state.lock = asyncio.Lock()
+    return app

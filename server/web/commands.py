@@ -1,0 +1,198 @@
+"""Pages that act on runs: fork (patch editor with a preview of its diff), replay and
+its report, resume, cancel, compensate, export and import.
+
+Every form posts with a CSRF token; a rejected request re-renders the form with the
+error (HTTP 422 or 409) and creates nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from litestar import Request, Response, get, post
+from litestar.datastructures import UploadFile
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, FromPath, FromQuery
+from litestar.response import Redirect
+
+from runtime import Runtime
+from server.inputs import MAX_DEPTH, InputError, parse_json
+from runtime.core.errors import GraphError, InvalidRequest, NotFound
+from runtime.travel.branches import apply_patch
+from runtime.travel.diff import diff
+
+from . import actions, services
+from .render import is_htmx, render
+from .services import Conflict, complete, in_thread
+
+
+
+def _rt(request: Request[Any, Any, Any]) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+def _go(request: Request[Any, Any, Any], url: str) -> Response[Any]:
+    """After an action: to the run it created or moved (htmx follows HX-Redirect)."""
+    if is_htmx(request):
+        return Response("", status_code=200, headers={"HX-Redirect": url})
+    return Redirect(url, status_code=303)
+
+
+def _status(exc: Exception) -> int:
+    return 409 if isinstance(exc, Conflict) else 404 if isinstance(exc, NotFound) else 422
+
+
+# ------------------------------------------------------------------ fork
+
+def _fork_context(rt: Runtime, checkpoint_id: FromPath[str]) -> dict[str, Any]:
+    cp = rt.store.get_checkpoint(checkpoint_id)
+    run = complete(rt.get_run(cp.run_id))
+    state = complete(rt.state_at(cp.id)).model_dump(mode="json")
+    try:
+        graph = rt.graphs.graph_for(run)
+        schema = graph.state_model.model_json_schema()
+    except (NotFound, InvalidRequest, GraphError):
+        graph, schema = None, {}
+    effects = services.journal_rows(rt.store.journal([run.id]), run)
+    return {"cp": cp, "run": run, "state": state, "schema": schema, "graph": graph,
+            "effect_names": sorted({e.name for e in effects})}
+
+
+def _preview(rt: Runtime, ctx: dict[str, Any], patch_text: str) -> tuple[dict[str, Any] | None, list[Any]]:
+    patch = services.parse_json_field(patch_text, "patch")
+    if patch is None:
+        return None, []
+    if not isinstance(patch, dict):
+        raise InvalidRequest(f"patch must be a JSON object of state fields, got {type(patch).__name__}")
+    if ctx["graph"] is None:
+        raise InvalidRequest("the graph's code is not loaded in this server: its state cannot be checked")
+    patched = apply_patch(ctx["graph"], ctx["state"], patch)
+    return patch, diff(ctx["state"], patched)
+
+
+@get("/checkpoints/{checkpoint_id:str}/fork", include_in_schema=False)
+async def fork_form(request: Request[Any, Any, Any], checkpoint_id: FromPath[str]) -> Response[str]:
+    ctx = await in_thread(_fork_context, _rt(request), checkpoint_id)
+    return render(request, "fork.html", {**ctx, "patch_text": "", "mocks_text": "", "effects": "mock",
+                                         "changes": None, "error": None})
+
+
+@post("/checkpoints/{checkpoint_id:str}/fork", include_in_schema=False)
+async def fork_submit(request: Request[Any, Any, Any], checkpoint_id: FromPath[str],
+                      data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
+    rt = _rt(request)
+    ctx = await in_thread(_fork_context, rt, checkpoint_id)
+    patch_text, mocks_text = data.get("patch", ""), data.get("mocks", "")
+    effects = data.get("effects", "mock")
+    form = {**ctx, "patch_text": patch_text, "mocks_text": mocks_text, "effects": effects, "changes": None,
+            "error": None}
+    try:
+        patch, changes = await in_thread(_preview, rt, ctx, patch_text)
+        form["changes"] = changes
+        mocks = services.parse_json_field(mocks_text, "mocks")
+        if mocks is not None and not isinstance(mocks, dict):
+            raise InvalidRequest("mocks must be a JSON object of {effect name: result}")
+        if data.get("action") == "preview":
+            return render(request, "fork.html", form, block="preview")
+        run_id = await actions.fork(rt, request.app.state.tasks, checkpoint_id, patch, effects, mocks)
+    except (InvalidRequest, Conflict, NotFound) as e:
+        form["error"] = str(e)
+        return render(request, "fork.html", form, block="preview", status=_status(e))
+    return _go(request, f"/runs/{run_id}")
+
+
+# ------------------------------------------------------------------ replay and its report
+
+@get("/runs/{run_id:str}/replay", include_in_schema=False)
+async def replay_form(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[str]:
+    rt = _rt(request)
+    run = await in_thread(lambda: complete(rt.get_run(run_id)))
+    versions = [g.version for g in rt.graphs.versions(run.graph_name)]
+    return render(request, "replay.html", {"run": run, "versions": versions, "error": None, "mocks_text": ""})
+
+
+@post("/runs/{run_id:str}/replay", include_in_schema=False)
+async def replay_submit(request: Request[Any, Any, Any], run_id: FromPath[str], data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
+    rt = _rt(request)
+    run = await in_thread(lambda: complete(rt.get_run(run_id)))
+    try:
+        mocks = services.parse_json_field(data.get("mocks", ""), "mocks")
+        if mocks is not None and not isinstance(mocks, dict):
+            raise InvalidRequest("mocks must be a JSON object of {effect name: result}")
+        new_id = await actions.replay(rt, request.app.state.tasks, run_id, data.get("version") or None, mocks)
+    except (InvalidRequest, Conflict, NotFound) as e:
+        versions = [g.version for g in rt.graphs.versions(run.graph_name)]
+        return render(request, "replay.html", {"run": run, "versions": versions, "error": str(e),
+                                               "mocks_text": data.get("mocks", "")}, status=_status(e))
+    return _go(request, f"/runs/{new_id}/report")
+
+
+@get("/runs/{run_id:str}/report", include_in_schema=False)
+async def report_page(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[str]:
+    rt = _rt(request)
+    run = await in_thread(lambda: complete(rt.get_run(run_id)))
+    if not run.options.get("compare"):
+        raise NotFound(f"run {run_id} is not a replay: it has no divergence report")
+    report = await in_thread(lambda: complete(rt.replay_report(run_id)))
+    return render(request, "report.html", {"run": run, "report": report})
+
+
+# ------------------------------------------------------------------ resume, cancel, compensate
+
+@post("/runs/{run_id:str}/resume", include_in_schema=False)
+async def resume_submit(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[Any]:
+    new_id = await actions.resume(_rt(request), request.app.state.tasks, run_id)
+    return _go(request, f"/runs/{new_id}")
+
+
+@post("/runs/{run_id:str}/cancel", include_in_schema=False)
+async def cancel_submit(request: Request[Any, Any, Any], run_id: FromPath[str], data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
+    await actions.cancel(_rt(request), request.app.state.tasks, run_id, data.get("reason", ""))
+    return _go(request, f"/runs/{run_id}")
+
+
+@post("/runs/{run_id:str}/compensate", include_in_schema=False)
+async def compensate_submit(request: Request[Any, Any, Any], run_id: FromPath[str],
+                            data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
+    report = await actions.compensate(_rt(request), run_id, retry_in_doubt=data.get("retry_in_doubt") == "on")
+    return render(request, "compensated.html", {"run_id": run_id, "report": report})
+
+
+# ------------------------------------------------------------------ export and import
+
+@get("/runs/{run_id:str}/export", include_in_schema=False)
+async def export_download(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[bytes]:
+    doc = await actions.export_thread(_rt(request), run_id)
+    body = json.dumps(doc, indent=1).encode()
+    return Response(body, media_type="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="thread-{run_id}.json"'})
+
+
+@get("/import", include_in_schema=False)
+async def import_form(request: Request[Any, Any, Any]) -> Response[str]:
+    return render(request, "import.html", {"error": None, "runs": None})
+
+
+@post("/import", include_in_schema=False)
+async def import_submit(request: Request[Any, Any, Any], data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.MULTI_PART)]) -> Response[Any]:
+    upload = data.get("file")
+    try:
+        if not isinstance(upload, UploadFile):
+            raise InvalidRequest("choose an exported thread (.json) to upload")
+        raw = await upload.read()
+        try:   # the rules `harness import` applies: UTF-8, no NaN, bounded depth
+            document = parse_json(raw.decode("utf-8"), upload.filename or "the file", MAX_DEPTH + 10)
+        except UnicodeDecodeError as e:
+            raise InvalidRequest(f"the file is not UTF-8 text (byte {e.start} cannot be decoded)") from None
+        except InputError as e:
+            raise InvalidRequest(str(e)) from None
+        runs = await actions.import_thread(_rt(request), document)
+    except (InvalidRequest, NotFound) as e:
+        return render(request, "import.html", {"error": str(e), "runs": None}, status=_status(e))
+    return render(request, "import.html", {"error": None, "runs": runs}, status=201)
+
+
+HANDLERS = [fork_form, fork_submit, replay_form, replay_submit, report_page, resume_submit, cancel_submit,
+            compensate_submit, export_download, import_form, import_submit]

@@ -1,0 +1,158 @@
+"""HTML pages: the runs list and the run page (graph, checkpoints, panels).
+
+Each handler reads through ``services`` in a worker thread, then renders the page,
+or only the block an htmx request targets (``HX-Target``: ``main``, ``runs``, …).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from litestar import Request, Response, get
+from litestar.params import FromPath, FromQuery, QueryParameter
+from litestar.response import Redirect
+
+from runtime import Runtime
+from runtime.core.errors import NotFound
+from runtime.core.records import RunKind
+from runtime.core.states import RunStatus
+from runtime.graph.instances import base_node
+
+from . import dag, services
+from .render import render
+
+LEGEND = ("pending", "running", "retrying", "interrupted", "succeeded", "failed", "skipped", "cancelled")
+
+
+def runtime_of(request: Request[Any, Any, Any]) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+@get("/", include_in_schema=False)
+async def home() -> Redirect:
+    return Redirect("/runs")
+
+
+@get("/runs", include_in_schema=False)
+async def runs_list(request: Request[Any, Any, Any], status: FromQuery[str | None] = None, graph: FromQuery[str | None] = None,
+                    kind: FromQuery[str | None] = None, q: FromQuery[str | None] = None, page: FromQuery[int] = 1) -> Response[str]:
+    data = await services.in_thread(services.runs_page, runtime_of(request), status=status, graph=graph,
+                                    kind=kind, q=q, page=page)
+
+    def page_url(n: int) -> str:
+        return "/runs?" + urlencode({**data.filters, "page": n})
+
+    return render(request, "runs.html", {"p": data, "statuses": list(RunStatus), "kinds": list(RunKind),
+                                         "page_url": page_url}, block="table")
+
+
+#: rows of the selected checkpoint's node table shown before "… more"
+NODE_ROWS = 60
+
+
+def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
+    lay = dag.layout(p.run.graph_version, p.description)
+    svg = lay.svg.replace("__RUN__", p.run.id)
+    summary = dag.node_summary(p.node_states)
+    multi = {base_node(i) for i in p.node_states if base_node(i) != i}
+    base = f"/runs/{p.run.id}"
+    sel = p.selected.checkpoint.seq
+
+    def cp_url(seq: int) -> str:
+        return f"{base}?cp={seq}"
+
+    def node_url(name: FromPath[str]) -> str:
+        return f"{base}?{urlencode({'cp': sel, 'node': name})}"
+
+    def panel_url(name: FromPath[str], **more: Any) -> str:
+        return f"{base}/panels/{name}?{urlencode({'cp': sel, **more})}"
+
+    group: list[tuple[str, str]] = []
+    if p.node is not None:   # a folded fan-out: its members, each with its status here
+        gid = lay.ids.get(base_node(p.node), "")
+        full = dag.node_summary(p.node_states)
+        group = [(m, dag.headline(full.get(m, {}))) for m in lay.groups.get(gid, ())]
+    return {
+        "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND, "group": group,
+        "summary": dict(list(summary.items())[:NODE_ROWS]), "more_nodes": max(0, len(summary) - NODE_ROWS),
+        "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url,
+        "instances": services.node_instances(rt, p, p.node) if p.node else [],
+        "source": services.node_source(rt, p.run, p.node) if p.node else "",
+        "live": p.run.status in (RunStatus.RUNNING, RunStatus.QUEUED),
+    }
+
+
+@get("/runs/{run_id:str}", include_in_schema=False)
+async def run_page(request: Request[Any, Any, Any], run_id: FromPath[str], cp: FromQuery[int | None] = None,
+                   node: FromQuery[str | None] = None) -> Response[str]:
+    rt = runtime_of(request)
+
+    def load() -> dict[str, Any]:
+        return _run_context(rt, services.run_page(rt, run_id, cp=cp, node=node))
+
+    context = await services.in_thread(load)
+    return render(request, "run.html", context, block="main")
+
+
+PANELS = ("journal", "attempts", "events", "nodes")
+
+
+@get("/runs/{run_id:str}/panels/{name:str}", include_in_schema=False)
+async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name: FromPath[str], cp: FromQuery[int | None] = None,
+                    page: FromQuery[int] = 1, eq: Annotated[str, QueryParameter(max_length=200)] = "") -> Response[str]:
+    """One panel of the run page, loaded when it is opened (big runs never ship whole)."""
+    if name not in PANELS:
+        raise NotFound(f"no panel {name!r}; panels are: {', '.join(PANELS)}")
+    rt = runtime_of(request)
+
+    def load() -> dict[str, Any]:
+        run = services.complete(rt.get_run(run_id))
+        chosen = services.selected_checkpoint(rt, run_id, cp)
+        ctx: dict[str, Any] = {"run": run, "name": name, "cp": chosen, "page": max(1, page), "eq": eq}
+        base = f"/runs/{run_id}/panels/{name}"
+        ctx["page_url"] = lambda n: f"{base}?{urlencode({'cp': chosen.seq, 'page': n, **({'eq': eq} if eq else {})})}"
+        if name == "journal":
+            ctx["rows"] = services.journal_rows(rt.store.journal([run_id]), run)
+        elif name == "attempts":
+            attempts = rt.store.node_attempts(run_id)
+            start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
+            ctx["rows"] = attempts[start:start + services.ROWS_PER_PAGE]
+            ctx["bars"] = services.waterfall(attempts, run)[start:start + services.ROWS_PER_PAGE]
+            ctx["has_next"] = len(attempts) > start + services.ROWS_PER_PAGE
+        elif name == "events":
+            ctx["rows"], ctx["has_next"] = services.events_window(rt, run_id, ctx["page"], eq)
+        else:
+            summary = list(dag.node_summary(chosen.node_states).items())
+            start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
+            ctx["rows"] = summary[start:start + services.ROWS_PER_PAGE]
+            ctx["has_next"] = len(summary) > start + services.ROWS_PER_PAGE
+        return ctx
+
+    return render(request, "panel.html", await services.in_thread(load), block="panel")
+
+
+HANDLERS = [home, runs_list, run_page, run_panel]
+
+
+@get("/runs/{run_id:str}/events/{seq:int}", include_in_schema=False)
+async def event_page(request: Request[Any, Any, Any], run_id: FromPath[str], seq: FromPath[int]) -> Response[str]:
+    """One trace event at its own URL, with the events around it."""
+    rt = runtime_of(request)
+
+    def load() -> dict[str, Any]:
+        run = services.complete(rt.get_run(run_id))
+        around = rt.store.events(run_id, max(0, seq - 6), 11)
+        event = next((e for e in around if e.seq == seq), None)
+        if event is None:
+            raise NotFound(f"run {run_id} has no event #{seq}")
+        # the first checkpoint that reflects this event: where to look at its effect on the state
+        cps = rt.store.checkpoint_summaries(run_id, 0, run.head_seq)
+        reflected = next((c for c in cps if c.event_seq >= seq), None)
+        return {"run": run, "event": event, "around": around, "checkpoint": reflected}
+
+    return render(request, "event.html", await services.in_thread(load))
+
+
+HANDLERS.append(event_page)

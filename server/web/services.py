@@ -1,0 +1,287 @@
+"""What the pages and the JSON API read and do, in one place.
+
+Reads are plain functions of a Runtime that touch only its store: ``complete`` runs
+the Runtime's read coroutines (which never wait on anything) to the end in whatever
+thread calls it, so handlers run them in worker threads and concurrent requests do
+not queue behind each other. Actions that drive a run (fork, replay, resume, cancel)
+start it on the server's event loop and return as soon as the run exists; the page
+follows it live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from runtime import Runtime
+from runtime.core.errors import InvalidRequest, NotFound
+from runtime.core.jsonvalues import JSON
+from runtime.core.records import (
+    Checkpoint,
+    CheckpointSummary,
+    Interrupt,
+    JournalEntry,
+    NodeAttempt,
+    Run,
+    RunKind,
+    TraceEvent,
+)
+from runtime.core.states import NodeStatus, RunStatus
+from runtime.graph.instances import base_node
+from runtime.history.state import state_json
+from runtime.travel.diff import Change, diff
+from runtime.travel.views import CheckpointView
+
+T = TypeVar("T")
+
+PER_PAGE = 50
+EVENTS_PER_PAGE = 100
+#: rows of a lazily loaded panel (attempts, nodes) per page
+ROWS_PER_PAGE = 200
+#: checkpoints shown around the selected one on the timeline
+TIMELINE_WINDOW = 60
+
+
+class Conflict(InvalidRequest):
+    """The request is well formed but the run is not in a state that allows it (HTTP 409)."""
+
+
+def complete(coro: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends (the Runtime's store reads)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise RuntimeError("a read suspended; it must run on the event loop")
+
+
+async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+# ------------------------------------------------------------------ runs list
+
+@dataclass(frozen=True, slots=True)
+class RunsPage:
+    runs: Sequence[Run]
+    page: int
+    has_next: bool
+    filters: Mapping[str, str]
+
+
+def runs_page(rt: Runtime, *, status: str | None = None, graph: str | None = None, kind: str | None = None,
+              q: str | None = None, page: int = 1, per_page: int = PER_PAGE) -> RunsPage:
+    if status and status not in set(RunStatus):
+        raise InvalidRequest(f"unknown status {status!r}; one of: {', '.join(RunStatus)}")
+    if kind and kind not in set(RunKind):
+        raise InvalidRequest(f"unknown kind {kind!r}; one of: {', '.join(RunKind)}")
+    page = max(1, page)
+    rows = rt.store.list_runs(RunStatus(status) if status else None, None, per_page + 1,
+                              graph_name=graph or None, kind=RunKind(kind) if kind else None,
+                              search=q or None, offset=(page - 1) * per_page)
+    filters = {k: v for k, v in (("status", status), ("graph", graph), ("kind", kind), ("q", q)) if v}
+    return RunsPage(rows[:per_page], page, len(rows) > per_page, filters)
+
+
+# ------------------------------------------------------------------ one run
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    run: Run
+    description: Mapping[str, Any]
+    checkpoints: Sequence[CheckpointSummary]   # the timeline window
+    total_checkpoints: int
+    selected: CheckpointView
+    previous: Checkpoint | None
+    changes: Sequence[Change]
+    node: str | None
+    node_states: Mapping[str, NodeStatus]
+    interrupts: Sequence[Interrupt]
+    children: Sequence[Run]
+    orphaned: bool
+
+
+def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
+    desc = rt.store.graph_description(run.graph_version)
+    if desc is None:
+        try:
+            desc = rt.graphs.graph_for(run).describe()
+        except Exception:   # the graph's code is not importable here: draw nothing
+            desc = {"name": run.graph_name, "version": run.graph_version, "nodes": []}
+    return desc
+
+
+def selected_checkpoint(rt: Runtime, run_id: str, seq: int | None) -> Checkpoint:
+    cp = rt.store.find_checkpoint(run_id, seq)
+    if cp is None or (seq is not None and cp.seq != seq):
+        raise NotFound(f"run {run_id} has no checkpoint #{seq}")
+    return cp
+
+
+def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | None = None) -> RunPage:
+    """What the run page shows at one checkpoint. Reads stay proportional to what is
+    shown: a window of the timeline, one checkpoint's states, its writes and diff."""
+    run = complete(rt.get_run(run_id))
+    chosen = selected_checkpoint(rt, run_id, cp)
+    view = complete(rt.checkpoint(chosen.id))
+    previous = rt.store.find_checkpoint(run_id, chosen.seq - 1) if chosen.seq > 0 else None
+    changes = diff(state_json(rt.store, rt.graphs, previous), view.state) if previous is not None else []
+    last = max(run.head_seq, chosen.seq)
+    lo = max(0, min(chosen.seq - TIMELINE_WINDOW // 2, last + 1 - TIMELINE_WINDOW))
+    window = rt.store.checkpoint_summaries(run_id, lo, lo + TIMELINE_WINDOW - 1)
+    if node is not None and not any(base_node(n) == base_node(node) for n in chosen.node_states):
+        raise NotFound(f"run {run_id} has no node {node!r}")
+    return RunPage(
+        run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
+        selected=view, previous=previous, changes=changes, node=node, node_states=chosen.node_states,
+        interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
+        orphaned=rt.orphaned(run))
+
+
+def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
+                  per_page: int = EVENTS_PER_PAGE) -> tuple[list[TraceEvent], bool]:
+    """One page of the run's trace (searchable by type, node or data), never all of it."""
+    page = max(1, page)
+    if not query:   # sequence numbers are gapless from 1: a page is a range of them
+        found = rt.store.events(run_id, (page - 1) * per_page, per_page + 1)
+        return found[:per_page], len(found) > per_page
+    events = rt.store.events(run_id, 0)
+    if query:
+        q = query.lower()
+        events = [e for e in events if q in e.type.lower() or q in (e.node or "").lower() or q in str(e.data).lower()]
+    start = (page - 1) * per_page
+    return events[start:start + per_page], len(events) > start + per_page
+
+
+def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]:
+    """Each attempt as a bar: when it was queued (its previous attempt's end, or the
+    run's start), when it started and when it ended, relative to the run's start."""
+    t0 = run.created_at
+    span = max([a.ended_at for a in attempts] + [t0 + 1e-6]) - t0
+    last_end: dict[str, float] = {}
+    out = []
+    for a in sorted(attempts, key=lambda a: a.started_at):
+        queued = last_end.get(a.node, t0)
+        out.append({"node": a.node, "attempt": a.attempt, "status": a.status.value,
+                    "queue_ms": max(0.0, (a.started_at - queued) * 1000), "run_ms": (a.ended_at - a.started_at) * 1000,
+                    "left": 100 * (a.started_at - t0) / span, "width": max(0.3, 100 * (a.ended_at - a.started_at) / span)})
+        last_end[a.node] = a.ended_at
+    return out
+
+
+def node_instances(rt: Runtime, page: RunPage, node: str) -> list[dict[str, Any]]:
+    """The instances of a graph node at the selected checkpoint, with the attempts, writes
+    and effects each had by then."""
+    base = base_node(node)
+    until = page.selected.checkpoint.created_at
+    attempts = [a for a in rt.store.node_attempts(page.run.id) if base_node(a.node) == base and a.started_at <= until]
+    effects = journal_rows([e for e in rt.store.journal([page.run.id]) if base_node(e.node) == base and e.at <= until],
+                           page.run)
+    writes = [w for w in rt.store.pending_writes(page.run.id)
+              if base_node(w.node) == base and w.checkpoint_seq < page.selected.checkpoint.seq + 1]
+    out = []
+    for inst, st in page.node_states.items():
+        if base_node(inst) != base:
+            continue
+        out.append({"name": inst, "status": st.value,
+                    "attempts": [a for a in attempts if a.node == inst],
+                    "effects": [e for e in effects if e.node == inst],
+                    "writes": [w for w in writes if w.node == inst]})
+    return out
+
+
+def node_source(rt: Runtime, run: Run, node: str) -> str:
+    """The node function's source, when its code is importable here."""
+    import inspect
+
+    try:
+        spec = rt.graphs.graph_for(run).nodes[base_node(node)]
+        return inspect.getsource(spec.fn)
+    except Exception:
+        return ""
+
+
+# ------------------------------------------------------------------ actions
+
+async def start_in_background(rt: Runtime, call: Awaitable[object], tasks: set[asyncio.Task[None]]) -> str:
+    """Start a call that creates or drives a run; return the run's id as soon as it is
+    recorded (a validation error raises here, before anything is written)."""
+    stream = rt.stream(call)
+    first = await anext(stream)
+
+    async def drain() -> None:
+        async for _ in stream:
+            pass
+
+    task = asyncio.get_running_loop().create_task(drain())
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    return first.run_id
+
+
+def require_status(run: Run, allowed: Sequence[RunStatus], action: str) -> None:
+    if run.status not in allowed:
+        raise Conflict(f"cannot {action} run {run.id}: it is {run.status.value}")
+
+
+def parse_json_field(text: str, what: str) -> JSON:
+    import json
+
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidRequest(f"{what} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRow:
+    """One effect as the journal ends up: LIVE, MOCKED (and from where), IN DOUBT, …"""
+
+    node: str
+    name: str
+    occurrence: int
+    key: str
+    label: str
+    request: JSON
+    result: JSON
+    error: str | None
+    source: str | None
+
+
+def journal_rows(entries: Sequence[JournalEntry], run: Run) -> list[EffectRow]:
+    from runtime.core.records import EffectStatus as E
+
+    last: dict[tuple[str, str, int], list[JournalEntry]] = {}
+    for e in entries:
+        last.setdefault((e.node, e.name, e.occurrence), []).append(e)
+    rows = []
+    for (node, name, occ), es in last.items():
+        statuses = [e.status for e in es]
+        final = es[-1]
+        outcome = next((e for e in reversed(es) if e.status in (E.SUCCEEDED, E.FAILED, E.MOCKED)), None)
+        if E.COMPENSATED in statuses:
+            label = "COMPENSATED"
+        elif E.COMPENSATION_FAILED in statuses:
+            label = "COMPENSATION FAILED"
+        elif E.COMPENSATING in statuses:
+            label = "COMPENSATING"
+        elif outcome is not None and outcome.status == E.MOCKED:
+            label = "MOCKED"
+        elif outcome is not None and outcome.status == E.FAILED:
+            label = "FAILED"
+        elif outcome is not None:
+            label = "LIVE"
+        elif run.status == RunStatus.RUNNING and final.status == E.STARTED:
+            label = "RUNNING"
+        else:
+            label = "IN DOUBT"
+        shown = outcome or final
+        rows.append(EffectRow(node, name, occ, final.key, label, es[0].request, shown.result, shown.error,
+                              shown.source))
+    return rows

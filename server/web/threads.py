@@ -1,0 +1,94 @@
+"""The thread tree (a run with its forks, replays and continuations as branches from
+their base checkpoints, each fork with the fields its patch edited) and comparing
+any two checkpoints of a thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Request, Response, get
+from litestar.params import FromPath, FromQuery
+
+from runtime import Runtime
+from runtime.core.errors import NotFound
+from runtime.core.records import Checkpoint, EventType, Run
+
+from .render import render
+from .services import complete, in_thread
+
+#: the most runs one thread page lists
+THREAD_LIMIT = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    run: Run
+    depth: int
+    base_seq: int | None        # where on its parent it branched (checkpoint seq)
+    patched: tuple[str, ...]    # the fields a fork's patch edited
+
+
+def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
+    runs = rt.store.list_runs(None, thread_id, THREAD_LIMIT)
+    if not runs:
+        raise NotFound(f"no thread {thread_id!r}")
+    by_id = {r.id: r for r in runs}
+    children: dict[str | None, list[Run]] = {}
+    for r in sorted(runs, key=lambda r: r.created_at):
+        parent = r.parent_run_id if r.parent_run_id in by_id else None
+        children.setdefault(parent, []).append(r)
+    out: list[Branch] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for r in children.get(parent, []):
+            base_seq = None
+            if r.base_checkpoint_id:
+                try:
+                    base_seq = rt.store.get_checkpoint(r.base_checkpoint_id).seq
+                except NotFound:
+                    base_seq = None
+            out.append(Branch(r, depth, base_seq, _patched_fields(rt, r)))
+            walk(r.id, depth + 1)
+
+    walk(None, 0)
+    return out
+
+
+def _patched_fields(rt: Runtime, run: Run) -> tuple[str, ...]:
+    if not run.options.get("patched"):
+        return ()
+    for ev in rt.store.events(run.id, 0)[:20]:
+        if ev.type == EventType.STATE_PATCHED:
+            patch = ev.data.get("patch")
+            return tuple(sorted(patch)) if isinstance(patch, dict) else ()
+    return ()
+
+
+@get("/threads/{thread_id:str}", include_in_schema=False)
+async def thread_page(request: Request[Any, Any, Any], thread_id: FromPath[str]) -> Response[str]:
+    rt: Runtime = request.app.state.runtime
+    branches = await in_thread(thread_tree, rt, thread_id)
+    return render(request, "thread.html", {"thread_id": thread_id, "branches": branches})
+
+
+def _checkpoints_of_thread(rt: Runtime, thread_id: FromPath[str]) -> list[tuple[Run, list[Checkpoint]]]:
+    return [(r, complete(rt.history(r.id))) for r in rt.store.list_runs(None, thread_id, 50)]
+
+
+@get("/diff", include_in_schema=False)
+async def diff_page(request: Request[Any, Any, Any], a: FromQuery[str], b: FromQuery[str | None] = None) -> Response[str]:
+    rt: Runtime = request.app.state.runtime
+
+    def load() -> dict[str, Any]:
+        cp_a = rt.store.get_checkpoint(a)
+        run_a = complete(rt.get_run(cp_a.run_id))
+        options = _checkpoints_of_thread(rt, run_a.thread_id)
+        changes = complete(rt.diff(a, b)) if b else None
+        cp_b = rt.store.get_checkpoint(b) if b else None
+        return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes}
+
+    return render(request, "diff.html", await in_thread(load))
+
+
+HANDLERS = [thread_page, diff_page]

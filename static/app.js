@@ -1,0 +1,33 @@
+// Keyboard stepping through checkpoints (← → and j k) and remembering which JSON
+// subtrees are folded. Everything else is plain links and htmx attributes.
+(function () {
+  "use strict";
+  function step(delta) {
+    var links = Array.prototype.slice.call(document.querySelectorAll(".timeline a.cp-link"));
+    var at = links.findIndex(function (a) { return a.classList.contains("selected"); });
+    var next = links[at + delta];
+    if (next) { next.click(); }
+  }
+  document.addEventListener("keydown", function (e) {
+    var t = e.target;
+    if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable)) { return; }
+    if (e.altKey || e.ctrlKey || e.metaKey) { return; }
+    if (e.key === "ArrowLeft" || e.key === "k") { step(-1); e.preventDefault(); }
+    if (e.key === "ArrowRight" || e.key === "j") { step(1); e.preventDefault(); }
+  });
+  var KEY = "harness.folded";
+  function folded() { try { return JSON.parse(localStorage.getItem(KEY) || "{}"); } catch (err) { return {}; } }
+  document.addEventListener("toggle", function (e) {
+    var d = e.target;
+    if (!d.classList || !d.classList.contains("j")) { return; }
+    var f = folded(); f[d.dataset.path] = d.open ? 1 : 0; localStorage.setItem(KEY, JSON.stringify(f));
+  }, true);
+  function restore(root) {
+    var f = folded();
+    root.querySelectorAll("details.j[data-path]").forEach(function (d) {
+      if (f[d.dataset.path] === 1) { d.open = true; } else if (f[d.dataset.path] === 0) { d.open = false; }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { restore(document); });
+  document.addEventListener("htmx:afterSwap", function (e) { restore(e.target); });
+})();

@@ -1,0 +1,63 @@
+"""Listing runs, on every store: filters by status, thread, graph and kind, search in
+ids and thread ids (``%`` and ``_`` match themselves), and pages by offset, newest first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_store_contract import NODES, cp, ev, make_run, store  # noqa: F401  (the fixture over every store)
+
+from runtime.core.records import Batch, RunKind
+from runtime.core.states import NodeStatus
+from runtime.core.states import RunStatus
+from runtime.store.base import CheckpointStore
+
+
+def add_run(store: CheckpointStore, run_id: str, graph_name: str, **kw: Any) -> None:  # noqa: F811
+    run = make_run(run_id, **kw).evolve(graph_name=graph_name)
+    store.create_run(Batch(run_id=run_id, run=run, durable=True,
+                           checkpoints=[cp(run_id, 0, dict.fromkeys(NODES, NodeStatus.PENDING), snapshot={})],
+                           events=[ev(run_id, 1, "run.created")]))
+
+
+def test_filters_search_and_pages(store: CheckpointStore) -> None:  # noqa: F811
+    ids = []
+    for i in range(12):
+        run_id = f"run_{i:02d}"
+        add_run(store, run_id, thread_id="t%odd" if i % 2 else "t_even",
+                status=RunStatus.FAILED if i % 3 == 0 else RunStatus.SUCCEEDED,
+                kind=RunKind.FORK if i % 4 == 0 else RunKind.MAIN,
+                graph_name="alpha" if i < 6 else "beta")
+        ids.append(run_id)
+    newest = list(reversed(ids))
+    assert [r.id for r in store.list_runs(limit=5)] == newest[:5]
+    assert [r.id for r in store.list_runs(limit=5, offset=5)] == newest[5:10]
+    assert [r.id for r in store.list_runs(limit=5, offset=10)] == newest[10:]
+    assert [r.id for r in store.list_runs(graph_name="alpha")] == [f"run_{i:02d}" for i in (5, 4, 3, 2, 1, 0)]
+    assert [r.id for r in store.list_runs(kind=RunKind.FORK)] == ["run_08", "run_04", "run_00"]
+    assert [r.id for r in store.list_runs(RunStatus.FAILED, graph_name="beta")] == ["run_09", "run_06"]
+    assert [r.id for r in store.list_runs(search="_1")] == ["run_11", "run_10"]
+    assert {r.id for r in store.list_runs(search="%odd")} == {f"run_{i:02d}" for i in range(1, 12, 2)}
+    assert store.list_runs(search="%") and not store.list_runs(search="x%y")
+    assert [r.id for r in store.list_runs(thread_id="t_even", kind=RunKind.MAIN, limit=2, offset=1)] == \
+        ["run_06", "run_02"]
+
+
+async def test_timeline_pages_and_event_windows(store: CheckpointStore) -> None:  # noqa: F811
+    from runtime import Graph, Runtime
+
+    g = Graph("three")
+    g.add_node("a", lambda s: {"x": 1})
+    g.add_node("b", lambda s: {"y": 2}, after=["a"])
+    g.add_node("c", lambda s: {"z": 3}, after=["b"])
+    rt = Runtime(store=store)
+    run = await rt.start(g, {})
+    full = store.checkpoints(run.id)
+    assert len(full) >= 4
+    summaries = store.checkpoint_summaries(run.id, 1, 2)
+    assert [(s.id, s.seq, s.nodes, s.source, s.event_seq) for s in summaries] == \
+        [(c.id, c.seq, c.nodes, c.source, c.event_seq) for c in full if 1 <= c.seq <= 2]
+    assert store.checkpoint_summaries(run.id, 100, 200) == []
+    events = store.events(run.id)
+    assert store.events(run.id, 2, limit=3) == events[2:5]
+    assert store.events(run.id, len(events), limit=5) == []

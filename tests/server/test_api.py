@@ -1,0 +1,486 @@
+"""The JSON API over a real SQLite store: every route's round trip, its errors (404 for
+unknown ids, 409 for conflicts, 422 naming the field for invalid input, never 500),
+rejected actions that leave the store as it was, export/import between two stores,
+the token rule, the body size limit, and the OpenAPI document."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from litestar import Litestar
+from litestar.testing import TestClient
+
+from runtime import InvalidRequest, Run, Runtime, RunStatus
+from server.present import plain
+from server.web import api
+from server.web.app import MAX_BODY, create_app
+
+if TYPE_CHECKING:
+    from conftest import Seeded
+
+Client = TestClient[Any]
+MakeApp = Callable[..., Litestar]
+
+ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED)
+
+
+def wait_for(rt: Runtime, run_id: str, statuses: Iterable[RunStatus] = ENDED, timeout: float = 10.0) -> Run:
+    """Poll the store until the run (driven by the app in the background) reaches one of ``statuses``."""
+    wanted = set(statuses)
+    deadline = time.monotonic() + timeout
+    while True:
+        run = rt.store.get_run(run_id)
+        if run.status in wanted:
+            return run
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} is still {run.status.value} after {timeout} s")
+        time.sleep(0.005)
+
+
+def store_contents(rt: Runtime) -> tuple[Any, ...]:
+    """Everything a rejected action must leave alone: runs, interrupts, trace events."""
+    runs = rt.store.list_runs(None, None, 1000)
+    return (plain(runs), plain(rt.store.interrupts(None, None)),
+            {r.id: plain(rt.store.events(r.id)) for r in runs})
+
+
+def error(response: Any, status: int) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["status"] == status
+    message: str = body["error"]
+    return message
+
+
+def checkpoints(client: Client, run_id: str) -> list[dict[str, Any]]:
+    r = client.get(f"/api/runs/{run_id}/checkpoints")
+    assert r.status_code == 200, r.text
+    cps: list[dict[str, Any]] = r.json()["checkpoints"]
+    return cps
+
+
+def pending_interrupt(client: Client, run_id: str) -> dict[str, Any]:
+    found = client.get("/api/interrupts", params={"run_id": run_id}).json()["interrupts"]
+    assert len(found) == 1
+    return dict(found[0])
+
+
+# ------------------------------------------------------------------ reads
+
+
+def test_runs_list_filters_by_status_graph_kind_and_search(shared: Seeded, reader: Client) -> None:
+    every = reader.get("/api/runs").json()
+    assert {r["id"] for r in every["runs"]} == {shared.succeeded, shared.failed, shared.interrupted,
+                                                 shared.mapped, shared.looped}
+    assert every["page"] == 1 and every["has_next"] is False
+    assert [r["id"] for r in reader.get("/api/runs?status=failed").json()["runs"]] == [shared.failed]
+    assert [r["id"] for r in reader.get("/api/runs?graph=api_map").json()["runs"]] == [shared.mapped]
+    assert len(reader.get("/api/runs?kind=main").json()["runs"]) == 5
+    assert reader.get("/api/runs?kind=fork").json()["runs"] == []
+    found = reader.get("/api/runs", params={"q": shared.looped[-8:]}).json()
+    assert [r["id"] for r in found["runs"]] == [shared.looped] and found["filters"] == {"q": shared.looped[-8:]}
+
+
+def test_runs_list_pages(reader: Client) -> None:
+    first = reader.get("/api/runs?per_page=2").json()
+    second = reader.get("/api/runs?per_page=2&page=2").json()
+    last = reader.get("/api/runs?per_page=2&page=3").json()
+    assert first["has_next"] and second["has_next"] and not last["has_next"]
+    ids = [r["id"] for p in (first, second, last) for r in p["runs"]]
+    assert len(ids) == len(set(ids)) == 5
+
+
+@pytest.mark.parametrize(("query", "field"), [("status=nope", "status"), ("kind=nope", "kind"),
+                                              ("page=abc", "page"), ("page=0", "page"), ("per_page=0", "per_page"),
+                                              ("per_page=100000", "per_page")])
+def test_runs_list_rejects_a_bad_parameter_naming_it(reader: Client, query: str, field: str) -> None:
+    assert field in error(reader.get(f"/api/runs?{query}"), 422)
+
+
+def test_one_run_has_its_state_and_where_its_checkpoints_are(shared: Seeded, reader: Client) -> None:
+    doc = reader.get(f"/api/runs/{shared.succeeded}").json()
+    assert doc["run"]["status"] == "succeeded" and doc["run"]["graph_name"] == "api_order"
+    assert doc["state"] == {"order_id": 7, "amount": 70, "receipt": "rcpt-7", "hold": False}
+    cps = checkpoints(reader, shared.succeeded)
+    assert doc["checkpoint_count"] == len(cps) and doc["head_checkpoint_id"] == cps[-1]["id"]
+    assert doc["interrupts"] == [] and doc["children"] == [] and doc["orphaned"] is False
+    waiting = reader.get(f"/api/runs/{shared.interrupted}").json()
+    assert waiting["run"]["status"] == "interrupted" and waiting["interrupts"][0]["node"] == "ask"
+
+
+@pytest.mark.parametrize("path", ["/api/runs/run_nope", "/api/runs/run_nope/checkpoints", "/api/runs/run_nope/journal",
+                                  "/api/runs/run_nope/attempts", "/api/runs/run_nope/events",
+                                  "/api/runs/run_nope/report", "/api/runs/run_nope/export", "/api/threads/run_nope",
+                                  "/api/checkpoints/cp_nope", "/api/interrupts?run_id=run_nope", "/api/nowhere"])
+def test_unknown_ids_are_404_in_json(reader: Client, path: str) -> None:
+    error(reader.get(path), 404)
+
+
+def test_checkpoints_of_a_map_run_name_each_item(shared: Seeded, reader: Client) -> None:
+    cps = checkpoints(reader, shared.mapped)
+    assert [c["seq"] for c in cps] == list(range(len(cps)))
+    assert "snapshot" not in cps[0] and "state" not in cps[0]
+    last = cps[-1]
+    assert {n: s for n, s in last["node_states"].items() if n.startswith("work")} == {
+        "work": "succeeded", "work[0]": "succeeded", "work[1]": "succeeded", "work[2]": "succeeded"}
+    view = reader.get(f"/api/checkpoints/{last['id']}").json()
+    assert view["state"]["results"] == [0, 1, 4] and view["state"]["total"] == 5
+    assert view["seq"] == last["seq"] and view["ready"] == [] and view["interrupted"] == []
+
+
+def test_checkpoints_of_a_loop_run_name_each_iteration(shared: Seeded, reader: Client) -> None:
+    last = checkpoints(reader, shared.looped)[-1]
+    assert [n for n in last["node_states"] if n.startswith("model")] == ["model", "model#1"]
+    state = reader.get(f"/api/checkpoints/{last['id']}").json()["state"]
+    assert state["messages"] == ["user: go", "model 1", "tool 1", "model 2", "done"]
+
+
+def test_a_checkpoint_waiting_on_a_question_says_so(shared: Seeded, reader: Client) -> None:
+    last = checkpoints(reader, shared.interrupted)[-1]
+    view = reader.get(f"/api/checkpoints/{last['id']}").json()
+    assert view["interrupted"] == ["ask"] and view["state"]["title"] == "NOTES"
+
+
+def test_journal_has_entries_and_how_each_effect_ended(shared: Seeded, reader: Client) -> None:
+    doc = reader.get(f"/api/runs/{shared.succeeded}/journal").json()
+    assert [(e["name"], e["status"]) for e in doc["entries"]] == [("payments.charge", "started"),
+                                                                   ("payments.charge", "succeeded")]
+    assert [(e["name"], e["label"], e["result"]) for e in doc["effects"]] == [("payments.charge", "LIVE", "rcpt-7")]
+
+
+def test_attempts_carry_error_class_and_duration(shared: Seeded, reader: Client) -> None:
+    attempts = reader.get(f"/api/runs/{shared.failed}/attempts").json()["attempts"]
+    assert [(a["node"], a["status"]) for a in attempts] == [("first", "succeeded"), ("second", "failed")]
+    assert attempts[1]["error_class"] == "invalid_input" and "n must be at least 1" in attempts[1]["error"]
+    assert all(a["duration_s"] >= 0 for a in attempts)
+
+
+def test_events_come_in_windows_that_cover_the_trace_once(shared: Seeded, reader: Client) -> None:
+    every = reader.get(f"/api/runs/{shared.looped}/events?limit=1000").json()
+    assert not every["has_more"]
+    seqs: list[int] = []
+    after = 0
+    while True:
+        page = reader.get(f"/api/runs/{shared.looped}/events", params={"after": after, "limit": 4}).json()
+        assert len(page["events"]) <= 4
+        seqs += [e["seq"] for e in page["events"]]
+        after = page["next_after"]
+        if not page["has_more"]:
+            break
+    assert seqs == [e["seq"] for e in every["events"]] == sorted(set(seqs))
+    assert every["events"][0]["type"] == "run.created" and every["events"][-1]["type"] == "run.succeed"
+
+
+@pytest.mark.parametrize(("query", "field"), [("limit=0", "limit"), ("limit=1001", "limit"), ("after=-1", "after"),
+                                              ("after=x", "after")])
+def test_events_reject_a_bad_window_naming_it(shared: Seeded, reader: Client, query: str, field: str) -> None:
+    assert field in error(reader.get(f"/api/runs/{shared.looped}/events?{query}"), 422)
+
+
+def test_diff_between_two_checkpoints(shared: Seeded, reader: Client) -> None:
+    cps = checkpoints(reader, shared.succeeded)
+    doc = reader.get("/api/diff", params={"a": cps[0]["id"], "b": cps[-1]["id"]}).json()
+    changes = {tuple(c["path"]): (c["op"], c.get("old"), c.get("new")) for c in doc["changes"]}
+    assert changes == {("amount",): ("changed", 0, 70), ("receipt",): ("changed", "", "rcpt-7")}
+    assert reader.get("/api/diff", params={"a": cps[0]["id"], "b": cps[0]["id"]}).json()["changes"] == []
+    assert "'b'" in error(reader.get("/api/diff", params={"a": cps[0]["id"]}), 422)
+    error(reader.get("/api/diff", params={"a": cps[0]["id"], "b": "cp_nope"}), 404)
+
+
+def test_interrupts_filter_by_run_graph_kind_and_status(shared: Seeded, reader: Client) -> None:
+    i = pending_interrupt(reader, shared.interrupted)
+    assert i["graph_name"] == "api_review" and i["kind"] == "user" and i["status"] == "pending"
+    assert i["payload"]["value"] == {"question": "publish NOTES?"} and "publish NOTES?" in i["question"]
+    assert i["response_schema"]["required"] == ["approve"]
+    assert [x["id"] for x in reader.get("/api/interrupts?graph=api_review&kind=user").json()["interrupts"]] == [i["id"]]
+    assert reader.get("/api/interrupts?graph=api_order").json()["interrupts"] == []
+    assert reader.get("/api/interrupts?kind=in_doubt").json()["interrupts"] == []
+    assert reader.get(f"/api/interrupts?run_id={shared.succeeded}").json()["interrupts"] == []
+    assert "kind" in error(reader.get("/api/interrupts?kind=bogus"), 422)
+    assert "pending" in error(reader.get("/api/interrupts?pending=perhaps"), 422)
+
+
+def test_report_of_a_run_that_is_not_a_replay_is_404(shared: Seeded, reader: Client) -> None:
+    assert "not a replay" in error(reader.get(f"/api/runs/{shared.succeeded}/report"), 404)
+
+
+# ------------------------------------------------------------------ answering
+
+
+def test_an_answer_that_fails_the_response_model_is_422_and_changes_nothing(seeded: Seeded, client: Client) -> None:
+    i = pending_interrupt(client, seeded.interrupted)
+    before = store_contents(seeded.rt)
+    url = f"/api/interrupts/{i['id']}/answer"
+    assert "approve" in error(client.post(url, json={"answer": {"approve": "perhaps"}}), 422)
+    assert "approve" in error(client.post(url, json={"answer": {"note": "no decision"}}), 422)
+    assert "answer" in error(client.post(url, json={}), 422)
+    assert "extra" in error(client.post(url, json={"answer": {"approve": True}, "extra": 1}), 422)
+    assert "not valid JSON" in error(client.post(url, content=b'{"answer": tru'), 422)
+    assert "object" in error(client.post(url, json=[{"approve": True}]), 422)
+    assert "nests deeper" in error(client.post(url, content=b'{"answer": ' + b"[" * 5000 + b"]" * 5000 + b"}"), 422)
+    assert "not accepted" in error(client.post(url, content=b'{"answer": {"approve": NaN}}'), 422)
+    assert store_contents(seeded.rt) == before
+    assert seeded.rt.store.get_run(seeded.interrupted).status == RunStatus.INTERRUPTED
+
+
+def test_answering_resumes_the_run_and_records_who(seeded: Seeded, client: Client) -> None:
+    i = pending_interrupt(client, seeded.interrupted)
+    r = client.post(f"/api/interrupts/{i['id']}/answer", json={"answer": {"approve": True, "note": "fine"}})
+    assert r.status_code == 202 and r.json() == {"run_id": seeded.interrupted}
+    assert wait_for(seeded.rt, seeded.interrupted).status == RunStatus.SUCCEEDED
+    state = client.get(f"/api/runs/{seeded.interrupted}").json()["state"]
+    assert state["approved"] is True and state["note"] == "fine"
+    events = client.get(f"/api/runs/{seeded.interrupted}/events?limit=1000").json()["events"]
+    answered = [e for e in events if e["type"] == "interrupt.answered"]
+    assert [e["data"] for e in answered] == [{"interrupt_id": i["id"], "by": "local"}]
+    every = client.get("/api/interrupts?pending=false").json()["interrupts"]
+    assert [(x["id"], x["status"], x["answer"]) for x in every] == [(i["id"], "answered", {"approve": True,
+                                                                                        "note": "fine"})]
+    assert "cannot be answered again" in error(
+        client.post(f"/api/interrupts/{i['id']}/answer", json={"answer": {"approve": False}}), 409)
+
+
+def test_answering_an_unknown_interrupt_is_404(reader: Client) -> None:
+    error(reader.post("/api/interrupts/int_nope/answer", json={"answer": 1}), 404)
+
+
+# ------------------------------------------------------------------ forks
+
+
+def test_a_fork_with_a_patch_runs_in_the_background_and_shows_in_the_thread(seeded: Seeded, client: Client) -> None:
+    base = checkpoints(client, seeded.failed)[1]   # after `first`, before `second`
+    r = client.post(f"/api/checkpoints/{base['id']}/fork", json={"patch": {"n": 2}})
+    assert r.status_code == 202
+    fork_id = r.json()["run_id"]
+    run = wait_for(seeded.rt, fork_id)
+    assert run.status == RunStatus.SUCCEEDED and run.parent_run_id == seeded.failed
+    doc = client.get(f"/api/runs/{fork_id}").json()
+    assert doc["run"]["kind"] == "fork" and doc["state"]["log"] == ["first", "second with n=2"]
+    thread = client.get(f"/api/threads/{seeded.failed}").json()
+    assert [(b["run"]["id"], b["depth"], b["patched"]) for b in thread["runs"]] == [
+        (seeded.failed, 0, []), (fork_id, 1, ["n"])]
+    assert thread["runs"][1]["base_seq"] == base["seq"]
+    assert thread["state"]["log"] == ["first", "second with n=2"]
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ({"patch": {"bogus": 1}}, "bogus"),
+    ({"patch": {"n": "two"}}, "n"),
+    ({"patch": [1]}, "patch"),
+    ({"patch": {"n": 2}, "effects": "maybe"}, "effects"),
+    ({"mocks": ["payments.charge"]}, "mocks"),
+    ({"patch": {"n": 2}, "sideways": True}, "sideways"),
+    (b'{"patch": {"n": 2}', "not valid JSON"),
+    (b'{"patch": {"n": 1e400}}', "too large"),
+    (b"\xff\xfe", "UTF-8"),
+    ("a string", "object"),
+])
+def test_an_invalid_fork_is_422_naming_the_field_and_writes_nothing(seeded: Seeded, client: Client, body: Any,
+                                                                      named: str) -> None:
+    base = checkpoints(client, seeded.failed)[1]
+    before = store_contents(seeded.rt)
+    url = f"/api/checkpoints/{base['id']}/fork"
+    r = client.post(url, content=body) if isinstance(body, bytes) else client.post(url, json=body)
+    assert named in error(r, 422)
+    assert store_contents(seeded.rt) == before
+
+
+def test_forking_an_unknown_checkpoint_is_404(reader: Client) -> None:
+    error(reader.post("/api/checkpoints/cp_nope/fork", json={}), 404)
+
+
+# ------------------------------------------------------------------ resume, cancel, compensate
+
+
+def test_resuming_a_failed_run_starts_a_continuation(seeded: Seeded, client: Client) -> None:
+    r = client.post(f"/api/runs/{seeded.failed}/resume")
+    assert r.status_code == 202
+    cont = wait_for(seeded.rt, r.json()["run_id"])
+    assert cont.id != seeded.failed and cont.parent_run_id == seeded.failed
+    assert cont.kind.value == "continuation" and cont.status == RunStatus.FAILED   # `second` still fails
+    assert client.get(f"/api/runs/{seeded.failed}").json()["children"] == [cont.id]
+
+
+def test_resume_conflicts_and_mistakes(seeded: Seeded, client: Client) -> None:
+    assert "already succeeded" in error(client.post(f"/api/runs/{seeded.succeeded}/resume"), 409)
+    assert "answer its interrupts" in error(client.post(f"/api/runs/{seeded.interrupted}/resume", json={}), 409)
+    error(client.post("/api/runs/run_nope/resume"), 404)
+    assert "answers" in error(client.post(f"/api/runs/{seeded.failed}/resume", json={"answers": {}}), 422)
+
+
+def test_cancel_a_running_run_then_it_has_ended(seeded: Seeded, client: Client) -> None:
+    start = checkpoints(client, seeded.succeeded)[0]
+    r = client.post(f"/api/checkpoints/{start['id']}/fork", json={"patch": {"hold": True}})
+    held = r.json()["run_id"]
+    wait_for(seeded.rt, held, [RunStatus.RUNNING])
+    assert "running" in error(client.post(f"/api/runs/{held}/resume"), 409)
+    assert "reason" in error(client.post(f"/api/runs/{held}/cancel", json={"reason": 3}), 422)
+    assert "reason" in error(client.post(f"/api/runs/{held}/cancel", json={"reason": "x" * 501}), 422)
+    assert "compensate a run once it has ended" in error(client.post(f"/api/runs/{held}/compensate"), 409)
+    r = client.post(f"/api/runs/{held}/cancel", json={"reason": "wrong order"})
+    assert r.status_code == 202 and r.json() == {"run_id": held}
+    run = wait_for(seeded.rt, held, [RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED])
+    assert run.status == RunStatus.CANCELLED and "wrong order" in str(run.error)
+    assert "nothing to cancel" in error(client.post(f"/api/runs/{held}/cancel", json={}), 409)
+    error(client.post("/api/runs/run_nope/cancel"), 404)
+
+
+def test_compensate_undoes_live_effects_and_reports(seeded: Seeded, client: Client) -> None:
+    assert "retry_in_doubt" in error(
+        client.post(f"/api/runs/{seeded.succeeded}/compensate", json={"retry_in_doubt": "yes"}), 422)
+    assert seeded.world.refunds == []
+    r = client.post(f"/api/runs/{seeded.succeeded}/compensate", json={"retry_in_doubt": False})
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["run_id"] == seeded.succeeded and report["complete"] is True
+    assert [(s["name"], s["status"]) for s in report["steps"]] == [("payments.charge", "compensated")]
+    assert seeded.world.refunds == ["rcpt-7"]
+    effects = client.get(f"/api/runs/{seeded.succeeded}/journal").json()["effects"]
+    assert [e["label"] for e in effects] == ["COMPENSATED"]
+    again = client.post(f"/api/runs/{seeded.succeeded}/compensate").json()
+    assert [s["status"] for s in again["steps"]] == ["already"] and seeded.world.refunds == ["rcpt-7"]
+    error(client.post("/api/runs/run_nope/compensate"), 404)
+
+
+# ------------------------------------------------------------------ replay
+
+
+def test_replay_runs_in_the_background_and_reports_no_divergence(seeded: Seeded, client: Client) -> None:
+    r = client.post(f"/api/runs/{seeded.succeeded}/replay", json={})
+    assert r.status_code == 202
+    replay_id = r.json()["run_id"]
+    assert wait_for(seeded.rt, replay_id).status == RunStatus.SUCCEEDED
+    report = client.get(f"/api/runs/{replay_id}/report").json()
+    assert report["same"] is True and report["source_run_id"] == seeded.succeeded
+    assert {n["node"] for n in report["nodes"]} == {"price", "charge"}
+    assert seeded.world.charges == ["7"]   # the replay's charge was served from the journal
+
+
+@pytest.mark.parametrize(("body", "named"), [({"version": "nope"}, "nope"), ({"mocks": 3}, "mocks"),
+                                             ({"version": 3}, "version"), ({"graph": "x"}, "graph")])
+def test_an_invalid_replay_is_422_and_writes_nothing(seeded: Seeded, client: Client, body: Any, named: str) -> None:
+    before = store_contents(seeded.rt)
+    assert named in error(client.post(f"/api/runs/{seeded.succeeded}/replay", json=body), 422)
+    assert store_contents(seeded.rt) == before
+
+
+# ------------------------------------------------------------------ export and import
+
+
+def _thread_runs(client: Client, thread_id: str) -> list[dict[str, Any]]:
+    runs = client.get("/api/runs", params={"q": thread_id}).json()["runs"]
+    return sorted(({k: r[k] for k in ("id", "thread_id", "status", "kind", "graph_name", "parent_run_id")}
+                   for r in runs if r["thread_id"] == thread_id), key=lambda r: r["id"])
+
+
+def test_export_then_import_into_a_fresh_store_gives_the_same_runs(seeded: Seeded, client: Client,
+                                                                   empty_rt: Runtime, make_app: MakeApp) -> None:
+    base = checkpoints(client, seeded.failed)[1]
+    fork_id = client.post(f"/api/checkpoints/{base['id']}/fork", json={"patch": {"n": 5}}).json()["run_id"]
+    wait_for(seeded.rt, fork_id)
+    document = client.get(f"/api/runs/{seeded.failed}/export").json()
+    assert document["thread_id"] == seeded.failed
+    with TestClient(make_app(empty_rt)) as other:
+        r = other.post("/api/import", json=document)
+        assert r.status_code == 201, r.text
+        assert r.json()["thread_id"] == seeded.failed
+        assert sorted(r.json()["run_ids"]) == sorted([seeded.failed, fork_id])
+        assert _thread_runs(other, seeded.failed) == _thread_runs(client, seeded.failed)
+        for run_id in (seeded.failed, fork_id):
+            assert other.get(f"/api/runs/{run_id}").json()["state"] == client.get(f"/api/runs/{run_id}").json()["state"]
+            assert checkpoints(other, run_id) == checkpoints(client, run_id)
+        assert "already" in error(other.post("/api/import", json=document), 422)
+
+
+@pytest.mark.parametrize(("body", "named"), [(b"", "empty"), (b"[]", "object"), (b"{}", "format"),
+                                             (b'{"format": ', "not valid JSON")])
+def test_an_invalid_import_is_422_and_writes_nothing(seeded: Seeded, client: Client, body: bytes, named: str) -> None:
+    before = store_contents(seeded.rt)
+    assert named in error(client.post("/api/import", content=body), 422)
+    assert store_contents(seeded.rt) == before
+
+
+def test_a_body_over_the_limit_is_refused_with_413(reader: Client) -> None:
+    r = reader.post("/api/import", content=b" " * (MAX_BODY + 1))
+    assert r.status_code == 413
+
+
+# ------------------------------------------------------------------ the token rule
+
+
+def test_serving_off_loopback_without_a_token_is_refused(seeded: Seeded) -> None:
+    with pytest.raises(InvalidRequest, match="without a token"):
+        create_app(seeded.rt, host="0.0.0.0")
+
+
+def test_with_a_token_requests_need_it_and_answers_record_its_name(seeded: Seeded, make_app: MakeApp) -> None:
+    with TestClient(make_app(seeded.rt, host="0.0.0.0", token="alice:s3cret")) as c:
+        assert c.get("/api/runs").status_code == 401
+        assert c.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        assert c.get("/api/runs", headers=auth).status_code == 200
+        intr = c.get("/api/interrupts", headers=auth).json()["interrupts"][0]
+        url = f"/api/interrupts/{intr['id']}/answer"
+        assert c.post(url, json={"answer": {"approve": True}}).status_code == 401
+        assert c.post(url, json={"answer": {"approve": True}}, headers=auth).status_code == 202
+        wait_for(seeded.rt, intr["run_id"])
+        events = c.get(f"/api/runs/{intr['run_id']}/events?limit=1000", headers=auth).json()["events"]
+    answered = [e["data"] for e in events if e["type"] == "interrupt.answered"]
+    assert answered == [{"interrupt_id": intr["id"], "by": "alice"}]
+
+
+# ------------------------------------------------------------------ OpenAPI
+
+ROUTES = {
+    ("get", "/api/runs"), ("get", "/api/runs/{run_id}"), ("get", "/api/threads/{thread_id}"),
+    ("get", "/api/runs/{run_id}/checkpoints"), ("get", "/api/checkpoints/{checkpoint_id}"),
+    ("get", "/api/runs/{run_id}/journal"), ("get", "/api/runs/{run_id}/attempts"),
+    ("get", "/api/runs/{run_id}/events"), ("get", "/api/diff"), ("get", "/api/runs/{run_id}/report"),
+    ("get", "/api/runs/{run_id}/export"), ("post", "/api/runs/{run_id}/resume"),
+    ("post", "/api/runs/{run_id}/cancel"), ("post", "/api/runs/{run_id}/compensate"),
+    ("post", "/api/checkpoints/{checkpoint_id}/fork"), ("post", "/api/runs/{run_id}/replay"),
+    ("post", "/api/import"), ("get", "/api/interrupts"), ("post", "/api/interrupts/{interrupt_id}/answer"),
+}
+
+
+def test_openapi_lists_every_route_with_its_body_and_statuses(reader: Client) -> None:
+    assert reader.get("/schema").status_code == 200
+    doc = reader.get("/schema/openapi.json").json()
+    listed = {(m, p) for p, ops in doc["paths"].items() for m in ops}
+    assert listed == ROUTES
+    fork = doc["paths"]["/api/checkpoints/{checkpoint_id}/fork"]["post"]
+    assert set(fork["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {
+        "patch", "effects", "mocks"}
+    assert set(fork["responses"]) == {"202", "404", "422"}
+    assert set(doc["paths"]["/api/import"]["post"]["responses"]) == {"201", "422"}
+    assert set(doc["paths"]["/api/runs/{run_id}/compensate"]["post"]["responses"]) == {"200", "404", "409", "422"}
+    assert all("requestBody" in ops["post"] for ops in doc["paths"].values() if "post" in ops)
+
+
+def test_api_handlers_declare_parameters_in_the_current_style() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with TestClient(Litestar(route_handlers=api.HANDLERS)) as c:
+            assert c.get("/api/runs?page=abc").status_code == 422   # the router's own parameter errors
+
+
+MALFORMED = [b"null", b"1", b"[]", b'"text"', b"{", b'{"zzz": 1}', b"[" * 3000 + b"]" * 3000, b"\x00"]
+
+
+def test_no_malformed_body_is_a_500_or_changes_anything(seeded: Seeded, client: Client) -> None:
+    cp = checkpoints(client, seeded.failed)[0]["id"]
+    intr = pending_interrupt(client, seeded.interrupted)["id"]
+    urls = [f"/api/runs/{seeded.failed}/resume", f"/api/runs/{seeded.interrupted}/cancel",
+            f"/api/runs/{seeded.succeeded}/compensate", f"/api/checkpoints/{cp}/fork",
+            f"/api/runs/{seeded.succeeded}/replay", "/api/import", f"/api/interrupts/{intr}/answer"]
+    before = store_contents(seeded.rt)
+    for url in urls:
+        for body in MALFORMED:
+            r = client.post(url, content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 422, (url, body[:20], r.status_code, r.text)
+            assert r.json()["error"]
+    assert store_contents(seeded.rt) == before

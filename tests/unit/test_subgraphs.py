@@ -1,0 +1,156 @@
+"""Subgraphs, on every store: a compiled graph used as a node runs inside its parent's
+run (``sub/<node>`` instances, the parent's checkpoints and concurrency budget, so no
+deadlock at ``max_concurrency=1``); an interrupt inside pauses the parent and the
+answer continues both; its nodes see their own state model; bad views are refused."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import Graph, GraphError, NodeStatus, RunStatus, Runtime, append
+
+
+class Parent(BaseModel):
+    log: Annotated[list[str], append] = []
+    topic: str = "x"
+    approved: bool = False
+
+
+class Child(BaseModel):
+    log: Annotated[list[str], append] = []
+    topic: str = ""
+
+
+def child_graph(seen: list[str]) -> Graph:
+    c = Graph("research", Child)
+
+    @c.node()
+    def search(s: Child) -> dict[str, Any]:
+        seen.append(type(s).__name__)
+        return {"log": [f"search {s.topic}"]}
+
+    @c.node(after=["search"])
+    def summarise(s: Child) -> dict[str, Any]:
+        return {"log": [f"summary of {len(s.log)}"]}
+
+    return c
+
+
+def parent_graph(child: Graph) -> Graph:
+    p = Graph("parent", Parent)
+
+    @p.node()
+    def start(s: Parent) -> dict[str, Any]:
+        return {"log": ["start"]}
+
+    p.subgraph("research", child, after=["start"])
+
+    @p.node(after=["research"])
+    def write(s: Parent) -> dict[str, Any]:
+        return {"log": [f"write with {len(s.log)}"]}
+
+    return p
+
+
+async def test_a_subgraph_runs_inside_its_parent_at_max_concurrency_one(rt: Runtime) -> None:
+    seen: list[str] = []
+    graph = parent_graph(child_graph(seen)).compile()
+    assert graph.order == ("start", "research/search", "research/summarise", "research", "write")
+    run = await rt.start(graph, {"topic": "tides"}, max_concurrency=1)
+    assert run.status == RunStatus.SUCCEEDED
+    history = await rt.history(run.id)
+    assert set(history[-1].node_states) == {"start", "research/search", "research/summarise", "research", "write"}
+    assert all(s == NodeStatus.SUCCEEDED for s in history[-1].node_states.values())
+    assert any("research/search" in cp.nodes for cp in history)   # the child's checkpoints are the parent's
+    assert (await rt.state_at(history[-1].id)).log == ["start", "search tides", "summary of 2", "write with 3"]
+    assert seen == ["Child"]   # the child's nodes see the child's state model
+
+
+async def test_an_interrupt_inside_a_subgraph_pauses_the_parent_and_the_answer_continues_both(rt: Runtime) -> None:
+    c = Graph("review", Child)
+
+    @c.node()
+    def ask(s: Child, ctx: Any) -> dict[str, Any]:
+        answer = ctx.interrupt({"question": f"publish {s.topic}?"})
+        return {"log": [f"answer {answer}"]}
+
+    p = Graph("parent", Parent)
+
+    @p.node()
+    def start(s: Parent) -> dict[str, Any]:
+        return {"log": ["start"]}
+
+    p.subgraph("review", c, after=["start"])
+
+    @p.node(after=["review"])
+    def publish(s: Parent) -> dict[str, Any]:
+        return {"log": ["published"]}
+
+    run = await rt.start(p, {"topic": "tides"}, max_concurrency=1)
+    assert run.status == RunStatus.INTERRUPTED
+    (pending,) = await rt.interrupts(run.id)
+    assert pending.node == "review/ask" and pending.payload["value"] == {"question": "publish tides?"}
+    run = await rt.resume(run.id, "yes")
+    assert run.status == RunStatus.SUCCEEDED
+    state = await rt.state_at((await rt.history(run.id))[-1].id)
+    assert state.log == ["start", "answer yes", "published"]
+
+
+async def test_a_subgraph_with_a_loop_inside(rt: Runtime) -> None:
+    c = Graph("count", Child)
+
+    @c.node(after=["more"], max_iterations=5)
+    def step(s: Child) -> dict[str, Any]:
+        return {"log": [f"step {len(s.log)}"]}
+
+    @c.node(after=["step"], when=lambda s: len(s.log) < 3)
+    def more(s: Child) -> None:
+        return None
+
+    p = Graph("parent", Parent)
+    p.subgraph("count", c)
+
+    @p.node(after=["count"])
+    def done(s: Parent) -> dict[str, Any]:
+        return {"log": ["done"]}
+
+    run = await rt.start(p, {})
+    assert run.status == RunStatus.SUCCEEDED
+    final = (await rt.history(run.id))[-1]
+    assert [n for n in final.node_states if n.startswith("count/step")] == ["count/step", "count/step#1", "count/step#2"]
+    assert (await rt.state_at(final.id)).log == ["step 0", "step 1", "step 2", "done"]
+
+
+def test_a_child_state_that_is_not_a_view_of_the_parent_is_refused() -> None:
+    class Other(BaseModel):
+        topic: int = 0
+        missing: str = ""
+
+    c = Graph("other", Other)
+    c.add_node("n", lambda s: None)
+    p = Graph("parent", Parent)
+    p.subgraph("sub", c)
+    with pytest.raises(GraphError) as e:
+        p.compile()
+    text = str(e.value)
+    assert "state field 'topic'" in text and "state field 'missing'" in text
+
+
+def test_a_broken_subgraph_is_reported_by_its_parent() -> None:
+    c = Graph("broken", Child)
+    c.add_node("n", lambda s: None, after=["ghost"])
+    p = Graph("parent", Parent)
+    p.subgraph("sub", c)
+    with pytest.raises(GraphError) as e:
+        p.compile()
+    assert "subgraph 'sub'" in str(e.value) and "unknown dependency 'ghost'" in str(e.value)
+
+
+def test_slashes_are_reserved_for_subgraph_paths() -> None:
+    g = Graph("slash")
+    g.add_node("a/b", lambda s: None)
+    with pytest.raises(GraphError):
+        g.compile()
