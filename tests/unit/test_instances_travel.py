@@ -292,6 +292,7 @@ async def test_fork_in_the_middle_of_a_loop_continues_it_with_mocked_effects(rt:
     assert await final_state(rt, fork.id) == await final_state(rt, run.id)
     head = (await rt.history(fork.id))[-1].node_states
     assert head["tool#4"] == NodeStatus.SKIPPED and "model#5" not in head
+    await assert_instance_trace_consistent(rt, fork.id)
 
 
 async def test_a_patched_fork_in_a_loop_can_end_it_early(rt: Runtime):
@@ -305,6 +306,20 @@ async def test_a_patched_fork_in_a_loop_can_end_it_early(rt: Runtime):
     assert head["tool#2"] == NodeStatus.SKIPPED and "model#3" not in head
     assert (await final_state(rt, fork.id)).log == ["prep", "r0", "t1", "r1", "t2", "r2", "finish"]
     assert len(world.calls) == 5
+
+
+async def test_forks_of_a_loop_that_hit_its_bound(rt: Runtime):
+    world = World()
+    run = await rt.start(loop_graph(world, stop=10, max_iterations=3), {})
+    assert run.status == RunStatus.FAILED and run.error["class"] == "limit_exceeded"
+    assert "tool#2" in run.error["message"]
+    again = await rt.fork(await checkpoint_after(rt, run.id, "model#1"))
+    assert again.status == RunStatus.FAILED and again.error["class"] == "limit_exceeded"
+    assert await attempted(rt, again.id) == ["tool#1", "model#2", "tool#2"]
+    ended = await rt.fork(await checkpoint_after(rt, run.id, "model#2"), {"n": 10})
+    assert ended.status == RunStatus.SUCCEEDED and await attempted(rt, ended.id) == ["finish"]
+    assert (await final_state(rt, ended.id)).log == ["prep", "r0", "t1", "r1", "t2", "r2", "finish"]
+    assert world.of("llm") == [0, 1, 2]
 
 
 async def test_fork_inside_a_subgraph_serves_the_inner_effect_from_the_journal(rt: Runtime):
@@ -323,6 +338,7 @@ async def test_fork_inside_a_subgraph_serves_the_inner_effect_from_the_journal(r
                                                                          EffectStatus.MOCKED, "sec")
     assert served.source == f"run:{run.id}"
     assert (await final_state(rt, fork.id)).log == ["a", "first", "sec", "z"]
+    await assert_instance_trace_consistent(rt, fork.id)
 
 
 async def test_fork_in_the_middle_of_a_map_runs_only_the_remaining_items(rt: Runtime):
@@ -345,6 +361,8 @@ async def test_fork_in_the_middle_of_a_map_runs_only_the_remaining_items(rt: Run
     assert world.of("svc") == [0, 1, 2, 3, 4, 2, 3, 4]     # the items done at the base did not run again
     assert (await final_state(rt, live.id)).log == ["w0", "w1", "w2", "w3", "w4"]
     assert (await rt.history(live.id))[-1].node_states["work"] == NodeStatus.SUCCEEDED
+    for r in (run, mocked, live):
+        await assert_instance_trace_consistent(rt, r.id)
 
 
 @pytest.mark.parametrize("items, runs, log", [
@@ -557,33 +575,40 @@ def records(store: CheckpointStore, run_id: str) -> dict[str, Any]:
             "events": store.events(run_id)}
 
 
-@pytest.mark.parametrize("make", [loop_graph, map_graph, sub_graph, everything_graph, loop_of_maps,
-                                  sub_with_loop_and_map])
+#: an instance name each graph's runs record (a loop iteration, a map item, a subgraph node)
+MARK = {loop_graph: "model#3", map_graph: "work[4]", sub_graph: "sub/inner", everything_graph: "sub/inner",
+        loop_of_maps: "work#2[2]", sub_with_loop_and_map: "sub/work[2]"}
+
+
+@pytest.mark.parametrize("make", list(MARK), ids=[f.__name__ for f in MARK])
 async def test_export_and_import_keep_instance_histories(rt: Runtime, other_store: CheckpointStore, make):
     world = World()
     graph = make(world)
     run = await rt.start(graph, {})
     assert run.status == RunStatus.SUCCEEDED
     cps = await rt.history(run.id)
-    fork = await rt.fork(cps[len(cps) // 2].id)               # a branch from the middle
-    assert fork.status == RunStatus.SUCCEEDED
+    fork = await rt.fork(cps[len(cps) // 2].id)               # branches from the middle
+    replay = await rt.replay(cps[len(cps) // 3].id)
+    assert fork.status == RunStatus.SUCCEEDED and replay.same
     doc = json.loads(json.dumps(await rt.export_thread(run.id)))
     other = Runtime(other_store)
     try:
         imported = await other.import_thread(doc)
-        assert [r.id for r in imported] == [run.id, fork.id]
-        for r in (run, fork):
-            assert records(other.store, r.id) == records(rt.store, r.id)
-            history = await other.history(r.id)
-            assert history == await rt.history(r.id)
-            assert any("#" in n or "[" in n or "/" in n for c in history for n in c.node_states) or \
-                make is sub_graph
+        assert {r.id for r in imported} == {run.id, fork.id, replay.run_id} and imported[0].id == run.id
+        for rid in (run.id, fork.id, replay.run_id):
+            assert records(other.store, rid) == records(rt.store, rid)
+            history = await other.history(rid)
+            assert history == await rt.history(rid)
+            assert [dict(c.node_states) for c in history] == [dict(c.node_states) for c in await rt.history(rid)]
+            assert MARK[make] in history[-1].node_states
             for c in history:
                 assert (await other.state_at(c.id)).model_dump() == (await rt.state_at(c.id)).model_dump()
+            await assert_instance_trace_consistent(other, rid)
         calls = len(world.calls)
         other.register(graph)
         again = await other.replay(run.id)
         assert again.same and len(world.calls) == calls
+        assert [n.node for n in again.nodes] == [n.node for n in replay.nodes]
     finally:
         other.close()
 
@@ -606,7 +631,7 @@ def fold_expected(node_states: Mapping[str, NodeStatus], order: Iterable[str],
 
 async def test_state_at_every_checkpoint_of_a_long_loop_is_the_canonical_fold(rt: Runtime):
     world = World()
-    stop, pad = 45, "." * 300    # big writes: snapshots now and then, deltas between
+    stop, pad = 40, "." * 300    # big writes: snapshots now and then, deltas between
     run = await rt.start(loop_graph(world, stop=stop, pad=pad), {})
     assert run.status == RunStatus.SUCCEEDED
     order, writes = ["prep"], {"prep": {"log": ["prep"]}, "finish": {"log": ["finish"]}}
@@ -623,6 +648,7 @@ async def test_state_at_every_checkpoint_of_a_long_loop_is_the_canonical_fold(rt
     for c in history:
         assert (await rt.state_at(c.id)).model_dump() == fold_expected(c.node_states, order, writes), c.seq
     assert (await final_state(rt, run.id)).log == [x if x in ("prep", "finish") else x + pad for x in loop_log(stop)]
+    await assert_instance_trace_consistent(rt, run.id)
 
 
 async def test_state_at_every_checkpoint_of_a_map_folds_items_in_item_order(rt: Runtime):
