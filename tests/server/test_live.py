@@ -83,3 +83,36 @@ async def test_the_stream_of_an_unknown_run_is_404(tmp_path: Path) -> None:
             assert (await client.get("/runs/nope/live")).status_code == 404
     finally:
         rt.close()
+
+
+def test_the_inbox_stream_says_when_questions_change(tmp_path: Path) -> None:
+    from server.web import live
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    driver, viewer = Runtime(store=SqlStore(url)), Runtime(store=SqlStore(url))
+    g = Graph("ask")
+
+    @g.node()
+    async def ask(state: Any, ctx: Any) -> dict[str, Any]:
+        return {"a": await ctx.interrupt({"q": "?"})}
+
+    live.INBOX_POLL, saved = 0.05, live.INBOX_POLL
+    live.MAX_LIFETIME, saved_life = 1.0, live.MAX_LIFETIME
+    try:
+        def ask_later() -> None:
+            time.sleep(0.3)
+            asyncio.run(driver.start(g, {}))
+
+        worker = threading.Thread(target=ask_later)
+        worker.start()
+        with TestClient(create_app(viewer)) as client:
+            r = client.get("/inbox/live", timeout=10)
+        worker.join(10)
+        messages = parse(r.text)
+        assert messages[0] == ("count", "0")
+        assert ("changed", "1") in messages
+        assert messages[-1][0] == "end"
+    finally:
+        live.INBOX_POLL, live.MAX_LIFETIME = saved, saved_life
+        driver.close()
+        viewer.close()
