@@ -157,7 +157,7 @@ async def cancel_submit(request: Request[Any, Any, Any], run_id: FromPath[str], 
 async def compensate_submit(request: Request[Any, Any, Any], run_id: FromPath[str],
                             data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
     report = await actions.compensate(_rt(request), run_id, retry_in_doubt=data.get("retry_in_doubt") == "on")
-    return render(request, "compensated.html", {"run_id": run_id, "report": report})
+    return render(request, "compensated.html", {"run_id": run_id, "report": report}, block="message")
 
 
 # ------------------------------------------------------------------ export and import
