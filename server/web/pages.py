@@ -143,7 +143,7 @@ async def event_page(request: Request[Any, Any, Any], run_id: FromPath[str], seq
 
     def load() -> dict[str, Any]:
         run = services.complete(rt.get_run(run_id))
-        around = rt.store.events(run_id, max(0, seq - 6), 11)
+        around = rt.store.events(run_id, max(0, seq - 6), 11) if seq <= services.MAX_INT else []
         event = next((e for e in around if e.seq == seq), None)
         if event is None:
             raise NotFound(f"run {run_id} has no event #{seq}")

@@ -42,6 +42,8 @@ EVENTS_PER_PAGE = 100
 ROWS_PER_PAGE = 200
 #: checkpoints shown around the selected one on the timeline
 TIMELINE_WINDOW = 60
+#: the largest integer a store holds: a page or sequence number beyond it names nothing
+MAX_INT = 2**63 - 1
 
 
 class Conflict(InvalidRequest):
@@ -79,7 +81,7 @@ def runs_page(rt: Runtime, *, status: str | None = None, graph: str | None = Non
         raise InvalidRequest(f"unknown status {status!r}; one of: {', '.join(RunStatus)}")
     if kind and kind not in set(RunKind):
         raise InvalidRequest(f"unknown kind {kind!r}; one of: {', '.join(RunKind)}")
-    page = max(1, page)
+    page = max(1, min(page, MAX_INT // per_page))
     rows = rt.store.list_runs(RunStatus(status) if status else None, None, per_page + 1,
                               graph_name=graph or None, kind=RunKind(kind) if kind else None,
                               search=q or None, offset=(page - 1) * per_page)
@@ -116,7 +118,7 @@ def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
 
 
 def selected_checkpoint(rt: Runtime, run_id: str, seq: int | None) -> Checkpoint:
-    cp = rt.store.find_checkpoint(run_id, seq)
+    cp = rt.store.find_checkpoint(run_id, seq) if seq is None or seq <= MAX_INT else None
     if cp is None or (seq is not None and cp.seq != seq):
         raise NotFound(f"run {run_id} has no checkpoint #{seq}")
     return cp
@@ -133,7 +135,9 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
     last = max(run.head_seq, chosen.seq)
     lo = max(0, min(chosen.seq - TIMELINE_WINDOW // 2, last + 1 - TIMELINE_WINDOW))
     window = rt.store.checkpoint_summaries(run_id, lo, lo + TIMELINE_WINDOW - 1)
-    if node is not None and not any(base_node(n) == base_node(node) for n in chosen.node_states):
+    # a graph node with any instance here, or an instance that exists here
+    if node is not None and node not in chosen.node_states and (
+            node != base_node(node) or not any(base_node(n) == node for n in chosen.node_states)):
         raise NotFound(f"run {run_id} has no node {node!r}")
     return RunPage(
         run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
@@ -145,7 +149,7 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
 def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
                   per_page: int = EVENTS_PER_PAGE) -> tuple[list[TraceEvent], bool]:
     """One page of the run's trace (searchable by type, node or data), never all of it."""
-    page = max(1, page)
+    page = max(1, min(page, MAX_INT // per_page))
     if not query:   # sequence numbers are gapless from 1: a page is a range of them
         found = rt.store.events(run_id, (page - 1) * per_page, per_page + 1)
         return found[:per_page], len(found) > per_page
