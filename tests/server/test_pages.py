@@ -1,0 +1,842 @@
+"""The debugger's HTML pages over a real SQLite store: the runs list, the run page (whole,
+or only its ``main`` block for htmx), its panels, events, the fork editor, replay and its
+report, resume, cancel, compensate, export and import, the thread tree and the diff page;
+rejected actions (bad input, no CSRF token, wrong state) leave every run and its trace as
+they were; user-supplied text is always escaped; off loopback the token rule applies."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import re
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from litestar.testing import TestClient
+from pydantic import BaseModel
+
+from runtime import Graph, NodeContext, Run, Runtime, RunStatus, SqlStore
+from server.web import services
+from server.web.app import create_app
+
+if TYPE_CHECKING:
+    from conftest import Seeded
+
+Client = TestClient[Any]
+
+XSS = "<script>alert(1)</script>"
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED)
+HTMX = {"HX-Request": "true", "HX-Target": "main"}
+HUGE = 2**70   # beyond any integer a store holds
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def wait_for(rt: Runtime, run_id: str, statuses: Iterable[RunStatus] = ENDED, timeout: float = 10.0) -> Run:
+    """Poll the store until a run the app drives in the background reaches one of ``statuses``."""
+    wanted = set(statuses)
+    deadline = time.monotonic() + timeout
+    while True:
+        run = rt.store.get_run(run_id)
+        if run.status in wanted:
+            return run
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} is still {run.status.value} after {timeout} s")
+        time.sleep(0.005)
+
+
+def snapshot(rt: Runtime) -> dict[str, tuple[str, int, int]]:
+    """Every run with its status, trace length and last checkpoint: what a refused action must keep."""
+    return {r.id: (r.status.value, len(rt.store.events(r.id, 0)), r.head_seq)
+            for r in rt.store.list_runs(None, None, 1000)}
+
+
+def csrf(client: Client, url: str) -> str:
+    """The CSRF token of the form on ``url`` (its hidden field)."""
+    page = client.get(url)
+    assert page.status_code == 200, page.text
+    found = re.search(r'name="_csrf_token" value="([^"]+)"', page.text)
+    assert found, f"no form with a CSRF token on {url}"
+    return found.group(1)
+
+
+def full(html: str) -> bool:
+    return html.lstrip().startswith("<!doctype html>") and "<html" in html and "</html>" in html
+
+
+def status_sheet(html: str) -> str:
+    found = re.search(r'<style id="dag-status">(.*?)</style>', html, re.S)
+    assert found, "no status sheet"
+    return found.group(1)
+
+
+def event_rows(html: str) -> list[int]:
+    return [int(s) for s in re.findall(r'<tr id="ev-(\d+)">', html)]
+
+
+def error_page(response: Any, status: int) -> str:
+    """The message of an HTML error page (or of the form re-rendered with its error)."""
+    assert response.status_code == status, (response.status_code, response.text[:2000])
+    assert response.headers["content-type"].startswith("text/html")
+    return str(response.text)
+
+
+def checkpoint_ids(rt: Runtime, run_id: str) -> list[str]:
+    return [c.id for c in services.complete(rt.history(run_id))]
+
+
+def no_raw_script(html: str) -> None:
+    assert "<script>alert" not in html
+    assert "alert(1)</script>" not in html
+
+
+# ------------------------------------------------------------------ data of this module
+
+
+class Note(BaseModel):
+    text: str = ""
+    memo: str = ""
+    answer: Any = None
+    fail: bool = False
+
+
+def xss_graph() -> Graph:
+    """Every place user text reaches: the state, an effect's request, a trace event, an
+    interrupt's payload (and its answer), and an error message."""
+    g = Graph("pages_xss", Note)
+
+    @g.node()
+    async def pay(s: Note, ctx: NodeContext) -> dict[str, Any]:
+        ctx.emit({"note": s.text})
+        await ctx.effect("payments.charge", lambda: s.text, request={"memo": s.text})
+        return {"memo": s.text}
+
+    @g.node(after=["pay"])
+    async def ask(s: Note, ctx: NodeContext) -> dict[str, Any]:
+        if s.fail:
+            raise ValueError(s.text)
+        return {"answer": await ctx.interrupt({"question": s.text})}
+
+    return g
+
+
+def tiny_graph() -> Graph:
+    g = Graph("pages_tiny")
+
+    @g.node()
+    def one(s: Any) -> dict[str, Any]:
+        return {"x": 1}
+
+    return g
+
+
+class Extra:
+    """A second store: many runs (for paging), a long trace, and runs full of markup."""
+
+    def __init__(self, path: Path, map_graph: Graph) -> None:
+        self.rt = Runtime(store=SqlStore(f"sqlite:///{path}"), max_concurrency=4)
+        xss = xss_graph()
+
+        async def seed() -> None:
+            for _ in range(55):
+                await self.rt.start(tiny_graph(), {})
+            big = await self.rt.start(map_graph, {"count": 60})
+            self.big, self.big_head = big.id, big.head_seq
+            self.paused = (await self.rt.start(xss, {"text": XSS})).id
+            answered = await self.rt.start(xss, {"text": XSS})
+            [question] = await self.rt.interrupts(answered.id)
+            self.answered = (await self.rt.resume(answered.id, answers={question.id: {"said": XSS}})).id
+            self.broken = (await self.rt.start(xss, {"text": XSS, "fail": True})).id
+
+        asyncio.run(seed())
+        assert self.rt.store.get_run(self.paused).status == RunStatus.INTERRUPTED
+        assert self.rt.store.get_run(self.answered).status == RunStatus.SUCCEEDED
+        assert self.rt.store.get_run(self.broken).status == RunStatus.FAILED
+
+
+@pytest.fixture(scope="module")
+def extra(tmp_path_factory: pytest.TempPathFactory, shared: Seeded) -> Iterator[Extra]:
+    e = Extra(tmp_path_factory.mktemp("extra") / "h.db", shared.graphs["map"])
+    yield e
+    e.rt.close()
+
+
+@pytest.fixture(scope="module")
+def other(extra: Extra) -> Iterator[Client]:
+    with TestClient(create_app(extra.rt)) as c:
+        yield c
+
+
+# ------------------------------------------------------------------ the runs list
+
+
+def test_home_redirects_to_the_runs_list(reader: Client) -> None:
+    r = reader.get("/", follow_redirects=False)
+    assert r.status_code in (301, 302, 303, 307, 308) and r.headers["location"] == "/runs"
+
+
+def run_links(html: str) -> list[str]:
+    return re.findall(r'<td><a href="/runs/(run_[0-9a-f]+)">', html)
+
+
+def test_runs_list_filters_by_status_kind_graph_and_search(shared: Seeded, reader: Client) -> None:
+    every = reader.get("/runs")
+    assert every.status_code == 200 and full(every.text)
+    assert set(run_links(every.text)) == {shared.succeeded, shared.failed, shared.interrupted, shared.mapped,
+                                          shared.looped}
+    assert run_links(reader.get("/runs?status=failed").text) == [shared.failed]
+    assert run_links(reader.get("/runs?status=interrupted").text) == [shared.interrupted]
+    assert run_links(reader.get("/runs?graph=api_map").text) == [shared.mapped]
+    assert len(run_links(reader.get("/runs?kind=main").text)) == 5
+    forks = reader.get("/runs?kind=fork").text
+    assert run_links(forks) == [] and "No runs match." in forks
+    found = reader.get("/runs", params={"q": shared.looped[-8:]}).text
+    assert run_links(found) == [shared.looped]
+    assert f'value="{shared.looped[-8:]}"' in found   # the search box keeps what was searched
+    # the filter form remembers the choice
+    assert re.search(r'<option value="failed" selected>', reader.get("/runs?status=failed").text)
+
+
+def test_runs_list_fragment_is_only_the_table(shared: Seeded, reader: Client) -> None:
+    r = reader.get("/runs?status=failed", headers={"HX-Request": "true", "HX-Target": "runs"})
+    assert r.status_code == 200 and not full(r.text) and "<header" not in r.text
+    assert r.text.lstrip().startswith('<input type="hidden" name="page"')
+    assert run_links(r.text) == [shared.failed]
+
+
+def test_runs_list_pages(extra: Extra, other: Client) -> None:
+    every = {r.id for r in extra.rt.store.list_runs(None, None, 1000)}
+    assert len(every) > services.PER_PAGE
+    first, second = other.get("/runs"), other.get("/runs?page=2")
+    one, two = run_links(first.text), run_links(second.text)
+    assert len(one) == services.PER_PAGE and set(one) | set(two) == every and not set(one) & set(two)
+    assert 'href="/runs?page=2" ' in first.text and 'rel="prev"' not in first.text
+    assert 'href="/runs?page=1" ' in second.text and 'rel="next"' not in second.text
+    # the pager keeps the filters
+    filtered = other.get("/runs?graph=pages_tiny").text
+    assert 'href="/runs?graph=pages_tiny&amp;page=2"' in filtered
+    assert run_links(other.get("/runs?page=3").text) == []
+
+
+@pytest.mark.parametrize(("query", "named"), [("status=nope", "unknown status"), ("kind=nope", "unknown kind"),
+                                              ("status=%3Cscript%3Ealert(1)%3C/script%3E", "unknown status")])
+def test_runs_list_with_an_unknown_filter_is_a_422_page(reader: Client, query: str, named: str) -> None:
+    r = reader.get(f"/runs?{query}")
+    text = error_page(r, 422)
+    assert full(text) and named in text and 'data-status="422"' in text
+    no_raw_script(text)
+
+
+def test_an_error_for_htmx_goes_to_the_flash(reader: Client) -> None:
+    r = reader.get("/runs?status=nope", headers={"HX-Request": "true"})
+    assert r.status_code == 422 and not full(r.text) and "unknown status" in r.text
+    assert r.headers["hx-retarget"] == "#flash" and r.headers["hx-reswap"] == "innerHTML"
+
+
+# ------------------------------------------------------------------ the run page
+
+
+def test_run_page_whole_and_as_its_main_block(shared: Seeded, reader: Client) -> None:
+    whole = reader.get(f"/runs/{shared.failed}")
+    assert whole.status_code == 200 and full(whole.text)
+    assert '<div class="dag" id="dag"><svg' in whole.text and 'id="main"' in whole.text
+    assert "n must be at least 1" in whole.text                         # the run's error
+    assert f'action="/runs/{shared.failed}/resume"' in whole.text      # a failed run can be resumed
+    part = reader.get(f"/runs/{shared.failed}", headers=HTMX)
+    assert part.status_code == 200 and not full(part.text)
+    assert "<html" not in part.text and "<header" not in part.text and "<svg" not in part.text
+    assert part.text.lstrip().startswith(("<style id=\"dag-status\">", "<div class=\"actions\""))
+    assert '<style id="dag-status">' in part.text and '<nav class="timeline"' in part.text
+    last = len(checkpoint_ids(shared.rt, shared.failed)) - 1
+    assert f'<h2>Checkpoint #{last} ' in part.text and 'aria-current="step"' in part.text
+    assert status_sheet(part.text) == status_sheet(whole.text)
+
+
+def test_cp_selects_a_checkpoint_and_recolours_the_graph(shared: Seeded, reader: Client) -> None:
+    ids = checkpoint_ids(shared.rt, shared.failed)
+    start = reader.get(f"/runs/{shared.failed}?cp=0", headers=HTMX)
+    end = reader.get(f"/runs/{shared.failed}?cp={len(ids) - 1}", headers=HTMX)
+    assert start.status_code == end.status_code == 200
+    assert f"<h2>Checkpoint #0 <span class=\"muted mono\">{ids[0]}</span>" in start.text
+    assert re.search(r'class="cp-link selected" href="[^"]*\?cp=0"', start.text)
+    first_sheet, last_sheet = status_sheet(start.text), status_sheet(end.text)
+    assert first_sheet != last_sheet
+    assert "--st-failed" not in first_sheet and "--st-pending" in first_sheet
+    assert "--st-failed" in last_sheet and "--st-succeeded" in last_sheet
+    assert f'/checkpoints/{ids[0]}/fork' in start.text                    # fork from the selected checkpoint
+    assert "Changes since the start" in start.text and f"Changes since #{len(ids) - 2}" in end.text
+
+
+def test_node_drawer_shows_instances_attempts_effects_and_source(shared: Seeded, reader: Client) -> None:
+    r = reader.get(f"/runs/{shared.succeeded}?node=charge")
+    assert r.status_code == 200
+    drawer = r.text[r.text.index('id="drawer"'):]
+    assert 'aria-label="node charge"' in r.text
+    assert "attempt 1: <span class=\"badge st-succeeded\">" in drawer
+    assert "effect payments.charge#0" in drawer and ">LIVE<" in drawer
+    assert '<pre class="source">' in drawer and "async def charge(" in drawer
+    assert "rcpt-7" in drawer                                            # its writes
+    css = status_sheet(r.text)
+    assert "stroke: var(--accent)" in css                                # the graph marks the selected node
+
+    mapped = reader.get(f"/runs/{shared.mapped}", params={"node": "work[1]"}, headers=HTMX).text
+    names = re.findall(r'<details class="instance" open><summary>([^ <]+) ', mapped)
+    assert names == ["work", "work[0]", "work[1]", "work[2]"]
+    looped = reader.get(f"/runs/{shared.looped}", params={"node": "model#1"}).text
+    assert re.findall(r'<details class="instance" open><summary>([^ <]+) ', looped) == ["model", "model#1"]
+    # at the first checkpoint nothing has run yet
+    early = reader.get(f"/runs/{shared.succeeded}?cp=0&node=charge").text
+    drawer = early[early.index('id="drawer"'):early.index("</section>", early.index('id="drawer"'))]
+    assert "charge <span class=\"badge st-pending\">" in drawer
+    assert "attempt 1" not in drawer and "effect payments.charge" not in drawer
+
+
+@pytest.mark.parametrize("url", ["/runs/run_nope", "/runs/{failed}?cp=99", "/runs/{failed}?node=nope",
+                                 "/runs/{failed}?cp=0&node=nope", "/runs/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+                                 "/runs/{failed}/panels/nope", "/runs/{failed}/panels/events?cp=99",
+                                 "/runs/run_nope/panels/journal", "/runs/{failed}/events/999",
+                                 "/runs/run_nope/events/1", "/checkpoints/cp_nope/fork", "/runs/run_nope/replay",
+                                 "/runs/{failed}/report", "/runs/run_nope/export", "/threads/nope",
+                                 "/diff?a=cp_nope", "/runs/{failed}?cp=-1", f"/runs/{{failed}}?cp={HUGE}",
+                                 f"/runs/{{failed}}/panels/journal?cp={HUGE}", f"/runs/{{failed}}/events/{HUGE}",
+                                 "/runs/{mapped}?node=work%5B99%5D", "/runs/{mapped}?cp=1&node=work%5B0%5D",
+                                 "/runs/{looped}?node=model%239", "/runs/{failed}?node="])
+def test_unknown_things_are_404_pages(shared: Seeded, reader: Client, url: str) -> None:
+    url = url.format(failed=shared.failed, mapped=shared.mapped, looped=shared.looped)
+    text = error_page(reader.get(url), 404)
+    assert full(text) and 'data-status="404"' in text
+    no_raw_script(text)
+
+
+def test_page_numbers_past_the_end_are_empty_pages(shared: Seeded, reader: Client) -> None:
+    assert run_links(reader.get(f"/runs?page={HUGE}").text) == []
+    for name in ("events", "attempts", "nodes"):
+        r = reader.get(f"/runs/{shared.failed}/panels/{name}?page={HUGE}")
+        assert r.status_code == 200 and "later →" not in r.text
+    assert event_rows(reader.get(f"/runs/{shared.failed}/panels/events?page={HUGE}&eq=node").text) == []
+
+
+def test_cp_must_be_a_number(shared: Seeded, reader: Client) -> None:
+    r = reader.get(f"/runs/{shared.failed}?cp=abc")
+    assert r.status_code == 400 and "cp" in r.text
+
+
+# ------------------------------------------------------------------ panels and events
+
+
+@pytest.mark.parametrize("name", ["journal", "attempts", "events", "nodes"])
+def test_each_panel_is_a_page_and_a_fragment(shared: Seeded, reader: Client, name: str) -> None:
+    url = f"/runs/{shared.succeeded}/panels/{name}?cp=1"
+    whole, part = reader.get(url), reader.get(url, headers={"HX-Request": "true"})
+    assert whole.status_code == part.status_code == 200
+    assert full(whole.text) and f'<a href="/runs/{shared.succeeded}?cp=1">' in whole.text
+    assert not full(part.text) and "<h1>" not in part.text
+    assert part.text.strip() and part.text.strip() in whole.text
+
+
+def test_panels_show_what_the_run_recorded(shared: Seeded, reader: Client) -> None:
+    journal = reader.get(f"/runs/{shared.succeeded}/panels/journal", headers={"HX-Request": "true"}).text
+    assert "payments.charge#0" in journal and ">LIVE<" in journal and "rcpt-7" in journal
+    assert "&#34;amount&#34;: 70" in journal
+    attempts = reader.get(f"/runs/{shared.failed}/panels/attempts", headers={"HX-Request": "true"}).text
+    assert re.findall(r"<tr><td>(\w+)</td><td>1</td>", attempts) == ["first", "second"]
+    assert "<strong>invalid_input</strong>" in attempts and "n must be at least 1" in attempts
+    assert attempts.count('class="bar-row"') == 2
+    nodes = reader.get(f"/runs/{shared.mapped}/panels/nodes", headers={"HX-Request": "true"}).text
+    assert re.findall(r'node=([^"]+)">', nodes) == ["plan", "work", "reduce"]
+    assert "succeeded</span>×4" in nodes
+    empty = reader.get(f"/runs/{shared.failed}/panels/journal", headers={"HX-Request": "true"}).text
+    assert "No effects." in empty
+
+
+def test_events_panel_searches_and_pages(shared: Seeded, reader: Client, extra: Extra, other: Client) -> None:
+    url = f"/runs/{shared.mapped}/panels/events"
+    found = reader.get(url, params={"eq": "work[1]"}, headers={"HX-Request": "true"}).text
+    rows = event_rows(found)
+    recorded = [e for e in shared.rt.store.events(shared.mapped, 0) if e.node == "work[1]"]
+    assert rows == [e.seq for e in recorded] and len(rows) == 2
+    assert 'value="work[1]"' in found
+    assert event_rows(reader.get(url, params={"eq": "no such thing"}).text) == []
+    assert "No events match." in reader.get(url, params={"eq": "no such thing"}).text
+
+    total = len(extra.rt.store.events(extra.big, 0))
+    per = services.EVENTS_PER_PAGE
+    assert per < total <= 2 * per
+    big = f"/runs/{extra.big}/panels/events"
+    first, second = other.get(big).text, other.get(big, params={"page": 2}).text
+    assert event_rows(first) == list(range(1, per + 1)) and event_rows(second) == list(range(per + 1, total + 1))
+    assert "later →" in first and "← earlier" not in first
+    assert "← earlier" in second and "later →" not in second
+    assert event_rows(other.get(big, params={"page": 3}).text) == []
+    # paging a search keeps the search
+    matching = [e.seq for e in extra.rt.store.events(extra.big, 0) if e.type.startswith("node.")]
+    assert len(matching) > per
+    searched = other.get(big, params={"eq": "node."}).text
+    assert event_rows(searched) == matching[:per]
+    assert f'href="{big}?cp={extra.big_head}&amp;page=2&amp;eq=node."' in searched
+    assert event_rows(other.get(big, params={"eq": "node.", "page": 2}).text) == matching[per:]
+    assert "eq=" not in first
+    too_long = other.get(big, params={"eq": "x" * 201})
+    assert too_long.status_code == 400
+
+
+def test_an_event_has_its_own_page(shared: Seeded, reader: Client) -> None:
+    events = shared.rt.store.events(shared.failed, 0)
+    failed = next(e for e in events if e.type == "node.fail")
+    r = reader.get(f"/runs/{shared.failed}/events/{failed.seq}")
+    assert r.status_code == 200 and full(r.text)
+    assert f"event #{failed.seq}</h1>" in r.text and "<dd>node.fail</dd>" in r.text
+    assert f'href="/runs/{shared.failed}?node=second"' in r.text
+    assert f'rel="prev">← #{failed.seq - 1}</a>' in r.text
+    assert re.search(rf'href="/runs/{shared.failed}\?cp=(\d+)">#\d+</a> \(the first that reflects it\)', r.text)
+    assert 'class="selected-row"' in r.text
+    last = reader.get(f"/runs/{shared.failed}/events/{events[-1].seq}").text
+    assert 'rel="next"' not in last
+
+
+# ------------------------------------------------------------------ escaping
+
+
+def test_markup_in_states_payloads_effects_and_errors_is_shown_as_text(extra: Extra, other: Client) -> None:
+    pages = {}
+    for run_id in (extra.paused, extra.answered, extra.broken):
+        pages[f"/runs/{run_id}"] = 2
+        for name in ("journal", "events", "attempts", "nodes"):
+            pages[f"/runs/{run_id}/panels/{name}"] = 0
+        pages[f"/checkpoints/{checkpoint_ids(extra.rt, run_id)[-1]}/fork"] = 2
+    pages[f"/runs/{extra.paused}?node=pay"] = 3
+    pages[f"/runs/{extra.answered}?node=ask"] = 2
+    for url, at_least in pages.items():
+        for headers in ({}, {"HX-Request": "true"}):
+            r = other.get(url, headers=headers)
+            assert r.status_code == 200, (url, r.text[:500])
+            no_raw_script(r.text)
+            assert r.text.count("&lt;script&gt;") >= at_least, url
+    # where each kind of text shows, escaped
+    journal = other.get(f"/runs/{extra.paused}/panels/journal").text
+    assert f"&#34;memo&#34;: &#34;{ESCAPED}&#34;" in journal                           # the effect's request
+    emitted = next(e for e in extra.rt.store.events(extra.paused, 0) if e.type == "custom")
+    event = other.get(f"/runs/{extra.paused}/events/{emitted.seq}").text
+    no_raw_script(event)
+    assert ESCAPED in event
+    answered = other.get(f"/runs/{extra.answered}").text
+    assert "&#34;said&#34;: &#34;&lt;script&gt;" in answered                             # the interrupt's answer
+    broken = other.get(f"/runs/{extra.broken}").text
+    assert f"invalid_input: ValueError: {ESCAPED} (node ask)" in broken                # the run's error
+    attempts = other.get(f"/runs/{extra.broken}/panels/attempts").text
+    assert f"<strong>invalid_input</strong> ValueError: {ESCAPED}" in attempts
+    fork = other.get(f"/checkpoints/{checkpoint_ids(extra.rt, extra.paused)[-1]}/fork").text
+    assert f'<span class="j-str">"{ESCAPED}"</span>' in fork                            # the state
+    searched = other.get("/runs", params={"q": XSS}).text
+    no_raw_script(searched)
+    assert f'value="{ESCAPED}"' in searched
+
+
+def test_markup_in_a_fork_patch_is_echoed_as_text(extra: Extra, other: Client) -> None:
+    cp = checkpoint_ids(extra.rt, extra.paused)[-1]
+    url = f"/checkpoints/{cp}/fork"
+    before = snapshot(extra.rt)
+    for patch in (json.dumps({"text": XSS + "2"}), json.dumps({XSS: 1}), XSS):
+        r = other.post(url, data={"_csrf_token": csrf(other, url), "action": "preview", "patch": patch})
+        no_raw_script(r.text)
+        assert r.status_code in (200, 422)
+    assert snapshot(extra.rt) == before
+
+
+# ------------------------------------------------------------------ fork
+
+
+def test_the_fork_form_shows_the_state_its_fields_and_effects(shared: Seeded, reader: Client) -> None:
+    cp = checkpoint_ids(shared.rt, shared.succeeded)[1]
+    r = reader.get(f"/checkpoints/{cp}/fork")
+    assert r.status_code == 200 and full(r.text)
+    assert "Fork from checkpoint #1 of" in r.text
+    assert "<code>order_id</code> (integer)" in r.text and "<code>hold</code> (boolean)" in r.text
+    assert "Effects of this run: payments.charge" in r.text
+    assert '<span class="j-key">amount</span>: <span class="j-num">70</span>' in r.text
+    assert re.search(r'<input type="radio" name="effects" value="mock" checked>', r.text)
+
+
+def test_fork_preview_shows_the_diff_and_creates_nothing(seeded: Seeded, client: Client) -> None:
+    cp = checkpoint_ids(seeded.rt, seeded.failed)[1]
+    url = f"/checkpoints/{cp}/fork"
+    token = csrf(client, url)
+    before = snapshot(seeded.rt)
+    r = client.post(url, data={"_csrf_token": token, "action": "preview", "patch": '{"n": 2}'})
+    assert r.status_code == 200 and full(r.text)
+    assert re.search(r'<tr class="op-changed"><td class="mono">n</td><td>changed</td><td><code>0</code></td>'
+                     r'<td><code>2</code></td></tr>', r.text)
+    assert ">{&#34;n&#34;: 2}</textarea>" in r.text                     # the patch stays in the editor
+    part = client.post(url, data={"action": "preview", "patch": '{"n": 2}'},
+                       headers={"HX-Request": "true", "x-csrftoken": token})
+    assert part.status_code == 200 and not full(part.text) and "What the patch changes" in part.text
+    same = client.post(url, data={"_csrf_token": token, "action": "preview", "patch": '{"n": 0}'})
+    assert "The patch changes nothing." in same.text
+    assert snapshot(seeded.rt) == before
+
+
+def test_fork_create_redirects_to_the_new_run(seeded: Seeded, client: Client) -> None:
+    cp = checkpoint_ids(seeded.rt, seeded.failed)[1]
+    url = f"/checkpoints/{cp}/fork"
+    token = csrf(client, url)
+    before = set(snapshot(seeded.rt))
+    r = client.post(url, data={"_csrf_token": token, "action": "create", "patch": '{"n": 2}', "effects": "mock"},
+                    follow_redirects=False)
+    assert r.status_code == 303
+    fork_id = r.headers["location"].removeprefix("/runs/")
+    assert set(snapshot(seeded.rt)) == before | {fork_id}
+    run = wait_for(seeded.rt, fork_id)
+    assert run.status == RunStatus.SUCCEEDED and run.kind.value == "fork" and run.parent_run_id == seeded.failed
+    page = client.get(f"/runs/{fork_id}").text
+    assert "second with n=2" in page and f'of <a href="/runs/{seeded.failed}">' in page
+
+    via_htmx = client.post(url, data={"action": "create", "patch": '{"n": 3}'},
+                           headers={"HX-Request": "true", "x-csrftoken": token}, follow_redirects=False)
+    assert via_htmx.status_code == 200 and via_htmx.text == ""
+    second = via_htmx.headers["hx-redirect"].removeprefix("/runs/")
+    assert wait_for(seeded.rt, second).status == RunStatus.SUCCEEDED
+    assert set(snapshot(seeded.rt)) == before | {fork_id, second}
+
+    # the thread tree: both forks hang off checkpoint #1 with the field their patch edited
+    thread = client.get(f"/threads/{seeded.failed}")
+    assert thread.status_code == 200
+    items = re.findall(r'<li style="margin-left: ([\d.]+)rem" class="branch kind-(\w+)">\s*'
+                       r'<span class="kind">\w+</span>\s*<a href="/runs/(run_\w+)">', thread.text)
+    assert [(depth, kind, rid) for depth, kind, rid in items] == [
+        ("0.0", "main", seeded.failed), ("1.6", "fork", fork_id), ("1.6", "fork", second)]
+    assert thread.text.count("patched: <code>n</code>") == 2
+    assert thread.text.count(f"from #1 of {seeded.failed}") == 2
+    assert thread.text.count("effects mocked") == 2
+
+
+@pytest.mark.parametrize(("patch", "named"), [
+    ('{"bogus": 1}', "unknown state field(s) &#39;bogus&#39;"),
+    ('{"n": "two"}', "field &#39;n&#39;: Input should be a valid integer"),
+    ("[1]", "must be a JSON object of state fields, got list"),
+    ('{"n": ', "patch is not valid JSON"),
+])
+def test_an_invalid_patch_is_a_422_with_its_message_and_creates_nothing(seeded: Seeded, client: Client,
+                                                                         patch: str, named: str) -> None:
+    cp = checkpoint_ids(seeded.rt, seeded.failed)[1]
+    url = f"/checkpoints/{cp}/fork"
+    token = csrf(client, url)
+    before = snapshot(seeded.rt)
+    for action in ("preview", "create"):
+        r = client.post(url, data={"_csrf_token": token, "action": action, "patch": patch}, follow_redirects=False)
+        text = error_page(r, 422)
+        message = re.search(r'<p class="error field-error" role="alert">(.*?)</p>', text, re.S)
+        assert message and named in message.group(1), text
+        part = client.post(url, data={"action": action, "patch": patch}, follow_redirects=False,
+                           headers={"HX-Request": "true", "x-csrftoken": token})
+        assert part.status_code == 422 and named in part.text and not full(part.text)
+    assert snapshot(seeded.rt) == before
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"effects": "maybe"}, "effects must be &#39;mock&#39; or &#39;live&#39;"),
+    ({"mocks": "[1]"}, "mocks must be a JSON object")])
+def test_invalid_fork_options_are_422_and_create_nothing(seeded: Seeded, client: Client, fields: dict[str, str],
+                                                         named: str) -> None:
+    cp = checkpoint_ids(seeded.rt, seeded.failed)[1]
+    url = f"/checkpoints/{cp}/fork"
+    before = snapshot(seeded.rt)
+    r = client.post(url, data={"_csrf_token": csrf(client, url), "action": "create", "patch": '{"n": 2}', **fields})
+    assert named in error_page(r, 422)
+    assert snapshot(seeded.rt) == before
+
+
+# ------------------------------------------------------------------ CSRF
+
+
+def test_posts_without_the_csrf_token_are_refused_and_change_nothing(seeded: Seeded, client: Client,
+                                                                      empty_rt: Runtime) -> None:
+    cp = checkpoint_ids(seeded.rt, seeded.failed)[1]
+    client.get(f"/checkpoints/{cp}/fork")          # the client holds a CSRF cookie: only the token is missing
+    assert client.cookies.get("csrftoken")
+    before = snapshot(seeded.rt)
+    posts: list[tuple[str, dict[str, str]]] = [
+        (f"/checkpoints/{cp}/fork", {"action": "create", "patch": '{"n": 2}'}),
+        (f"/checkpoints/{cp}/fork", {"action": "preview", "patch": '{"n": 2}'}),
+        (f"/runs/{seeded.succeeded}/replay", {}),
+        (f"/runs/{seeded.failed}/resume", {}),
+        (f"/runs/{seeded.interrupted}/cancel", {"reason": "no"}),
+        (f"/runs/{seeded.succeeded}/compensate", {}),
+    ]
+    for url, data in posts:
+        for token in ({}, {"_csrf_token": "forged"}):
+            r = client.post(url, data={**data, **token}, follow_redirects=False)
+            assert r.status_code == 403, (url, r.status_code, r.text[:300])
+        r = client.post(url, data=data, headers={"x-csrftoken": "forged"}, follow_redirects=False)
+        assert r.status_code == 403, url
+    document = client.get(f"/runs/{seeded.failed}/export").content
+    with TestClient(create_app(empty_rt)) as fresh:
+        fresh.get("/import")
+        r = fresh.post("/import", files={"file": ("t.json", document, "application/json")},
+                       headers={"x-csrftoken": "forged"})
+        assert r.status_code == 403
+        assert snapshot(empty_rt) == {}
+    assert snapshot(seeded.rt) == before and seeded.world.refunds == []
+
+
+# Litestar's CSRF middleware parses a multipart body to look for the token and, when it
+# refuses the request, leaves the uploaded file for the garbage collector to close
+@pytest.mark.filterwarnings("ignore:Unclosed file <tempfile.SpooledTemporaryFile:ResourceWarning")
+def test_an_import_without_the_csrf_token_is_refused_and_writes_nothing(seeded: Seeded, client: Client,
+                                                                        empty_rt: Runtime) -> None:
+    document = client.get(f"/runs/{seeded.failed}/export").content
+    with TestClient(create_app(empty_rt)) as fresh:
+        fresh.get("/import")
+        for data in ({}, {"_csrf_token": "forged"}):
+            r = fresh.post("/import", data=data, files={"file": ("t.json", document, "application/json")})
+            assert r.status_code == 403
+        gc.collect()
+    assert snapshot(empty_rt) == {}
+
+
+# ------------------------------------------------------------------ replay
+
+
+def order_v2(order: Graph) -> Graph:
+    """The order graph as a later version: pricing changed, and with it the charge's request."""
+    recorded = order.compile()
+    g = Graph(recorded.name, recorded.state_model)
+
+    @g.node(timeout=30)
+    def price(s: Any) -> dict[str, Any]:
+        return {"amount": s.order_id * 11}
+
+    g.node(after=["price"])(recorded.nodes["charge"].fn)
+    return g
+
+
+def test_replay_form_offers_other_versions_and_its_report_lists_verdicts(seeded: Seeded, client: Client) -> None:
+    v2 = seeded.rt.register(order_v2(seeded.graphs["order"]))
+    own = seeded.rt.store.get_run(seeded.succeeded).graph_version
+    assert v2.version != own
+    url = f"/runs/{seeded.succeeded}/replay"
+    form = client.get(url)
+    assert form.status_code == 200 and f'<option value="{v2.version}">' in form.text
+    assert f'<option value="{own}">' not in form.text                  # its own version is the default
+    r = client.post(url, data={"_csrf_token": csrf(client, url), "version": v2.version}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].endswith("/report")
+    replay_id = r.headers["location"].removeprefix("/runs/").removesuffix("/report")
+    replay = wait_for(seeded.rt, replay_id)
+    assert replay.kind.value == "replay" and replay.parent_run_id == seeded.succeeded
+    report = client.get(f"/runs/{replay_id}/report")
+    assert report.status_code == 200 and full(report.text)
+    verdicts = dict(re.findall(r'<tr class="verdict-\w+"><td>(\w+)</td><td><strong>(\w+)</strong>', report.text))
+    assert verdicts == {"price": "different", "charge": "different"}
+    assert "Some nodes diverged." in report.text and f"with graph v{v2.version}" in report.text
+    assert "<code>70</code> → <code>77</code>" in report.text           # price's write, recorded → replayed
+    assert seeded.world.charges == ["7"]                                  # nothing outside was called
+    assert f'href="/runs/{replay_id}/report"' in client.get(f"/runs/{replay_id}").text
+
+    same_url = client.post(url, data={"_csrf_token": csrf(client, url)}, follow_redirects=False).headers["location"]
+    wait_for(seeded.rt, same_url.split("/")[2])
+    same = client.get(same_url).text
+    assert "Every node did what the recording did." in same
+    assert set(re.findall(r"<td><strong>(\w+)</strong>", same)) == {"same"}
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"version": "nope"}, "&#39;nope&#39; is not registered"), ({"mocks": "3"}, "mocks must be a JSON object"),
+    ({"mocks": "{"}, "mocks is not valid JSON")])
+def test_an_invalid_replay_is_422_and_creates_nothing(seeded: Seeded, client: Client, fields: dict[str, str],
+                                                      named: str) -> None:
+    url = f"/runs/{seeded.succeeded}/replay"
+    before = snapshot(seeded.rt)
+    r = client.post(url, data={"_csrf_token": csrf(client, url), **fields})
+    text = error_page(r, 422)
+    assert named in text and '<form class="stacked" method="post"' in text   # the form again, with the error
+    assert snapshot(seeded.rt) == before
+
+
+# ------------------------------------------------------------------ resume, cancel, compensate
+
+
+def run_page_token(client: Client, run_id: str) -> str:
+    return csrf(client, f"/runs/{run_id}")
+
+
+def test_resuming_a_failed_run_creates_a_continuation(seeded: Seeded, client: Client) -> None:
+    token = run_page_token(client, seeded.failed)
+    r = client.post(f"/runs/{seeded.failed}/resume", data={"_csrf_token": token}, follow_redirects=False)
+    assert r.status_code == 303
+    cont_id = r.headers["location"].removeprefix("/runs/")
+    cont = wait_for(seeded.rt, cont_id)
+    assert cont_id != seeded.failed and cont.parent_run_id == seeded.failed
+    assert cont.kind.value == "continuation" and cont.status == RunStatus.FAILED   # `second` still fails
+    parent = client.get(f"/runs/{seeded.failed}").text
+    assert f'<a href="/runs/{cont_id}">{cont_id}</a> (continuation, failed)' in parent
+
+
+def test_resuming_a_succeeded_run_is_409_and_creates_nothing(seeded: Seeded, client: Client) -> None:
+    token = run_page_token(client, seeded.failed)
+    before = snapshot(seeded.rt)
+    r = client.post(f"/runs/{seeded.succeeded}/resume", data={"_csrf_token": token}, follow_redirects=False)
+    assert "already succeeded" in error_page(r, 409)
+    part = client.post(f"/runs/{seeded.succeeded}/resume", headers={"HX-Request": "true", "x-csrftoken": token})
+    assert part.status_code == 409 and part.headers["hx-retarget"] == "#flash" and not full(part.text)
+    assert "answer its interrupts" in error_page(
+        client.post(f"/runs/{seeded.interrupted}/resume", data={"_csrf_token": token}), 409)
+    assert error_page(client.post("/runs/run_nope/resume", data={"_csrf_token": token}), 404)
+    assert snapshot(seeded.rt) == before
+
+
+def test_cancelling_an_interrupted_run_ends_it_with_the_reason(seeded: Seeded, client: Client) -> None:
+    token = run_page_token(client, seeded.interrupted)
+    assert f'action="/runs/{seeded.interrupted}/cancel"' in client.get(f"/runs/{seeded.interrupted}").text
+    r = client.post(f"/runs/{seeded.interrupted}/cancel", data={"_csrf_token": token, "reason": "wrong order"},
+                    follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == f"/runs/{seeded.interrupted}"
+    run = wait_for(seeded.rt, seeded.interrupted, [RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED])
+    assert run.status == RunStatus.CANCELLED and "wrong order" in str(run.error)
+    cancelled = [e for e in seeded.rt.store.events(run.id, 0) if e.type == "run.cancel"]
+    assert cancelled and "wrong order" in json.dumps(cancelled[-1].data)
+    trace = client.get(f"/runs/{run.id}/panels/events", params={"eq": "wrong order"}).text
+    assert [e.seq for e in cancelled] == event_rows(trace)
+    assert "nothing to cancel" in error_page(
+        client.post(f"/runs/{seeded.interrupted}/cancel", data={"_csrf_token": token}), 409)
+
+
+def test_cancelling_a_succeeded_run_is_409_and_changes_nothing(seeded: Seeded, client: Client) -> None:
+    token = run_page_token(client, seeded.succeeded)
+    before = snapshot(seeded.rt)
+    r = client.post(f"/runs/{seeded.succeeded}/cancel", data={"_csrf_token": token, "reason": "late"})
+    assert "nothing to cancel" in error_page(r, 409)
+    too_long = client.post(f"/runs/{seeded.interrupted}/cancel", data={"_csrf_token": token, "reason": "x" * 501})
+    assert "500 characters" in error_page(too_long, 422)
+    assert snapshot(seeded.rt) == before
+
+
+def test_compensate_undoes_live_effects_and_says_what_it_did(seeded: Seeded, client: Client) -> None:
+    token = run_page_token(client, seeded.succeeded)
+    before = snapshot(seeded.rt)
+    assert "compensate a run once it has ended" in error_page(
+        client.post(f"/runs/{seeded.interrupted}/compensate", data={"_csrf_token": token}), 409)
+    assert snapshot(seeded.rt) == before
+    r = client.post(f"/runs/{seeded.succeeded}/compensate", data={"_csrf_token": token},
+                    headers={"HX-Request": "true"})
+    assert r.status_code == 200 and not full(r.text)
+    assert f"Compensation of {seeded.succeeded}:" in r.text and "charge · payments.charge#0 — compensated" in r.text
+    assert seeded.world.refunds == ["rcpt-7"]
+    journal = client.get(f"/runs/{seeded.succeeded}/panels/journal").text
+    assert ">COMPENSATED<" in journal
+    again = client.post(f"/runs/{seeded.succeeded}/compensate", data={"_csrf_token": token})
+    assert again.status_code == 200 and full(again.text) and "— already" in again.text
+    assert seeded.world.refunds == ["rcpt-7"]
+
+
+# ------------------------------------------------------------------ export and import
+
+
+def test_export_is_a_json_download(shared: Seeded, reader: Client) -> None:
+    r = reader.get(f"/runs/{shared.succeeded}/export")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    assert r.headers["content-disposition"] == f'attachment; filename="thread-{shared.succeeded}.json"'
+    doc = r.json()
+    assert doc["thread_id"] == shared.succeeded
+    assert [entry["run"]["id"] for entry in doc["runs"]] == [shared.succeeded]
+
+
+def test_import_a_valid_export_into_a_fresh_store(seeded: Seeded, client: Client, empty_rt: Runtime) -> None:
+    cp = checkpoint_ids(seeded.rt, seeded.failed)[1]
+    url = f"/checkpoints/{cp}/fork"
+    fork = client.post(url, data={"_csrf_token": csrf(client, url), "action": "create", "patch": '{"n": 4}'},
+                       follow_redirects=False).headers["location"].removeprefix("/runs/")
+    wait_for(seeded.rt, fork)
+    document = client.get(f"/runs/{seeded.failed}/export").content
+    with TestClient(create_app(empty_rt)) as fresh:
+        form = fresh.get("/import")
+        assert form.status_code == 200 and 'enctype="multipart/form-data"' in form.text
+        token = csrf(fresh, "/import")
+        r = fresh.post("/import", data={"_csrf_token": token},
+                       files={"file": ("thread.json", document, "application/json")})
+        assert r.status_code == 201, r.text
+        assert "Imported 2 run(s)" in r.text
+        assert set(re.findall(r'<a href="/runs/(run_\w+)">', r.text)) == {seeded.failed, fork}
+        for run_id in (seeded.failed, fork):
+            mine, theirs = empty_rt.store.get_run(run_id), seeded.rt.store.get_run(run_id)
+            assert (mine.status, mine.kind, mine.parent_run_id) == (theirs.status, theirs.kind, theirs.parent_run_id)
+            assert len(empty_rt.store.events(run_id, 0)) == len(seeded.rt.store.events(run_id, 0))
+            assert fresh.get(f"/runs/{run_id}").status_code == 200
+        before = snapshot(empty_rt)
+        again = fresh.post("/import", data={"_csrf_token": token},
+                           files={"file": ("thread.json", document, "application/json")})
+        assert "already" in error_page(again, 422)
+        assert snapshot(empty_rt) == before
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    (b'{"format": ', "not valid JSON"),
+    (b"[]", "JSON object"),
+    (b"{}", "format"),
+    (b"", "not valid JSON"),
+    (b"\xff\xfe{}", "UTF-8"),
+    (b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests deeper"),
+    (b'{"a": NaN}', "not accepted"),
+])
+def test_a_malformed_import_is_422_and_writes_nothing(empty_rt: Runtime, body: bytes, named: str) -> None:
+    with TestClient(create_app(empty_rt)) as fresh:
+        token = csrf(fresh, "/import")
+        r = fresh.post("/import", data={"_csrf_token": token}, files={"file": ("t.json", body, "application/json")})
+        text = error_page(r, 422)
+        assert named in text and '<p class="error" role="alert">' in text
+        assert snapshot(empty_rt) == {}
+        missing = fresh.post("/import", data={"_csrf_token": token}, files={"other": ("t.json", b"{}", "text/plain")})
+        assert "choose an exported thread" in error_page(missing, 422)
+    assert snapshot(empty_rt) == {}
+
+
+# ------------------------------------------------------------------ thread and diff
+
+
+def test_diff_page_compares_two_checkpoints(shared: Seeded, reader: Client) -> None:
+    ids = checkpoint_ids(shared.rt, shared.succeeded)
+    only_a = reader.get("/diff", params={"a": ids[0]})
+    assert only_a.status_code == 200 and "<table class=\"diff\">" not in only_a.text
+    assert f'<option value="{ids[0]}" selected>' in only_a.text
+    r = reader.get("/diff", params={"a": ids[0], "b": ids[-1]})
+    assert r.status_code == 200 and full(r.text)
+    assert f"2 change(s) from #0 of {shared.succeeded} to #{len(ids) - 1} of {shared.succeeded}" in r.text
+    rows = re.findall(r'<tr class="op-(\w+)"><td class="mono">(\w+)</td><td>\w+</td><td><code>(.*?)</code></td>'
+                      r'<td><code>(.*?)</code></td></tr>', r.text)
+    assert rows == [("changed", "amount", "0", "70"), ("changed", "receipt", "&#34;&#34;", "&#34;rcpt-7&#34;")]
+    equal = reader.get("/diff", params={"a": ids[0], "b": ids[0]}).text
+    assert "The states are equal." in equal
+    assert error_page(reader.get("/diff", params={"a": ids[0], "b": "cp_nope"}), 404)
+    assert reader.get("/diff").status_code == 400                      # `a` is required
+
+
+def test_thread_page_of_a_lone_run(shared: Seeded, reader: Client) -> None:
+    r = reader.get(f"/threads/{shared.looped}")
+    assert r.status_code == 200 and full(r.text)
+    assert re.findall(r'<a href="/runs/(run_\w+)">', r.text) == [shared.looped]
+    assert "patched:" not in r.text
+
+
+# ------------------------------------------------------------------ the token rule
+
+
+def test_pages_off_loopback_need_the_token_which_a_query_sets_once(seeded: Seeded) -> None:
+    with TestClient(create_app(seeded.rt, host="0.0.0.0", token="alice:s3cret")) as c:
+        assert c.get("/runs").status_code == 401
+        assert c.get(f"/runs/{seeded.failed}").status_code == 401
+        assert c.get("/runs", params={"token": "wrong"}).status_code == 401
+        assert c.get("/runs", params={"token": "alice:s3cret"}).status_code == 401   # the secret, not the name
+        assert not c.cookies.get("harness_token")
+        first = c.get("/runs", params={"token": "s3cret"})
+        assert first.status_code == 200 and seeded.failed in first.text
+        assert "harness_token=s3cret" in first.headers["set-cookie"]
+        assert "HttpOnly" in first.headers["set-cookie"]
+        second = c.get(f"/runs/{seeded.failed}")
+        assert second.status_code == 200 and "n must be at least 1" in second.text
+        c.cookies.clear()
+        assert c.get("/runs").status_code == 401
+        assert c.get("/runs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
