@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from ..core.errors import AttemptCancelled
 from ..core.jsonvalues import JSON, to_json
-from ..core.records import InterruptKind
+from ..core.records import InterruptKind, InterruptStatus
 from .effects import JournalHost, perform_effect
 from .scope import AttemptScope
 
@@ -117,7 +117,7 @@ class NodeContext:
         slot = str(self._scope.interrupts)
         self._scope.interrupts += 1
         found = self._host.find_interrupt(self.node, slot, InterruptKind.USER)
-        if found is not None and found.answer is not None:
+        if found is not None and found.status == InterruptStatus.ANSWERED:   # null is an answer too
             if response is not None:
                 return response.model_validate(found.answer)
             return found.answer

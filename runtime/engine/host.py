@@ -132,7 +132,7 @@ class RunHost:
         found = self.interrupts.get((node, slot, kind.value))
         if found is not None and kind != InterruptKind.USER and found.run_id != self.run_id:
             return None  # a continuation asks again: whoever continues the run decides afresh
-        if found is not None and found.run_id != self.run_id and found.answer is not None:
+        if found is not None and found.run_id != self.run_id and found.status == InterruptStatus.ANSWERED:
             # an answer recorded by an earlier run (a continued run, or the run a replay re-executes)
             self.rec.emit(EventType.INTERRUPT_REUSED, node, interrupt_id=found.id,
                           source_run_id=found.run_id, slot=slot)

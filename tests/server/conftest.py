@@ -8,7 +8,6 @@ Each test gets its own store, so actions in one test never show up in another.
 from __future__ import annotations
 
 import asyncio
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import Annotated, Any
 
 import pytest
 from litestar import Litestar
-from litestar.exceptions import LitestarDeprecationWarning
 from litestar.testing import TestClient
 from pydantic import BaseModel
 
@@ -212,13 +210,9 @@ def make_seeded(path: Path) -> Seeded:
 
 
 def app_over(rt: Runtime, **options: Any) -> Litestar:
-    """``create_app(rt, **options)``. The HTML pages declare parameters and form bodies in
-    styles Litestar 2.25 deprecates (plain annotations rather than ``FromPath``/``FromQuery``,
-    ``= Body(...)`` defaults), and building the app warns about each; the API's handlers are
-    held to the current style by a test of their own."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=LitestarDeprecationWarning)
-        return create_app(rt, **options)
+    """``create_app(rt, **options)``; building it must raise no warning (the test run turns
+    warnings into errors), so every handler declares its parameters the current way."""
+    return create_app(rt, **options)
 
 
 @pytest.fixture

@@ -237,3 +237,17 @@ async def test_who_answered_is_recorded_in_the_trace(rt: Runtime) -> None:
     assert run.status == RunStatus.SUCCEEDED
     answered = [e for e in await rt.events(run.id) if e.type == "interrupt.answered"]
     assert [e.data.get("by") for e in answered] == ["alice"]
+
+
+async def test_null_is_an_answer_like_any_other(rt: Runtime) -> None:
+    g = Graph("ask_null", S)
+
+    @g.node()
+    async def ask(s: S, ctx: Any) -> dict[str, Any]:
+        return {"messages": [repr(await ctx.interrupt({"q": "anything?"}))]}
+
+    run = await rt.start(g, {})
+    run = await rt.resume(run.id, None)
+    assert run.status == RunStatus.SUCCEEDED
+    assert (await rt.state_at((await rt.history(run.id))[-1].id)).messages == ["None"]
+    assert len(await rt.interrupts(run.id, pending=False)) == 1

@@ -1,0 +1,338 @@
+"""Answer forms: a JSON schema becomes form fields, and posted form data becomes a JSON value.
+
+A response model's JSON schema (as pydantic writes it) gives one input per property:
+strings, numbers and whole numbers as typed inputs, booleans as checkboxes, enums and
+literals as selects, nested models (``$ref`` into ``$defs``) as groups of their own
+fields, and anything else (lists, free-form objects, unions) as a JSON textarea.
+Reading a post back checks what a form can check — required fields, types, choices,
+bounds, JSON syntax — and keeps what the person typed, so the page shows it again
+next to the error. Validation against the model itself (custom validators) happens
+after, and its errors land on the same fields (:func:`attach_errors`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from runtime.core.jsonvalues import JSON
+
+#: form input names start with this, so no property can clash with ``_csrf_token``
+PREFIX = "f."
+#: nested models deeper than this (or recursive ones) are edited as JSON
+MAX_DEPTH = 3
+#: the option of a nullable select that means null
+NULL_OPTION = ""
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(slots=True)
+class FormField:
+    """One input (or a group of them, for a nested model) and what it shows."""
+
+    path: tuple[str, ...]
+    label: str
+    kind: str                       # text, integer, number, checkbox, select, radio, json, group
+    required: bool = False
+    nullable: bool = False
+    help: str = ""
+    options: list[tuple[str, str]] = field(default_factory=list)   # (form value, label)
+    values: dict[str, JSON] = field(default_factory=dict)           # form value -> JSON value
+    attrs: dict[str, str] = field(default_factory=dict)             # min, max, step, maxlength…
+    json_type: str | None = None    # for a JSON field: "array" or "object" when the schema says so
+    text: str = ""                  # what the input holds
+    checked: bool = False
+    error: str | None = None
+    children: list[FormField] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return PREFIX + ".".join(self.path)
+
+    @property
+    def id(self) -> str:
+        return "f-" + "-".join(self.path)
+
+    def walk(self) -> list[FormField]:
+        return [self, *(f for c in self.children for f in c.walk())]
+
+
+# ------------------------------------------------------------------ schema → fields
+
+def _deref(node: Any, root: Mapping[str, Any]) -> dict[str, Any]:
+    """``node`` with its ``$ref`` (and a one-element ``allOf``) merged in; the node's own
+    keys (default, description) win over the referenced definition's."""
+    out: dict[str, Any] = dict(node) if isinstance(node, Mapping) else {}
+    for _ in range(32):   # a chain of references, never a cycle
+        ref = out.pop("$ref", None)
+        if ref is None and isinstance(out.get("allOf"), list) and len(out["allOf"]) == 1:
+            target: Any = out.pop("allOf")[0]
+        elif isinstance(ref, str) and ref.startswith("#/"):
+            target = root
+            for part in ref[2:].split("/"):
+                target = target.get(part, {}) if isinstance(target, Mapping) else {}
+        else:
+            return out
+        out = {**(dict(target) if isinstance(target, Mapping) else {}), **out}
+    return out
+
+
+def _unwrap(node: Any, root: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The schema of a property without its ``| None``, and whether null is allowed."""
+    s = _deref(node, root)
+    types = s.get("type")
+    if isinstance(types, list):
+        rest = [t for t in types if t != "null"]
+        s = {**s, "type": rest[0] if len(rest) == 1 else rest}
+        return s, len(rest) < len(types)
+    for key in ("anyOf", "oneOf"):
+        branches = s.get(key)
+        if not isinstance(branches, list):
+            continue
+        resolved = [_deref(b, root) for b in branches]
+        real = [b for b in resolved if b.get("type") != "null"]
+        nullable = len(real) < len(resolved)
+        own = {k: v for k, v in s.items() if k != key}
+        if len(real) == 1:
+            return {**real[0], **own}, nullable
+        return own, nullable   # a real union: edited as JSON
+    return s, False
+
+
+def _option(value: JSON) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _field(path: tuple[str, ...], node: Any, required: bool, root: Mapping[str, Any],
+           given: tuple[bool, JSON], depth: int) -> FormField:
+    s, nullable = _unwrap(node, root)
+    # the property's own title, never a referenced model's (that names its class)
+    own = node.get("title") if isinstance(node, Mapping) else None
+    label = str(own or path[-1].replace("_", " ").title())
+    f = FormField(path, label, "json", required=required, nullable=nullable, help=str(s.get("description") or ""))
+    present, value = given
+    if not present and "default" in s:
+        present, value = True, s["default"]
+    kind = s.get("type")
+    if "enum" in s or "const" in s:
+        choices: list[JSON] = list(s["enum"]) if isinstance(s.get("enum"), list) else [s.get("const")]
+        f.kind = "select"
+        f.options = [(_option(c), str(c)) for c in choices]
+        f.values = {_option(c): c for c in choices}
+        if nullable:
+            f.options.insert(0, (NULL_OPTION, "(none)"))
+        elif not present:
+            f.options.insert(0, (NULL_OPTION, "— choose —"))
+        f.text = NULL_OPTION if not present or value is None else _option(value)
+    elif kind == "boolean":
+        f.kind, f.checked = "checkbox", present and value is True
+    elif kind in ("integer", "number"):
+        f.kind = kind
+        f.attrs["step"] = "1" if kind == "integer" else "any"
+        for key, attr in (("minimum", "min"), ("maximum", "max")):
+            if isinstance(s.get(key), (int, float)):
+                f.attrs[attr] = str(s[key])
+        f.text = str(value) if present and isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+    elif kind == "string":
+        f.kind = "text"
+        for key, attr in (("minLength", "minlength"), ("maxLength", "maxlength")):
+            if isinstance(s.get(key), int):
+                f.attrs[attr] = str(s[key])
+        # a schema's pattern is not always a valid HTML pattern: said, and checked by the model
+        for key in ("format", "pattern"):
+            if s.get(key):
+                f.help = (f.help + " " if f.help else "") + f"({key}: {s[key]})"
+        f.text = value if present and isinstance(value, str) else ""
+    elif kind == "object" and isinstance(s.get("properties"), Mapping) and depth < MAX_DEPTH and not nullable:
+        f.kind = "group"
+        f.children = _fields(s, root, value if present and isinstance(value, Mapping) else {}, path, depth + 1)
+    else:
+        f.json_type = kind if kind in ("array", "object") else None
+        if f.json_type == "object" and isinstance(s.get("properties"), Mapping):
+            names = ", ".join(s["properties"])
+            f.help = (f.help + " " if f.help else "") + f"(a JSON object with: {names})"
+        f.text = json.dumps(value, indent=2, ensure_ascii=False) if present else ""
+    return f
+
+
+def _fields(schema: Mapping[str, Any], root: Mapping[str, Any], values: Mapping[str, JSON],
+            prefix: tuple[str, ...], depth: int) -> list[FormField]:
+    props = schema.get("properties")
+    if not isinstance(props, Mapping):
+        return []
+    required = set(schema.get("required") or ())
+    return [_field((*prefix, str(name)), node, name in required, root,
+                   (name in values, values.get(name)), depth)
+            for name, node in props.items()]
+
+
+def is_object_schema(schema: JSON) -> bool:
+    """Whether the schema describes an object with named fields (a form can be built)."""
+    return isinstance(schema, Mapping) and isinstance(_deref(schema, schema).get("properties"), Mapping)
+
+
+def build(schema: Mapping[str, Any], values: Mapping[str, JSON] | None = None) -> list[FormField]:
+    """The fields of an object schema, pre-filled with ``values`` (else the defaults)."""
+    return _fields(_deref(schema, schema), schema, values or {}, (), 0)
+
+
+def proposed(payload: JSON, schema: Mapping[str, Any]) -> dict[str, JSON]:
+    """Values a question proposes for its answer: payload keys that name fields of the
+    answer (``{"args": {...}}`` pre-fills an ``args`` field), or — when the answer model
+    is the arguments themselves — the proposed ``args`` spread over its fields."""
+    if not isinstance(payload, Mapping):
+        return {}
+    props = _deref(schema, schema).get("properties")
+    if not isinstance(props, Mapping):
+        return {}
+    out = {k: v for k, v in payload.items() if k in props}
+    args = payload.get("args")
+    if "args" not in props and isinstance(args, Mapping):
+        out.update({k: v for k, v in args.items() if k in props})
+    return out
+
+
+def json_field(name: str, label: str, *, required: bool = True, help: str = "", value: JSON = None,
+               present: bool = False) -> FormField:
+    """A free JSON input (an answer with no declared model, an effect's result)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False) if present else ""
+    return FormField((name,), label, "json", required=required, help=help, text=text)
+
+
+def radio_field(name: str, label: str, choices: Sequence[tuple[str, str]], *, required: bool = True,
+                help: str = "") -> FormField:
+    """One of a few documented string answers, as radio buttons."""
+    return FormField((name,), label, "radio", required=required, help=help, options=list(choices),
+                     values={value: value for value, _ in choices})
+
+
+# ------------------------------------------------------------------ form data → value
+
+class _Missing:
+    pass
+
+
+MISSING = _Missing()
+
+
+def _number(f: FormField, raw: str) -> JSON:
+    text = raw.strip()
+    if f.kind == "integer":
+        try:
+            n: float = int(text)
+        except ValueError:
+            raise ValueError("must be a whole number") from None
+    else:
+        try:
+            n = float(text)
+        except ValueError:
+            raise ValueError("must be a number") from None
+        if not math.isfinite(n):
+            raise ValueError("must be a finite number")
+    low, high = f.attrs.get("min"), f.attrs.get("max")
+    if low is not None and n < float(low):
+        raise ValueError(f"must be at least {low}")
+    if high is not None and n > float(high):
+        raise ValueError(f"must be at most {high}")
+    return n
+
+
+def _text(f: FormField, raw: str) -> JSON:
+    low, high = f.attrs.get("minlength"), f.attrs.get("maxlength")
+    if low is not None and len(raw) < int(low):
+        raise ValueError(f"must be at least {low} characters")
+    if high is not None and len(raw) > int(high):
+        raise ValueError(f"must be at most {high} characters")
+    return raw
+
+
+def _json(f: FormField, raw: str) -> JSON:
+    try:
+        value: JSON = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    if value is None and f.nullable:
+        return value
+    if f.json_type == "array" and not isinstance(value, list):
+        raise ValueError("must be a JSON list, like [1, 2]")
+    if f.json_type == "object" and not isinstance(value, dict):
+        raise ValueError('must be a JSON object, like {"key": "value"}')
+    return value
+
+
+def _read_one(f: FormField, form: Mapping[str, str]) -> JSON | _Missing:
+    """The field's value from the form (``MISSING`` when left empty and optional);
+    records what was typed and, on a mistake, the error."""
+    if f.kind == "group":
+        out: dict[str, JSON] = {}
+        for child in f.children:
+            v = _read_one(child, form)
+            if not isinstance(v, _Missing):
+                out[child.path[-1]] = v
+        return out
+    raw = form.get(f.name)
+    if f.kind == "checkbox":
+        f.checked = raw is not None and raw.strip().lower() not in ("", "off", "false", "0")
+        return f.checked
+    f.text = raw if raw is not None else ""
+    empty = f.text.strip() == "" if f.kind != "text" else f.text == ""
+    if empty:
+        if f.required and f.nullable:
+            return None
+        if f.required:
+            f.error = "required"
+        return MISSING
+    try:
+        if f.kind in ("select", "radio"):
+            if f.text not in f.values:
+                raise ValueError("must be one of: " + ", ".join(label for v, label in f.options if v != NULL_OPTION))
+            return f.values[f.text]
+        if f.kind in ("integer", "number"):
+            return _number(f, f.text)
+        if f.kind == "text":
+            return _text(f, f.text)
+        return _json(f, f.text)
+    except ValueError as e:
+        f.error = str(e)
+        return MISSING
+
+
+def read(fields: Sequence[FormField], form: Mapping[str, str]) -> tuple[dict[str, JSON], bool]:
+    """The JSON object the form describes, and whether every field was well filled in
+    (a field in error carries its message and keeps its typed text)."""
+    out: dict[str, JSON] = {}
+    for f in fields:
+        v = _read_one(f, form)
+        if not isinstance(v, _Missing):
+            out[f.path[-1]] = v
+    return out, not any(x.error for f in fields for x in f.walk())
+
+
+def errors_of(error: ValidationError) -> list[tuple[Loc, str]]:
+    """A model's validation errors as (where, what) pairs."""
+    return [(tuple(e["loc"]), str(e["msg"])) for e in error.errors(include_url=False)]
+
+
+def attach_errors(fields: Sequence[FormField], errors: Sequence[tuple[Loc, str]]) -> list[str]:
+    """Put each error on the deepest field its location falls in; returns those that
+    belong to no field (a model-wide rule)."""
+    by_path = {f.path: f for top in fields for f in top.walk()}
+    loose = []
+    for loc, msg in errors:
+        where = tuple(str(p) for p in loc)
+        for n in range(len(where), 0, -1):
+            target = by_path.get(where[:n])
+            if target is not None:
+                inner = ".".join(where[n:])
+                text = f"{inner}: {msg}" if inner else msg
+                target.error = f"{target.error}; {text}" if target.error else text
+                break
+        else:
+            loose.append(f"{'.'.join(where)}: {msg}" if where else msg)
+    return loose
