@@ -127,6 +127,17 @@ def base_url(demo: Demo) -> str:
     return demo.url
 
 
+@pytest.fixture(autouse=True)
+def no_browser_errors(page: Any) -> Iterator[None]:
+    """Every journey fails on an uncaught script error or a server error (5xx) seen by the browser."""
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"script error: {exc}"))
+    page.on("response", lambda r: problems.append(f"{r.status} from {r.request.method} {r.url}")
+            if r.status >= 500 else None)
+    yield
+    assert not problems, problems
+
+
 @pytest.fixture
 def shot(page: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """Call ``shot()`` to save a screenshot named after the test (also saved at the end)."""

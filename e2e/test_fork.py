@@ -60,8 +60,12 @@ def test_fork_with_a_patch(page: Page, demo: Any, shot: Any) -> None:
     head = page.locator("#run-head")
     expect(head.locator(".meta")).to_contain_text("fork of")
     expect(head.locator(f'a[href="/runs/{support}"]')).to_be_visible()
-    # the page follows the run until it ends (live while it runs)
+    # the page follows the run until it ends (live while it runs): the badge, then the timeline
     expect(page.locator("#run-status")).to_contain_text("succeeded", timeout=15_000)
+    demo.wait_status(fork_id, "succeeded")
+    last = demo.api(f"/api/runs/{fork_id}/checkpoints")["checkpoints"][-1]["seq"]
+    expect(page.locator(".timeline a.cp-link.selected")).to_have_attribute("data-seq", str(last))
+    expect(page.locator(".timeline a.cp-link")).to_have_count(last + 1)
 
     # the thread tree shows the new branch, from the checkpoint, with the field its patch edited
     thread = demo.api(f"/api/runs/{support}")["run"]["thread_id"]

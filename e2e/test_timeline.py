@@ -82,6 +82,11 @@ def test_step_through_checkpoints(page: Page, demo: Any, shot: Any) -> None:
     page.keyboard.press("j")
     selected(page, 1)
     assert look(page) == first
+    # the action bar forks from the checkpoint shown, as the checkpoint panel's own link does
+    fork_here = f"/checkpoints/{cps[1]['id']}/fork"
+    expect(page.locator(".selected-cp").get_by_role("link", name="Fork from here…")).to_have_attribute("href", fork_here)
+    expect(page.locator(".actions").get_by_role("link", name="Fork…")).to_have_attribute("href", fork_here)
+    expect(page.locator("#run-actions")).to_have_count(1)
 
     # the URL is the view: reloading it shows the same checkpoint, colours and state
     page.reload()
