@@ -130,6 +130,7 @@ def base_url(demo: Demo) -> str:
 @pytest.fixture(autouse=True)
 def no_browser_errors(page: Any) -> Iterator[None]:
     """Every journey fails on an uncaught script error or a server error (5xx) seen by the browser."""
+    page.set_default_timeout(10_000)   # a stuck action fails fast instead of after Playwright's 30 s
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(f"script error: {exc}"))
     page.on("response", lambda r: problems.append(f"{r.status} from {r.request.method} {r.url}")
