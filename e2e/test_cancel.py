@@ -44,7 +44,7 @@ def test_cancel_a_running_run(page: Page, demo: Any, shot: Any) -> None:
     expect(live_log).to_contain_text("node.cancel crawl")
     assert page.evaluate("window.stillTheSamePage === true"), "the page was reloaded"
     assert dialogs == [f"Cancel run {run_id}?"]
-    # the rest of the page caught up too: the crawl node is drawn cancelled, cancel is no longer offered
+    # the rest of the page caught up too: the crawl node is listed cancelled, cancel is no longer offered
     expect(page.locator("table.nodes")).to_contain_text("cancelled")
     expect(actions.get_by_role("button", name="Cancel")).to_have_count(0)
     expect(actions.get_by_role("button", name="Resume")).to_be_visible()

@@ -28,7 +28,6 @@ def test_step_through_checkpoints(page: Page, demo: Any, shot: Any) -> None:
     run_id = demo.ids["research"]
     cps = demo.api(f"/api/runs/{run_id}/checkpoints")["checkpoints"]
     states = [c["node_states"] for c in cps]
-    # where the map over sources is under way, and the checkpoint at which it has finished
     # the checkpoint at which the map over sources has finished, and the one before (its items
     # running, or not started yet: how many items one step settles depends on timing)
     mapped = next(i for i, s in enumerate(states) if s["read"] == "succeeded")
