@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..core.errors import ErrorClass, NodeError
 from ..core.jsonvalues import JSON
-from ..core.states import COMPLETED_NODE, STOP_NODE_EVENT, NodeStatus, RunEvent, StopKind
+from ..core.states import COMPLETED_NODE, STOP_NODE_EVENT, NodeEvent, NodeStatus, RunEvent, StopKind
 from ..store.base import CheckpointStore
 from .host import RunHost
 from .recorder import Recorder
@@ -49,6 +49,9 @@ def finish_run(rec: Recorder, host: RunHost, store: CheckpointStore, why: Stop |
     if kind is not None:
         for node in list(rec.inst.order):  # nodes still waiting end with the run, or stay paused
             event = STOP_NODE_EVENT[kind].get(statuses[node])
+            if event is None and statuses[node] == NodeStatus.RUNNING and kind != StopKind.INTERRUPT:
+                # a map's group record runs no attempt of its own: it ends with the run
+                event = NodeEvent.FAIL if kind == StopKind.FAIL else NodeEvent.CANCEL
             if event is not None:
                 rec.node(node, event)
     paused = kind == StopKind.INTERRUPT or (kind is None and NodeStatus.INTERRUPTED in statuses.values())

@@ -20,7 +20,7 @@ from ..core.records import Batch, Checkpoint, CheckpointSource, EventType, Run, 
 from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..core.streams import publish
 from ..graph import ExecutableGraph
-from ..graph.instances import base_node
+from ..graph.instances import base_node, parse_instance
 from ..store.base import CheckpointStore
 
 
@@ -60,10 +60,16 @@ def branch_statuses(node_states: Mapping[str, NodeStatus],
                     graph: ExecutableGraph | None = None) -> dict[str, NodeStatus]:
     """Node statuses of a run branching off a checkpoint: finished work is kept,
     the rest runs again (``graph``: the new run's graph, when it differs). Instances of
-    loops and maps are kept when their node is in the graph."""
-    out = {n: NodeStatus.PENDING for n in (node_states if graph is None else graph.order)}
+    loops and maps are kept when their node is in the graph, except a map's unfinished
+    items: its map creates them again from its list as the branch sees it (a patch may
+    have changed that list)."""
+    def kept(n: str, s: NodeStatus | None) -> bool:
+        return s in COMPLETED_NODE or parse_instance(n).item is None
+
+    out = {n: NodeStatus.PENDING for n in (node_states if graph is None else graph.order)
+           if kept(n, node_states.get(n))}
     for n, s in node_states.items():
-        if graph is not None and n not in out and base_node(n) in graph.nodes:
+        if graph is not None and n not in out and base_node(n) in graph.nodes and kept(n, s):
             out[n] = NodeStatus.PENDING
         if n in out and s in COMPLETED_NODE:
             out[n] = s

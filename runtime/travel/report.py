@@ -160,9 +160,9 @@ def _node(node: str, in_graph: bool, rec: Recording, rep: Recording, inherited: 
         verdict = V.NEW
     elif after == NodeStatus.FAILED:
         verdict = V.SAME if before == NodeStatus.FAILED and error == rec.errors.get(node) else V.ERROR
-    elif after in (NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.RETRYING, NodeStatus.CANCELLED) \
-            and before != after:
-        verdict = V.NOT_RUN
+    elif (after is None or after in (NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.RETRYING,
+                                     NodeStatus.CANCELLED)) and before != after:
+        verdict = V.NOT_RUN   # (None: an instance the replay never created, e.g. a later loop iteration)
     elif after == NodeStatus.INTERRUPTED and before != after:
         verdict = V.PAUSED   # waiting for an answer (an unrecorded effect, a new question)
     elif before != after or changes or any(e.verdict != EV.SAME for e in effects):

@@ -109,7 +109,8 @@ def _replay_trace(r: LoadedRun, states: dict[str, NodeStatus]) -> Iterator[Probl
         where = r.at("events", j)
         if ev.type == "run.created":
             inherited = ev.data.get("inherited") or {}
-            odd = ([f"{n}={s}" for n, s in inherited.items() if n not in states or not is_member(s, _STATUSES)]
+            odd = ([f"{n}={s}" for n, s in inherited.items()   # a loop's or map's instances too
+                    if (n not in states and base_node(n) not in states) or not is_member(s, _STATUSES)]
                    if isinstance(inherited, Mapping) else [repr(inherited)])
             if odd:
                 yield Problem(where, f"inherited must map nodes of the graph to node statuses; got {', '.join(odd)}")

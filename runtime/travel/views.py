@@ -26,6 +26,7 @@ from ..core.states import NodeStatus
 from ..engine import scheduler
 from ..engine.instances import Instances
 from ..engine.deps import EngineDeps
+from ..graph.instances import base_node
 from ..history.lineage import continued_chain, head
 from ..history.state import state_json
 from .report import Recording, ReplayReport, compare, effective_effects
@@ -76,7 +77,11 @@ def build_report(deps: EngineDeps, replay: Run) -> ReplayReport:
     for ev in store.events(replay.id):
         if ev.type == EventType.INTERRUPT_REUSED and ev.node:
             reused.setdefault(ev.node, []).append(str(ev.data.get("interrupt_id")))
-    order = deps.graphs.graph_for(replay).order
+    graph = deps.graphs.graph_for(replay)
+    # every instance either side has of the replayed graph's nodes (a loop's iterations,
+    # a map's items): one report each, in canonical order
+    named = [n for n in (*replayed.statuses, *recorded.statuses) if base_node(n) in graph.nodes]
+    order = graph.canonical(list(dict.fromkeys([*graph.order, *named])))
     nodes = compare(order, recorded, replayed, inherited=inherited, reused=reused)
     return ReplayReport(run_id=replay.id, source_run_id=source.id,
                         base_checkpoint_id=replay.base_checkpoint_id or first.id, status=replay.status.value,

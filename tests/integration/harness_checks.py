@@ -48,3 +48,27 @@ def effect_entries(journal: Sequence[JournalEntry], node: str, name: str) -> lis
 
 def statuses(entries: Sequence[JournalEntry]) -> list[EffectStatus]:
     return [e.status for e in entries]
+
+
+async def assert_instance_trace_consistent(rt: Runtime, run_id: str) -> None:
+    """``assert_trace_consistent`` for a run whose graph has loops or maps: the node
+    events rebuild every checkpoint's instance states. An instance is in a checkpoint
+    from when the run created it (a loop's next iteration, a map's items), pending
+    until its first event, so one no event has named yet must be pending there."""
+    events = await rt.events(run_id)
+    seqs = [e.seq for e in events]
+    assert seqs == list(range(1, len(seqs) + 1)), f"run {run_id}: event seqs {seqs} are not 1..n in order"
+    cps = await rt.history(run_id)
+    assert [c.seq for c in cps] == list(range(len(cps))), f"run {run_id}: checkpoint seqs {[c.seq for c in cps]}"
+    for prev, cp in pairwise(cps):
+        assert cp.parent_id == prev.id and cp.event_seq >= prev.event_seq
+        assert set(prev.node_states) <= set(cp.node_states), (
+            f"run {run_id}: checkpoint {cp.seq} dropped instances {set(prev.node_states) - set(cp.node_states)}")
+    for cp in cps:
+        rebuilt = node_states_from_events(list(cp.node_states), events, upto_seq=cp.event_seq)
+        assert rebuilt == dict(cp.node_states), (
+            f"run {run_id} checkpoint {cp.seq} (event_seq {cp.event_seq}): node states {dict(cp.node_states)} "
+            f"but the trace rebuilds {rebuilt}")
+    named = {e.node for e in events if e.type.startswith("node.") and e.node is not None}
+    assert named <= set(cps[-1].node_states), (
+        f"run {run_id}: events name instances the last checkpoint lacks: {named - set(cps[-1].node_states)}")

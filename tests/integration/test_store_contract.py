@@ -1116,6 +1116,98 @@ async def test_fork_and_replay_give_the_same_records_on_every_store(store: Check
     assert got["export"] == reference["export"]
 
 
+
+# --------------------------------------------------------------------------- node instances
+
+#: instance names as runs with loops, maps and subgraphs record them
+INSTANCES = ("n#12", "w[3]", "s/x", "w#2[10]")
+P_, R_, S_ = NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.SUCCEEDED
+
+
+def instance_states(step: int) -> dict[str, NodeStatus]:
+    """Node states of a growing run: the plain nodes from the start, an instance from
+    step 1 + its index (pending, then running, then succeeded), never removed."""
+    out = {"n": S_ if step else P_, "w": R_ if step else P_, "s": P_}
+    for i, name in enumerate(INSTANCES):
+        age = step - 1 - i
+        if age >= 0:
+            out[name] = (P_, R_, S_)[min(age, 2)]
+    return out
+
+
+def iev(run_id: str, seq: int, type_: str, node: str | None = None, **data: Any) -> TraceEvent:
+    return TraceEvent(run_id, seq, T0 + seq, type_, node=node, attempt=1 if node else None, data=data)
+
+
+def test_records_keyed_by_instance_names_round_trip(store: CheckpointStore) -> None:
+    run = make_run("r1")
+    store.create_run(Batch(run_id="r1", run=run, durable=True,
+                           checkpoints=[cp("r1", 0, instance_states(0), snapshot={"q": "r1"}, source="input")],
+                           events=[iev("r1", 1, "run.created")]))
+    expected = store.checkpoints("r1")
+    writes, attempts, journal, asked, events = [], [], [], [], [iev("r1", 1, "run.created")]
+    for seq, name in enumerate(INSTANCES, 1):   # one batch per instance, as a run would commit them
+        batch = Batch(run_id="r1", fence=1,
+                      checkpoints=[cp("r1", seq, instance_states(seq), nodes=[name],
+                                      snapshot={"seq": seq} if seq == 3 else None)],
+                      writes=[pw("r1", name, {"by": name}, seq=seq),
+                              pw("r1", name, {"error": name}, kind=WriteKind.ERROR, seq=seq, attempt=2)],
+                      attempts=[att("r1", name, decision=f"ran {name}")],
+                      effects=[je("r1", name, 0), je("r1", name, 0, EffectStatus.SUCCEEDED, result=name)],
+                      interrupts=[intr("r1", f"i{seq}", node=name)],
+                      events=[iev("r1", 2 * seq, "node.start", name), iev("r1", 2 * seq + 1, "node.succeed", name)])
+        store.commit(batch)
+        expected += batch.checkpoints
+        writes += batch.writes
+        attempts += batch.attempts
+        journal += batch.effects
+        asked += batch.interrupts
+        events += batch.events
+    for seq in range(len(INSTANCES) + 1, len(INSTANCES) + 4):   # later checkpoints that only move states
+        batch = Batch(run_id="r1", fence=1, checkpoints=[cp("r1", seq, instance_states(seq))])
+        store.commit(batch)
+        expected += batch.checkpoints
+    got = store.checkpoints("r1")
+    assert got == expected
+    assert [dict(c.node_states) for c in got] == [instance_states(s) for s in range(len(expected))]
+    assert [store.get_checkpoint(c.id) for c in got] == expected
+    assert store.find_checkpoint("r1", 5, with_snapshot=True) == expected[3]
+    assert store.find_checkpoint("r1") == expected[-1] and expected[-1].node_states["w#2[10]"] == S_
+    assert store.pending_writes("r1") == writes
+    assert store.node_writes(["r1"]) == {name: {"by": name} for name in INSTANCES}
+    assert store.node_attempts("r1") == attempts
+    assert store.journal(["r1"]) == journal
+    assert store.interrupts("r1") == asked
+    assert [i.node for i in store.interrupts("r1", InterruptStatus.PENDING)] == list(INSTANCES)
+    assert store.events("r1") == events
+    assert [e.node for e in store.events("r1", after_seq=5)] == ["s/x", "s/x", "w#2[10]", "w#2[10]"]
+
+
+def test_instance_writes_of_a_lineage_prefer_the_first_run(store: CheckpointStore) -> None:
+    add_run(store, "parent")
+    add_run(store, "child", parent="parent", kind=RunKind.CONTINUATION)
+    store.commit(Batch(run_id="parent", fence=1, writes=[pw("parent", "w[3]", {"v": "parent"}),
+                                                           pw("parent", "n#12", {"v": "parent"})]))
+    store.commit(Batch(run_id="child", fence=1, writes=[pw("child", "w[3]", {"v": "child"}),
+                                                          pw("child", "w#2[10]", {"v": "child"}),
+                                                          pw("child", "s/x", {"v": "child"})]))
+    assert store.node_writes(["child", "parent"]) == {"w[3]": {"v": "child"}, "n#12": {"v": "parent"},
+                                                      "w#2[10]": {"v": "child"}, "s/x": {"v": "child"}}
+    assert store.node_writes(["parent"]) == {"w[3]": {"v": "parent"}, "n#12": {"v": "parent"}}
+
+
+def test_a_run_created_with_a_growing_instance_history_reads_back_identically(store: CheckpointStore) -> None:
+    """What an import of a run with loops and maps does: one batch, instances appearing on the way."""
+    last = len(INSTANCES) + 3
+    run = make_run("r1", status=RunStatus.SUCCEEDED, head_seq=last, event_seq=1)
+    cps = [cp("r1", s, instance_states(s), snapshot={"s": s} if s in (0, 4) else None) for s in range(last + 1)]
+    store.create_run(Batch(run_id="r1", run=run, checkpoints=cps, events=[iev("r1", 1, "run.created")],
+                           writes=[pw("r1", n, {"by": n}) for n in INSTANCES], durable=True))
+    assert store.checkpoints("r1") == cps
+    assert [store.get_checkpoint(c.id) for c in cps] == cps
+    assert [store.find_checkpoint("r1", c.seq) for c in cps] == cps
+    assert store.node_writes(["r1"]) == {n: {"by": n} for n in INSTANCES}
+
 def test_find_checkpoint_reads_one_checkpoint_by_seq_and_snapshot(store: CheckpointStore) -> None:
     run = make_run("r1", head_seq=9, event_seq=9)
     cps = [cp("r1", s, states_at(s), snapshot={"s": s} if s in (0, 4, 7) else None) for s in range(10)]

@@ -247,7 +247,7 @@ def test_inbox_lists_pending_questions_newest_first_and_filters(rt: Runtime, cli
 
     page = client.get("/inbox")
     assert page.status_code == 200
-    assert 'hx-trigger="every 3s' in page.text and 'id="inbox"' in page.text
+    assert 'sse-connect="/inbox/live"' in page.text and 'hx-trigger="sse:changed"' in page.text and 'id="inbox"' in page.text
     ids = re.findall(r'data-interrupt="([^"]+)"', page.text)
     assert ids == [q3.id, q2.id, q1.id]   # newest first
     row = page.text[page.text.index(f'data-interrupt="{q1.id}"'):].split("</tr>")[0]

@@ -240,3 +240,13 @@ async def test_a_map_inside_a_loop_runs_parallel_tool_calls_per_iteration(rt: Ru
     state = await rt.state_at(final.id)
     assert state.log == ["model 1 saw 0", "result t1.0", "model 2 saw 2", "result t2.0", "result t2.1",
                          "model 3 saw 5"]
+
+
+async def test_a_map_left_unfinished_by_a_failure_ends_with_the_run(rt: Runtime) -> None:
+    def work(s: S, item: int) -> dict[str, Any]:
+        raise PermissionError("no")
+
+    run = await rt.start(mapreduce(work), {"count": 2}, max_concurrency=1)
+    assert run.status == RunStatus.FAILED
+    final = (await rt.history(run.id))[-1].node_states
+    assert final["work"] == NodeStatus.FAILED and final["work[1]"] == NodeStatus.PENDING

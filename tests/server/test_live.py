@@ -1,0 +1,118 @@
+"""Live updates over server-sent events: a run's stream carries its events, status and
+checkpoints and ends with the run; the inbox stream says when the questions change."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from litestar.testing import AsyncTestClient, TestClient
+
+from runtime import Graph, Runtime, SqlStore
+from server.web import create_app
+
+
+def slow_graph() -> Graph:
+    g = Graph("slow")
+
+    @g.node()
+    async def first(state: Any, ctx: Any) -> dict[str, Any]:
+        ctx.emit({"progress": "half"})
+        await asyncio.sleep(0.3)
+        return {"x": 1}
+
+    @g.node(after=["first"])
+    async def second(state: Any) -> dict[str, Any]:
+        return {"y": 2}
+
+    return g
+
+
+def parse(text: str) -> list[tuple[str, str]]:
+    out, event = [], "message"
+    for line in text.splitlines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            out.append((event, line[5:].strip()))
+            event = "message"
+    return out
+
+
+def test_a_run_stream_carries_its_events_and_ends_with_the_run(tmp_path: Path) -> None:
+    """The run is driven by another Runtime over the same file (as another process would);
+    the page follows it from the store."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    driver, viewer = Runtime(store=SqlStore(url)), Runtime(store=SqlStore(url))
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (asyncio.run(driver.start(slow_graph(), {})), done.set()))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not viewer.store.list_runs() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        run_id = viewer.store.list_runs()[0].id
+        with TestClient(create_app(viewer)) as client:
+            page = client.get(f"/runs/{run_id}")
+            live_page = 'sse-connect="/runs/' in page.text
+            r = client.get(f"/runs/{run_id}/live", timeout=10)
+        messages = parse(r.text)
+        worker.join(10)
+        assert done.is_set()
+        assert live_page or "succeeded" in page.text   # a running run's page follows it live
+        kinds = [k for k, _ in messages]
+        assert "checkpoint" in kinds
+        assert kinds[-1] == "end" and messages[-1][1] == "succeeded"
+        lines = [d for k, d in messages if k == "event"]
+        assert any("node.succeed" in d and "second" in d for d in lines)
+        assert any("custom" in d and "half" in d for d in lines)
+        assert any(k == "status" and "succeeded" in d for k, d in messages)
+    finally:
+        worker.join(10)
+        driver.close()
+        viewer.close()
+
+
+async def test_the_stream_of_an_unknown_run_is_404(tmp_path: Path) -> None:
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
+    try:
+        async with AsyncTestClient(create_app(rt)) as client:
+            assert (await client.get("/runs/nope/live")).status_code == 404
+    finally:
+        rt.close()
+
+
+def test_the_inbox_stream_says_when_questions_change(tmp_path: Path) -> None:
+    from server.web import live
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    driver, viewer = Runtime(store=SqlStore(url)), Runtime(store=SqlStore(url))
+    g = Graph("ask")
+
+    @g.node()
+    async def ask(state: Any, ctx: Any) -> dict[str, Any]:
+        return {"a": await ctx.interrupt({"q": "?"})}
+
+    live.INBOX_POLL, saved = 0.05, live.INBOX_POLL
+    live.MAX_LIFETIME, saved_life = 1.0, live.MAX_LIFETIME
+    try:
+        def ask_later() -> None:
+            time.sleep(0.3)
+            asyncio.run(driver.start(g, {}))
+
+        worker = threading.Thread(target=ask_later)
+        worker.start()
+        with TestClient(create_app(viewer)) as client:
+            r = client.get("/inbox/live", timeout=10)
+        worker.join(10)
+        messages = parse(r.text)
+        assert messages[0] == ("count", "0")
+        assert ("changed", "1") in messages
+        assert messages[-1][0] == "end"
+    finally:
+        live.INBOX_POLL, live.MAX_LIFETIME = saved, saved_life
+        driver.close()
+        viewer.close()
