@@ -43,15 +43,61 @@ class Demo:
         with urllib.request.urlopen(self.url + path, timeout=10) as r:
             return json.loads(r.read())
 
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST JSON to the API (CSRF-exempt); the decoded answer."""
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def run_count(self) -> int:
+        """How many runs the store holds (every page of ``/api/runs``)."""
+        total, page = 0, 1
+        while True:
+            got = self.api(f"/api/runs?per_page=500&page={page}")
+            total += len(got["runs"])
+            if not got["has_next"]:
+                return total
+            page += 1
+
+    def wait_status(self, run_id: str, *statuses: str, timeout: float = 20.0) -> dict[str, Any]:
+        """The run once its status is one of ``statuses`` (polled: runs are driven in the server)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run: dict[str, Any] = self.api(f"/api/runs/{run_id}")["run"]
+            if run["status"] in statuses:
+                return run
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} is {run['status']}, not {' or '.join(statuses)}, "
+                                     f"after {timeout:.0f} s")
+            time.sleep(0.05)
+
 
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     folder = tmp_path_factory.mktemp("demo")
     ids_file = folder / "ids.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = (folder / "server.log").open("w+", encoding="utf-8")   # a file: a chatty server never blocks on a pipe
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", "demo", "--port", "0", "--dir", str(folder),
                              "--write-ids", str(ids_file)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        url = _wait_for_url(proc, log)
+        ids = json.loads(ids_file.read_text()) if ids_file.exists() else {}
+        yield Demo(url, ids, folder)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        log.close()
+
+
+def _wait_for_url(proc: subprocess.Popen[str], log: Any) -> str:
+    """The URL the server prints once seeded, after it answers."""
     url = None
     deadline = time.monotonic() + 90
     assert proc.stdout is not None
@@ -59,26 +105,38 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         line = proc.stdout.readline()
         if not line:
             if proc.poll() is not None:
-                raise RuntimeError(f"harness demo exited: {proc.stderr.read() if proc.stderr else ''}")
+                log.seek(0)
+                raise RuntimeError(f"harness demo exited: {log.read()}")
             continue
         found = re.search(r"(http://127\.0\.0\.1:\d+)", line)
         url = found.group(1) if found else None
     assert url, "harness demo printed no URL"
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(url + "/runs", timeout=2)
-            break
+            with urllib.request.urlopen(url + "/runs", timeout=2):
+                return url
         except OSError:
             time.sleep(0.1)
-    ids = json.loads(ids_file.read_text()) if ids_file.exists() else {}
-    try:
-        yield Demo(url, ids, folder)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    raise AssertionError(f"harness demo did not answer at {url}")
+
+
+@pytest.fixture(scope="session")
+def base_url(demo: Demo) -> str:
+    """The demo server, so pages can be visited by path (this also replaces pytest-playwright's own
+    ``base_url`` fixture, a method on a plugin object, which pytest 9 warns about)."""
+    return demo.url
+
+
+@pytest.fixture(autouse=True)
+def no_browser_errors(page: Any) -> Iterator[None]:
+    """Every journey fails on an uncaught script error or a server error (5xx) seen by the browser."""
+    page.set_default_timeout(10_000)   # a stuck action fails fast instead of after Playwright's 30 s
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"script error: {exc}"))
+    page.on("response", lambda r: problems.append(f"{r.status} from {r.request.method} {r.url}")
+            if r.status >= 500 else None)
+    yield
+    assert not problems, problems
 
 
 @pytest.fixture

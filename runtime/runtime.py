@@ -289,10 +289,11 @@ class Runtime:
         b = state_json(self.store, self.graphs, self.store.get_checkpoint(checkpoint_b))
         return diff(a, b)
 
-    async def checkpoint(self, checkpoint_id: str) -> CheckpointView:
+    async def checkpoint(self, checkpoint_id: str | Checkpoint) -> CheckpointView:
         """One checkpoint with its state, the outcomes recorded against it, and what
-        would be ready to run next from it."""
-        return checkpoint_view(self._deps, self.store.get_checkpoint(checkpoint_id))
+        would be ready to run next from it (given its id, or the checkpoint already read)."""
+        cp = checkpoint_id if isinstance(checkpoint_id, Checkpoint) else self.store.get_checkpoint(checkpoint_id)
+        return checkpoint_view(self._deps, cp)
 
     async def compensate(self, run_id: str, *, retry_in_doubt: bool = False) -> CompensationReport:
         """Undo the run's live, succeeded effects that registered a ``compensate``,

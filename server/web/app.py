@@ -22,7 +22,7 @@ from runtime.core.errors import GraphError, InvalidRequest, NotFound
 from . import api, approvals, commands, live, pages, threads
 from .auth import TokenMiddleware, check_bind
 from .render import STATIC, is_htmx, render
-from .services import Conflict
+from .services import Background, Conflict
 
 #: the largest request body accepted (an imported thread is the biggest thing posted)
 MAX_BODY = 20 * 1024 * 1024
@@ -66,6 +66,6 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None =
         debug=False,
     )
     app.state.runtime = runtime
-    app.state.tasks = set()   # runs started by actions, driven in the background
+    app.state.tasks = Background()   # runs started by actions, driven in the background
     app.state.lock = asyncio.Lock()
     return app

@@ -19,6 +19,7 @@ from litestar.response import Redirect
 from runtime import Runtime
 from server.inputs import MAX_DEPTH, InputError, parse_json
 from runtime.core.errors import GraphError, InvalidRequest, NotFound
+from runtime.core.states import RunStatus
 from runtime.travel.branches import apply_patch
 from runtime.travel.diff import diff
 
@@ -149,7 +150,12 @@ async def resume_submit(request: Request[Any, Any, Any], run_id: FromPath[str]) 
 
 @post("/runs/{run_id:str}/cancel", include_in_schema=False)
 async def cancel_submit(request: Request[Any, Any, Any], run_id: FromPath[str], data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
-    await actions.cancel(_rt(request), request.app.state.tasks, run_id, data.get("reason", ""))
+    rt = _rt(request)
+    run = await in_thread(lambda: complete(rt.get_run(run_id)))
+    await actions.cancel(rt, request.app.state.tasks, run_id, data.get("reason", ""))
+    if is_htmx(request) and run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
+        # the page follows a running run live: it shows the end itself, without navigating away
+        return Response("", status_code=204)
     return _go(request, f"/runs/{run_id}")
 
 

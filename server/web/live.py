@@ -22,7 +22,7 @@ from runtime.core.records import InterruptStatus
 from runtime.core.streams import StreamEvent
 
 from .render import ENV, badge_html
-from .services import complete, in_thread
+from .services import Background, LiveHub, complete, in_thread
 
 #: how often the inbox stream looks for new or answered questions (seconds)
 INBOX_POLL = 1.0
@@ -38,15 +38,60 @@ def _line(ev: StreamEvent) -> str:
     return text.render(e=ev, t=ev.type.replace(".", "-"), payload=json.dumps(ev.data.get("payload"), default=str)[:300])
 
 
+async def merged(recorded: AsyncIterator[StreamEvent], hub: LiveHub | None,
+                 run_id: str) -> AsyncIterator[StreamEvent]:
+    """The run's recorded events as read from the store, with the live-only events this
+    server sees for it interleaved as they arrive; ends with the recorded stream."""
+    if hub is None:
+        async for ev in recorded:
+            yield ev
+        return
+    queue = hub.subscribe(run_id)
+    next_recorded: asyncio.Future[StreamEvent] = asyncio.ensure_future(anext(recorded))
+    next_live: asyncio.Future[StreamEvent] = asyncio.ensure_future(queue.get())
+    try:
+        while True:
+            done, _ = await asyncio.wait({next_recorded, next_live}, return_when=asyncio.FIRST_COMPLETED)
+            if next_live in done:
+                yield next_live.result()
+                next_live = asyncio.ensure_future(queue.get())
+            if next_recorded in done:
+                try:
+                    ev = next_recorded.result()
+                except StopAsyncIteration:
+                    return
+                yield ev
+                next_recorded = asyncio.ensure_future(anext(recorded))
+    finally:
+        next_live.cancel()
+        next_recorded.cancel()
+        hub.unsubscribe(run_id, queue)
+
+
+def _chunk(ev: StreamEvent) -> str:
+    """A live-only payload as text: a model's token chunk ({"token": ...} or {"text": ...})
+    as itself, anything else as JSON."""
+    payload = ev.data.get("payload")
+    text = payload.get("token", payload.get("text")) if isinstance(payload, dict) else None
+    shown = text if isinstance(text, str) else json.dumps(payload, default=str)[:300]
+    return ENV.from_string('<span class="chunk" title="{{ node }}">{{ text }}</span>').render(node=ev.node or "", text=shown)
+
+
 @get("/runs/{run_id:str}/live", include_in_schema=False)
 async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after: FromQuery[int] = 0) -> ServerSentEvent:
     rt = request.app.state.runtime
     await in_thread(lambda: complete(rt.get_run(run_id)))   # 404 before the stream starts
 
+    tasks = request.app.state.tasks
+    hub = tasks.hub if isinstance(tasks, Background) else None
+
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
         loop = asyncio.get_running_loop()
         until = loop.time() + MAX_LIFETIME
-        async for ev in rt.follow(run_id, after_seq=after, poll=0.2):
+        async for ev in merged(rt.follow(run_id, after_seq=after, poll=0.2), hub, run_id):
+            if ev.ephemeral:   # a token chunk of a run this server drives: shown as it arrives
+                yield ServerSentEventMessage(event="chunk", data=_chunk(ev))
+                continue
             if ev.type == "checkpoint":
                 yield ServerSentEventMessage(event="checkpoint", data=str(ev.data.get("seq", "")))
                 continue

@@ -20,7 +20,7 @@ from runtime.core.states import RunStatus
 from runtime.graph.instances import base_node
 
 from . import dag, services
-from .render import render
+from .render import is_htmx, render
 
 LEGEND = ("pending", "running", "retrying", "interrupted", "succeeded", "failed", "skipped", "cancelled")
 
@@ -93,6 +93,9 @@ async def run_page(request: Request[Any, Any, Any], run_id: FromPath[str], cp: F
         return _run_context(rt, services.run_page(rt, run_id, cp=cp, node=node))
 
     context = await services.in_thread(load)
+    # a swap of #main also brings the action bar (out of band): its fork link follows the selected
+    # checkpoint, and what it offers follows the run's status
+    context["fragment"] = is_htmx(request)
     return render(request, "run.html", context, block="main")
 
 

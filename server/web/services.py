@@ -29,6 +29,7 @@ from runtime.core.records import (
     TraceEvent,
 )
 from runtime.core.states import NodeStatus, RunStatus
+from runtime.core.streams import StreamEvent
 from runtime.graph.instances import base_node
 from runtime.history.state import state_json
 from runtime.travel.diff import Change, diff
@@ -129,7 +130,7 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
     shown: a window of the timeline, one checkpoint's states, its writes and diff."""
     run = complete(rt.get_run(run_id))
     chosen = selected_checkpoint(rt, run_id, cp)
-    view = complete(rt.checkpoint(chosen.id))
+    view = complete(rt.checkpoint(chosen))
     previous = rt.store.find_checkpoint(run_id, chosen.seq - 1) if chosen.seq > 0 else None
     changes = diff(state_json(rt.store, rt.graphs, previous), view.state) if previous is not None else []
     last = max(run.head_seq, chosen.seq)
@@ -211,15 +212,51 @@ def node_source(rt: Runtime, run: Run, node: str) -> str:
 
 # ------------------------------------------------------------------ actions
 
+class LiveHub:
+    """Ephemeral events (``ctx.emit(..., ephemeral=True)``: model token chunks) of runs this
+    server drives, for the pages following them live: they are never stored, so a
+    follower reading the store would never see them."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, set[asyncio.Queue[StreamEvent]]] = {}
+
+    def subscribe(self, run_id: str) -> asyncio.Queue[StreamEvent]:
+        queue: asyncio.Queue[StreamEvent] = asyncio.Queue(maxsize=10_000)
+        self._queues.setdefault(run_id, set()).add(queue)
+        return queue
+
+    def unsubscribe(self, run_id: str, queue: asyncio.Queue[StreamEvent]) -> None:
+        found = self._queues.get(run_id)
+        if found is not None:
+            found.discard(queue)
+            if not found:
+                del self._queues[run_id]
+
+    def publish(self, event: StreamEvent) -> None:
+        for queue in self._queues.get(event.run_id, ()):
+            if not queue.full():   # a reader that fell far behind misses chunks, never blocks the run
+                queue.put_nowait(event)
+
+
+class Background(set[asyncio.Task[None]]):
+    """The tasks driving runs started by actions, and where their live-only events go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hub = LiveHub()
+
+
 async def start_in_background(rt: Runtime, call: Awaitable[object], tasks: set[asyncio.Task[None]]) -> str:
     """Start a call that creates or drives a run; return the run's id as soon as it is
     recorded (a validation error raises here, before anything is written)."""
     stream = rt.stream(call)
     first = await anext(stream)
+    hub = tasks.hub if isinstance(tasks, Background) else None
 
     async def drain() -> None:
-        async for _ in stream:
-            pass
+        async for event in stream:
+            if hub is not None and event.ephemeral:
+                hub.publish(event)
 
     task = asyncio.get_running_loop().create_task(drain())
     tasks.add(task)

@@ -97,22 +97,90 @@ def test_the_inbox_stream_says_when_questions_change(tmp_path: Path) -> None:
         return {"a": await ctx.interrupt({"q": "?"})}
 
     live.INBOX_POLL, saved = 0.05, live.INBOX_POLL
-    live.MAX_LIFETIME, saved_life = 1.0, live.MAX_LIFETIME
+    live.MAX_LIFETIME, saved_life = 3.0, live.MAX_LIFETIME   # long enough for a loaded machine
     try:
-        def ask_later() -> None:
-            time.sleep(0.3)
-            asyncio.run(driver.start(g, {}))
+        def ask_then_answer() -> None:
+            time.sleep(0.2)
+            run = asyncio.run(driver.start(g, {}))
+            time.sleep(1.0)   # the stream has seen the question by now, whenever it started
+            asyncio.run(driver.resume(run.id, "yes"))
 
-        worker = threading.Thread(target=ask_later)
+        worker = threading.Thread(target=ask_then_answer)
         worker.start()
         with TestClient(create_app(viewer)) as client:
             r = client.get("/inbox/live", timeout=10)
         worker.join(10)
         messages = parse(r.text)
-        assert messages[0] == ("count", "0")
-        assert ("changed", "1") in messages
+        assert messages[0][0] == "count"
+        assert ("changed", "0") in messages   # the answered question left the inbox
         assert messages[-1][0] == "end"
     finally:
         live.INBOX_POLL, live.MAX_LIFETIME = saved, saved_life
         driver.close()
         viewer.close()
+
+
+async def test_live_only_chunks_of_runs_this_server_drives_reach_the_page() -> None:
+    """Ephemeral events (model token chunks) are never stored; a run started from the
+    debugger publishes them to the pages following it."""
+    from runtime.core.streams import StreamEvent
+    from server.web.live import merged
+    from server.web.services import LiveHub
+
+    hub = LiveHub()
+
+    async def recorded() -> Any:
+        yield StreamEvent("r1", 1, "run.created")
+        await asyncio.sleep(0.05)
+        yield StreamEvent("r1", 2, "run.succeed", data={"status": "succeeded"})
+
+    seen = []
+
+    async def follow() -> None:
+        async for ev in merged(recorded(), hub, "r1"):
+            seen.append((ev.type, ev.ephemeral, ev.data.get("payload")))
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.01)
+    hub.publish(StreamEvent("r1", 1, "custom", data={"payload": {"token": "Hel"}}, ephemeral=True))
+    hub.publish(StreamEvent("other", 1, "custom", data={"payload": {"token": "x"}}, ephemeral=True))
+    await task
+    assert seen == [("run.created", False, None), ("custom", True, {"token": "Hel"}), ("run.succeed", False, None)]
+    assert hub._queues == {}   # the page's subscription ends with the run
+
+
+def test_a_run_started_from_the_debugger_streams_its_token_chunks_live(tmp_path: Path) -> None:
+    import re
+
+    g = Graph("typing")
+
+    @g.node()
+    async def prep(state: Any) -> dict[str, Any]:
+        return {"topic": "tides"}
+
+    @g.node(after=["prep"])
+    async def write(state: Any, ctx: Any) -> dict[str, Any]:
+        await asyncio.sleep(0.4)   # the page subscribes meanwhile
+        for token in ("The ", "moon ", "pulls."):
+            ctx.emit({"token": token}, ephemeral=True)
+            await asyncio.sleep(0.02)
+        return {"text": "The moon pulls."}
+
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
+    try:
+        run = asyncio.run(rt.start(g, {}))
+        cp = asyncio.run(rt.history(run.id))[1]   # after prep: a fork re-runs write
+        with TestClient(create_app(rt)) as client:
+            page = client.get(f"/checkpoints/{cp.id}/fork")
+            token = re.search(r'name="_csrf_token" value="([^"]+)"', page.text)
+            assert token is not None
+            r = client.post(f"/checkpoints/{cp.id}/fork", data={"_csrf_token": token.group(1), "patch": "",
+                                                                   "effects": "mock", "action": "create"},
+                            follow_redirects=False)
+            assert r.status_code == 303
+            fork_id = r.headers["location"].rsplit("/", 1)[-1]
+            live = client.get(f"/runs/{fork_id}/live", timeout=10)
+        chunks = [d for k, d in parse(live.text) if k == "chunk"]
+        assert "".join(re.sub(r"<[^>]+>", "", c) for c in chunks) == "The moon pulls."
+    finally:
+        rt.close()

@@ -1,0 +1,57 @@
+"""Cancelling a running run from its page, and watching it end live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+
+def start_slow_run(demo: Any) -> str:
+    """A RUNNING run whose node is in flight for an hour: the demo's cancelled crawl forked from
+    its checkpoint before ``crawl`` (the fork runs the slow node again)."""
+    cps = demo.api(f"/api/runs/{demo.ids['cancelled']}/checkpoints")["checkpoints"]
+    before_crawl = next(c for c in cps if c["node_states"] == {"sitemap": "succeeded", "crawl": "pending"})
+    run_id: str = demo.post(f"/api/checkpoints/{before_crawl['id']}/fork", {})["run_id"]
+    return run_id
+
+
+def test_cancel_a_running_run(page: Page, demo: Any, shot: Any) -> None:
+    run_id = start_slow_run(demo)
+    page.goto(f"/runs/{run_id}")
+    status = page.locator("#run-status")
+    expect(status).to_have_text("running")
+    # the page follows the run over server-sent events: the slow node's progress shows in the live log
+    expect(page.locator("#run-head")).to_have_attribute("sse-connect", f"/runs/{run_id}/live")
+    live_log = page.locator("#live-log")
+    expect(live_log).to_contain_text("waiting for https://slow.example.com")
+    page.evaluate("window.stillTheSamePage = true")   # gone if anything reloads the page
+    shot("-running")
+
+    actions = page.locator(".actions")
+    actions.get_by_placeholder("reason").fill("the site is down for maintenance")
+    dialogs: list[str] = []
+
+    def confirm(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", confirm)
+    actions.get_by_role("button", name="Cancel").click()
+
+    expect(status).to_have_text("cancelled", timeout=10_000)
+    expect(live_log).to_contain_text("run.cancel")
+    expect(live_log).to_contain_text("node.cancel crawl")
+    assert page.evaluate("window.stillTheSamePage === true"), "the page was reloaded"
+    assert dialogs == [f"Cancel run {run_id}?"]
+    # the rest of the page caught up too: the crawl node is listed cancelled, cancel is no longer offered
+    expect(page.locator("table.nodes")).to_contain_text("cancelled")
+    expect(actions.get_by_role("button", name="Cancel")).to_have_count(0)
+    expect(actions.get_by_role("button", name="Resume")).to_be_visible()
+    shot()
+
+    run = demo.api(f"/api/runs/{run_id}")["run"]
+    assert run["status"] == "cancelled"
+    events = demo.api(f"/api/runs/{run_id}/events?limit=1000")["events"]
+    cancelled = [e for e in events if e["type"] == "run.cancel"]
+    assert cancelled and "the site is down for maintenance" in str(cancelled[-1]["data"]), cancelled

@@ -1,0 +1,109 @@
+"""Stepping through a run's checkpoints with the mouse and the keyboard."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+
+def selected(page: Page, seq: int) -> None:
+    """Checkpoint ``seq`` is the selected one: in the timeline, the panel's heading and the URL."""
+    expect(page.locator(".timeline a.cp-link.selected")).to_have_attribute("data-seq", str(seq))
+    expect(page.locator(".selected-cp h2")).to_contain_text(f"Checkpoint #{seq}")
+    expect(page).to_have_url(re.compile(rf"[?&]cp={seq}(&|$)"))
+
+
+def look(page: Page) -> tuple[str, str, str]:
+    """What stepping changes: the graph's colour sheet, the read map's fill, the state shown
+    (read once ``selected`` has seen the swap: the sheet comes in the same swap as the timeline)."""
+    sheet = page.locator("style#dag-status").text_content() or ""
+    fill = page.locator("#n2 polygon").first.evaluate("el => getComputedStyle(el).fill")
+    state = page.locator(".state").inner_text()
+    return sheet, fill, state
+
+
+def test_step_through_checkpoints(page: Page, demo: Any, shot: Any) -> None:
+    run_id = demo.ids["research"]
+    cps = demo.api(f"/api/runs/{run_id}/checkpoints")["checkpoints"]
+    states = [c["node_states"] for c in cps]
+    # the checkpoint at which the map over sources has finished, and the one before (its items
+    # running, or not started yet: how many items one step settles depends on timing)
+    mapped = next(i for i, s in enumerate(states) if s["read"] == "succeeded")
+    mapping = mapped - 1
+    before = states[mapping]["read"]
+    assert before in ("running", "pending"), [s["read"] for s in states]
+    page.goto(f"/runs/{run_id}")
+    selected_last = str(cps[-1]["seq"])
+    expect(page.locator(".timeline a.cp-link.selected")).to_have_attribute("data-seq", selected_last)
+    # the research agent draws model (n0), tool (n1), the read map (n2) and the review subgraph (n3, n4)
+    expect(page.locator("#n2")).to_contain_text("read")
+
+    # the mouse: the checkpoint before the map is done
+    page.locator(f'.timeline a.cp-link[data-seq="{mapping}"]').click()
+    selected(page, mapping)
+    unmapped = look(page)
+    assert re.search(rf"#n2 path,#n2 polygon[^{{]*\{{fill:var\(--st-{before}\)\}}", unmapped[0]), unmapped[0]
+
+    # → : the map has finished; its node turns succeeded, the state gains the reads
+    page.keyboard.press("ArrowRight")
+    selected(page, mapped)
+    done = look(page)
+    assert re.search(r"#n2 path,#n2 polygon[^{]*\{fill:var\(--st-succeeded\)\}", done[0]), done[0]
+    assert done[1] != unmapped[1], "the read map's fill did not change"
+    assert done[2] != unmapped[2], "the state panel did not change"
+
+    # ← : back to the same view as before
+    page.keyboard.press("ArrowLeft")
+    selected(page, mapping)
+    assert look(page) == unmapped
+
+    # the first checkpoints: the input (nothing run), then the model's first call
+    page.locator('.timeline a.cp-link[data-seq="2"]').click()
+    selected(page, 2)
+    page.keyboard.press("ArrowLeft")
+    selected(page, 1)
+    first = look(page)
+    assert "#n0 path,#n0 polygon{fill:var(--st-succeeded)}" in first[0], first[0]
+    assert re.search(r"#n2 path,#n2 polygon[^{]*\{fill:var\(--st-pending\)\}", first[0]), first[0]
+
+    # j is forward, k is back (the timeline is a list read downwards)
+    page.keyboard.press("j")
+    selected(page, 2)
+    page.keyboard.press("k")
+    selected(page, 1)
+    page.keyboard.press("k")
+    selected(page, 0)
+    assert "succeeded" not in look(page)[0]
+    page.keyboard.press("k")   # nothing before the input checkpoint: it stays selected
+    selected(page, 0)
+    page.keyboard.press("j")
+    selected(page, 1)
+    assert look(page) == first
+    # the action bar forks from the checkpoint shown, as the checkpoint panel's own link does
+    fork_here = f"/checkpoints/{cps[1]['id']}/fork"
+    expect(page.locator(".selected-cp").get_by_role("link", name="Fork from here…")).to_have_attribute("href", fork_here)
+    expect(page.locator(".actions").get_by_role("link", name="Fork…")).to_have_attribute("href", fork_here)
+    expect(page.locator("#run-actions")).to_have_count(1)
+
+    # the URL is the view: reloading it shows the same checkpoint, colours and state
+    page.reload()
+    selected(page, 1)
+    assert look(page) == first
+    shot()
+    # and the browser's history steps back through what was selected
+    page.go_back()
+    selected(page, 0)
+    page.go_forward()
+    selected(page, 1)
+
+    # typing in a field does not step: the keys are the field's
+    page.locator(f'.timeline a.cp-link[data-seq="{mapped}"]').click()
+    selected(page, mapped)
+    page.locator("#events summary").click()
+    search = page.locator("#events input[type=search]")
+    search.press_sequentially("jk")
+    search.press("ArrowLeft")
+    expect(search).to_have_value("jk")
+    selected(page, mapped)
