@@ -265,7 +265,7 @@ async def get_attempts(request: Req, run_id: FromPath[str]) -> Json:
 
 
 @_read("/runs/{run_id:str}/events", "A run's trace, a window at a time", 404, 422)
-async def get_events(request: Req, run_id: FromPath[str], after: Annotated[int, QueryParameter(ge=0)] = 0,
+async def get_events(request: Req, run_id: FromPath[str], after: Annotated[int, QueryParameter(ge=0, le=services.MAX_INT)] = 0,
                      limit: Annotated[int, QueryParameter(ge=1, le=EVENTS_LIMIT)] = services.EVENTS_PER_PAGE) -> Json:
     """Up to ``limit`` events with a sequence number above ``after``; ``next_after`` continues."""
     def load(rt: Runtime) -> Json:

@@ -484,3 +484,8 @@ def test_no_malformed_body_is_a_500_or_changes_anything(seeded: Seeded, client: 
             assert r.status_code == 422, (url, body[:20], r.status_code, r.text)
             assert r.json()["error"]
     assert store_contents(seeded.rt) == before
+
+
+def test_an_event_cursor_past_any_store_is_refused_not_a_crash(shared: Seeded, reader: Client) -> None:
+    r = reader.get(f"/api/runs/{shared.succeeded}/events", params={"after": 2 ** 70})
+    assert r.status_code == 422 and "after" in r.json()["error"]
