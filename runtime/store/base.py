@@ -81,8 +81,9 @@ class CheckpointStore(Protocol):
         only among those holding a full state snapshot when ``with_snapshot``; None if none.
         Reads one checkpoint, not the run's history."""
 
-    def pending_writes(self, run_id: str) -> list[PendingWrite]:
-        """Every recorded node outcome of the run, in the order recorded."""
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None) -> list[PendingWrite]:
+        """Every recorded node outcome of the run, in the order recorded (only those recorded
+        against checkpoint ``checkpoint_seq``, when given)."""
 
     def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
         """The succeeded writes of each node, looked up in ``run_ids`` in order

@@ -161,10 +161,10 @@ class MemoryStore:
                     return c
         return None
 
-    def pending_writes(self, run_id: str) -> list[PendingWrite]:
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None) -> list[PendingWrite]:
         with self._lock:
             self._get(run_id)
-            return list(self._writes[run_id])
+            return [w for w in self._writes[run_id] if checkpoint_seq is None or w.checkpoint_seq == checkpoint_seq]
 
     def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
         out: dict[str, JSON] = {}

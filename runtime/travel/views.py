@@ -54,7 +54,7 @@ class CheckpointView:
 
 
 def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
-    writes = [w for w in deps.store.pending_writes(cp.run_id) if w.checkpoint_seq == cp.seq]
+    writes = deps.store.pending_writes(cp.run_id, cp.seq)
     try:
         graph = deps.graphs.graph_for(deps.store.get_run(cp.run_id))
         ready = list(scheduler.frontier(Instances(graph, cp.node_states), cp.node_states).ready)

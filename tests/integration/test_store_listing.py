@@ -61,3 +61,18 @@ async def test_timeline_pages_and_event_windows(store: CheckpointStore) -> None:
     events = store.events(run.id)
     assert store.events(run.id, 2, limit=3) == events[2:5]
     assert store.events(run.id, len(events), limit=5) == []
+
+
+async def test_pending_writes_of_one_checkpoint(store: CheckpointStore) -> None:  # noqa: F811
+    from runtime import Graph, Runtime
+
+    g = Graph("two")
+    g.add_node("a", lambda s: {"x": 1})
+    g.add_node("b", lambda s: {"y": 2}, after=["a"])
+    rt = Runtime(store=store)
+    run = await rt.start(g, {})
+    every = store.pending_writes(run.id)
+    assert len(every) == 2
+    for seq in {w.checkpoint_seq for w in every}:
+        assert store.pending_writes(run.id, seq) == [w for w in every if w.checkpoint_seq == seq]
+    assert store.pending_writes(run.id, 999) == []

@@ -166,10 +166,13 @@ class Reader:
 
     # ------------------------------------------------------------------ outcomes and trace
 
-    def pending_writes(self, run_id: str) -> list[PendingWrite]:
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None) -> list[PendingWrite]:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
-            rows = conn.execute(select(WRITES).where(WRITES.c.run_pk == pk).order_by(WRITES.c.pk)).all()
+            stmt = select(WRITES).where(WRITES.c.run_pk == pk).order_by(WRITES.c.pk)
+            if checkpoint_seq is not None:
+                stmt = stmt.where(WRITES.c.checkpoint_seq == checkpoint_seq)
+            rows = conn.execute(stmt).all()
         return [PendingWrite(run_id, r.checkpoint_seq, r.node, r.attempt, WriteKind(r.kind), r.value, r.created_at)
                 for r in rows]
 

@@ -118,8 +118,8 @@ class SqlStore:
                         with_snapshot: bool = False) -> Checkpoint | None:
         return self._reader.find_checkpoint(run_id, at_or_before, with_snapshot=with_snapshot)
 
-    def pending_writes(self, run_id: str) -> list[PendingWrite]:
-        return self._reader.pending_writes(run_id)
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None) -> list[PendingWrite]:
+        return self._reader.pending_writes(run_id, checkpoint_seq)
 
     def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
         return self._reader.node_writes(run_ids)
