@@ -26,9 +26,9 @@ def _port(text: str) -> int:
     try:
         port = int(text)
     except ValueError:
-        raise InputError(f"--port must be a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--port must be a whole number, got {text!r}") from None
     if not 0 <= port <= 65535:
-        raise InputError(f"--port must be from 0 to 65535, got {port}")
+        raise argparse.ArgumentTypeError(f"--port must be from 0 to 65535, got {port}")
     return port
 
 
