@@ -17,7 +17,7 @@ from runtime import Runtime
 from runtime.core.errors import NotFound
 from runtime.core.records import RunKind
 from runtime.core.states import RunStatus
-from runtime.graph.instances import base_node
+from runtime.graph.instances import base_node, parse_instance
 
 from . import dag, services
 from .render import is_htmx, render
@@ -69,6 +69,17 @@ def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
     def panel_url(name: FromPath[str], **more: Any) -> str:
         return f"{base}/panels/{name}?{urlencode({'cp': sel, **more})}"
 
+    # a loop drawn once: how many iterations each member has run; a map: its items by status
+    loops = p.description.get("loops")
+    loop_members = {str(m) for ms in loops.values() for m in ms} if isinstance(loops, dict) else set()
+    counted: dict[tuple[str, str], dict[str, int]] = {}
+    for inst, st in p.node_states.items():
+        name = parse_instance(inst)
+        what = "item" if name.item is not None else "iteration" if name.node in loop_members else None
+        if what is not None:
+            counts = counted.setdefault((name.node, what), {})
+            counts[st.value] = counts.get(st.value, 0) + 1
+    repeated = [(node, what, counts) for (node, what), counts in counted.items()]
     group: list[tuple[str, str]] = []
     if p.node is not None:   # a folded fan-out: its members, each with its status here
         gid = lay.ids.get(base_node(p.node), "")
@@ -76,6 +87,7 @@ def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
         group = [(m, dag.headline(full.get(m, {}))) for m in lay.groups.get(gid, ())]
     return {
         "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND, "group": group,
+        "repeated": repeated,
         "summary": dict(list(summary.items())[:NODE_ROWS]), "more_nodes": max(0, len(summary) - NODE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url,
         "instances": services.node_instances(rt, p, p.node) if p.node else [],

@@ -184,3 +184,20 @@ def test_a_run_started_from_the_debugger_streams_its_token_chunks_live(tmp_path:
         assert "".join(re.sub(r"<[^>]+>", "", c) for c in chunks) == "The moon pulls."
     finally:
         rt.close()
+
+
+def test_loops_and_maps_show_their_iteration_and_item_counts_beside_the_graph(tmp_path: Path) -> None:
+    import examples.agent as agent
+
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
+    try:
+        run = asyncio.run(rt.start(agent.graph, {"question": "tides"}))
+        with TestClient(create_app(rt)) as client:
+            page = client.get(f"/runs/{run.id}").text
+            assert "<strong>model</strong>: 4 iterations (4 succeeded)" in page
+            assert "<strong>read</strong>: 3 items (3 succeeded)" in page
+            first = client.get(f"/runs/{run.id}?cp=1", headers={"HX-Request": "true", "HX-Target": "main"}).text
+        assert 'id="dag-counts" hx-swap-oob="true"' in first   # stepping updates them beside the graph
+        assert "<strong>model</strong>: 1 iteration (1 succeeded)" in first
+    finally:
+        rt.close()
