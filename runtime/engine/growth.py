@@ -7,6 +7,8 @@ scheduling and outcomes.
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from ..core.errors import ErrorClass, InvalidWrites
 from ..core.jsonvalues import JSON
 from ..core.states import FINISHED_NODE, NodeEvent, NodeStatus, StopKind
@@ -27,14 +29,17 @@ class Growth:
     _candidates: set[str]
     _attempt_no: dict[str, int]
 
+    @abstractmethod
     def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _stop_with(self, kind: StopKind, cls: ErrorClass, message: str) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _fail_before_start(self, node: str, error: BaseException) -> None:
-        raise NotImplementedError
+        ...
 
     def _grow(self, node: str) -> None:
         """What settling ``node`` creates: a map's end, or its loop's next iteration."""

@@ -6,6 +6,8 @@ Mixed into ``RunLoop`` (see ``growth`` for the same arrangement).
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from ..core.errors import ErrorClass, NodeError, classify
 from ..core.jsonvalues import JSON
 from ..core.records import Run, WriteKind
@@ -34,15 +36,18 @@ class Outcomes:
     _attempt_no: dict[str, int]
 
     @property
+    @abstractmethod
     def run(self) -> Run:
-        raise NotImplementedError
+        ...
 
     @property
+    @abstractmethod
     def run_id(self) -> str:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
-        raise NotImplementedError
+        ...
 
     def _record_success(self, scope: AttemptScope, outcome: Outcome) -> None:
         node = scope.node

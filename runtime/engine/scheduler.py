@@ -31,33 +31,24 @@ def dependency_verdict(inst: Instances, statuses: Mapping[str, NodeStatus], node
     on a loop from outside it counts once the loop has ended, with every instance of
     that node (one succeeded: it succeeded).
     """
-    if not inst.dynamic:
+    deps: Sequence[str]
+    if inst.dynamic:
+        groups = inst.dep_groups(node, statuses)
+        if any(still_open for _, still_open in groups):
+            return "wait"
+        deps = [d for members, _ in groups for d in members]
+    else:   # one instance per node: its dependencies as declared
         deps = inst.graph.nodes[node].after
-        if not deps:
-            return "ready"
-        succeeded = False
-        for d in deps:
-            s = statuses[d]
-            if s not in FINISHED_NODE:
-                return "wait"
-            if s in (N.FAILED, N.CANCELLED):
-                return "blocked"
-            succeeded = succeeded or s == N.SUCCEEDED
-        return "ready" if succeeded else "skip"
-    groups = inst.dep_groups(node, statuses)
-    if not groups:
+    if not deps:
         return "ready"
     succeeded = False
-    for members, still_open in groups:
-        if still_open:
+    for d in deps:
+        s = statuses[d]
+        if s not in FINISHED_NODE:
             return "wait"
-        for d in members:
-            s = statuses[d]
-            if s not in FINISHED_NODE:
-                return "wait"
-            if s in (N.FAILED, N.CANCELLED):
-                return "blocked"
-            succeeded = succeeded or s == N.SUCCEEDED
+        if s in (N.FAILED, N.CANCELLED):
+            return "blocked"
+        succeeded = succeeded or s == N.SUCCEEDED
     return "ready" if succeeded else "skip"
 
 

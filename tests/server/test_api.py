@@ -5,16 +5,16 @@ the token rule, the body size limit, and the OpenAPI document."""
 
 from __future__ import annotations
 
-import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from waiting import wait_for
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from runtime import InvalidRequest, Run, Runtime, RunStatus
+from runtime import InvalidRequest, Runtime, RunStatus
 from server.present import plain
 from server.web import api
 from server.web.app import MAX_BODY, create_app
@@ -25,20 +25,6 @@ if TYPE_CHECKING:
 Client = TestClient[Any]
 MakeApp = Callable[..., Litestar]
 
-ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED)
-
-
-def wait_for(rt: Runtime, run_id: str, statuses: Iterable[RunStatus] = ENDED, timeout: float = 10.0) -> Run:
-    """Poll the store until the run (driven by the app in the background) reaches one of ``statuses``."""
-    wanted = set(statuses)
-    deadline = time.monotonic() + timeout
-    while True:
-        run = rt.store.get_run(run_id)
-        if run.status in wanted:
-            return run
-        if time.monotonic() > deadline:
-            raise AssertionError(f"run {run_id} is still {run.status.value} after {timeout} s")
-        time.sleep(0.005)
 
 
 def store_contents(rt: Runtime) -> tuple[Any, ...]:

@@ -10,16 +10,16 @@ import asyncio
 import gc
 import json
 import re
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from waiting import wait_for
 from litestar.testing import TestClient
 from pydantic import BaseModel
 
-from runtime import Graph, NodeContext, Run, Runtime, RunStatus, SqlStore
+from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore
 from server.web import services
 from server.web.app import create_app
 
@@ -30,25 +30,11 @@ Client = TestClient[Any]
 
 XSS = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
-ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED)
 HTMX = {"HX-Request": "true", "HX-Target": "main"}
 HUGE = 2**70   # beyond any integer a store holds
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def wait_for(rt: Runtime, run_id: str, statuses: Iterable[RunStatus] = ENDED, timeout: float = 10.0) -> Run:
-    """Poll the store until a run the app drives in the background reaches one of ``statuses``."""
-    wanted = set(statuses)
-    deadline = time.monotonic() + timeout
-    while True:
-        run = rt.store.get_run(run_id)
-        if run.status in wanted:
-            return run
-        if time.monotonic() > deadline:
-            raise AssertionError(f"run {run_id} is still {run.status.value} after {timeout} s")
-        time.sleep(0.005)
 
 
 def snapshot(rt: Runtime) -> dict[str, tuple[str, int, int]]:
