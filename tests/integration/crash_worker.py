@@ -16,6 +16,7 @@ import json
 import sys
 
 import crash_graphs
+from harness_checks import worker_command
 
 from runtime import RunStatus, Runtime, SqlStore
 
@@ -27,15 +28,7 @@ async def main(argv: list[str]) -> int:
     rt = Runtime(store=SqlStore(db_url), graphs=[graph])
     crash_graphs.STORE = rt.store
     try:
-        if command == "start":
-            run = await rt.start(graph, json.loads(rest[0]))
-        elif command == "resume":
-            if len(rest) > 1:
-                run = await rt.resume(rest[0], json.loads(rest[1]))
-            else:
-                run = await rt.resume(rest[0])
-        else:
-            raise SystemExit(f"unknown command {command!r}")
+        run = await worker_command(rt, graph, command, rest)
         print(json.dumps({"run_id": run.id, "status": run.status.value, "kind": run.kind.value}), flush=True)
         if "kill_when_paused" in crash_graphs.FLAGS and run.status == RunStatus.INTERRUPTED:
             crash_graphs.die()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import Any
 
 from runtime import Runtime
 from runtime import ExecutableGraph
@@ -72,3 +73,14 @@ async def assert_instance_trace_consistent(rt: Runtime, run_id: str) -> None:
     named = {e.node for e in events if e.type.startswith("node.") and e.node is not None}
     assert named <= set(cps[-1].node_states), (
         f"run {run_id}: events name instances the last checkpoint lacks: {named - set(cps[-1].node_states)}")
+
+
+async def worker_command(rt: Any, graph: Any, command: str, rest: list[str]) -> Any:
+    """What a crash-test worker process does: ``start INPUT`` or ``resume RUN [ANSWER]``."""
+    import json
+
+    if command == "start":
+        return await rt.start(graph, json.loads(rest[0]))
+    if command == "resume":
+        return await rt.resume(rest[0], json.loads(rest[1])) if len(rest) > 1 else await rt.resume(rest[0])
+    raise SystemExit(f"unknown command {command!r}")
