@@ -74,7 +74,8 @@ class Runtime:
         # more threads than slots: a timed-out sync node keeps its thread until it returns,
         # and must not starve the attempts that follow (the scheduler bounds concurrency)
         self._pool = ThreadPoolExecutor(max_workers=max(32, 4 * max_concurrency), thread_name_prefix="harness-node")
-        self.env = Environment(clock=clock or SystemClock(), ids=ids, owner=make_owner(ids.new("w")[2:10]),
+        # the id's random tail: its head is the time, which two Runtimes started together share
+        self.env = Environment(clock=clock or SystemClock(), ids=ids, owner=make_owner(ids.new("w")[-8:]),
                                lease_ttl=lease_ttl, heartbeat=min(heartbeat, lease_ttl / 3),
                                group_commit=group_commit, pool=self._pool, max_concurrency=max_concurrency)
         self.graphs = GraphRegistry(self.store)

@@ -22,7 +22,13 @@ class IdSource(Protocol):
 
 
 class RandomIds:
-    """Short, URL-safe, collision-resistant ids: ``run_`` + 20 hex characters (80 bits)."""
+    """URL-safe, collision-resistant ids that sort by creation time: ``cp_`` + the
+    millisecond (11 hex characters) + 64 random bits (16 hex characters).
+
+    Time first, because ids are unique keys: a new key lands next to the last one in
+    the index instead of on a random page, so a commit writes a few index pages, not
+    one per row (a run's commits took about twice as long with random ids).
+    """
 
     def new(self, prefix: str) -> str:
-        return f"{prefix}_{secrets.token_hex(10)}"
+        return f"{prefix}_{int(time.time() * 1000):011x}{secrets.token_hex(8)}"

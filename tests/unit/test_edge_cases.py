@@ -373,3 +373,27 @@ async def test_a_custom_reducer_that_changes_its_input_cannot_corrupt_state(rt: 
     assert seen == {"a": [], "b": ["a"], "c": ["a", "b"]}
     assert (await final(rt, run.id)).items == ["a", "b", "c"]
     assert (await rt.get_run(run.id)).input == {"items": []}
+
+
+def test_ids_are_unique_and_sort_in_the_order_they_were_made():
+    from runtime.core.clock import RandomIds
+    ids = RandomIds()
+    made = []
+    for _ in range(3):
+        made += [ids.new("cp") for _ in range(500)]
+        time.sleep(0.002)   # the next millisecond
+    assert len(set(made)) == len(made)
+    assert all(i.startswith("cp_") for i in made)
+    # ids made in later milliseconds sort after earlier ones (new index keys append)
+    firsts = [made[0], made[500], made[1000]]
+    assert firsts == sorted(firsts)
+
+
+def test_two_runtimes_started_together_are_different_lease_owners(tmp_path):
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    first, second = Runtime(SqlStore(url)), Runtime(SqlStore(url))
+    try:
+        assert first.env.owner != second.env.owner
+    finally:
+        first.close()
+        second.close()
