@@ -122,11 +122,11 @@ class EventType(StrEnum):
 
     @classmethod
     def of_node(cls, event: NodeEvent) -> EventType:
-        return cls(f"node.{event.value}")
+        return _OF_NODE[event]
 
     @classmethod
     def of_run(cls, event: RunEvent) -> EventType:
-        return cls(f"run.{event.value}")
+        return _OF_RUN[event]
 
     @classmethod
     def of_effect(cls, status: EffectStatus) -> EventType:
@@ -137,6 +137,11 @@ class EventType(StrEnum):
         """The node transition this event records, if it records one."""
         head, _, tail = self.value.partition(".")
         return NodeEvent(tail) if head == "node" else None
+
+
+#: the trace event of each transition (looked up on every step)
+_OF_NODE = {e: EventType(f"node.{e.value}") for e in NodeEvent}
+_OF_RUN = {e: EventType(f"run.{e.value}") for e in RunEvent}
 
 
 class CheckpointSource(StrEnum):

@@ -56,7 +56,7 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
                     f"node {spec.name!r} attempt {scope.attempt} passed its deadline"
                     + (f" (timeout {spec.timeout}s)" if spec.timeout else "")
                 ) from None
-        if inspect.isawaitable(result):  # a sync wrapper around an async function
+        if type(result) is not dict and inspect.isawaitable(result):  # a sync wrapper around an async function
             result = await result
         if scope.interrupt_id is not None:  # node code caught the signal; the pause stands
             return Outcome(OutcomeKind.INTERRUPTED, interrupt_id=scope.interrupt_id)

@@ -16,7 +16,6 @@ an error, the whole state is validated as before, so errors read exactly the sam
 
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ class StateFold:
         #: the state after a node's checked writes, kept once the node is added
         self._after: tuple[str, Mapping[str, JSON], int, _Folded] | None = None
         plan = field_plan(graph.state_model)
+        self._fields = graph.state_model.model_fields
         # a field missing from the input gets its default on every validation: the whole-state path does that
         self._plan = plan if plan is not None and set(graph.state_model.model_fields) <= set(run_input) else None
         for n, w in writes.items():
@@ -102,6 +102,9 @@ class StateFold:
 
     def _shift(self, at: int, count: int) -> None:
         """Instances were inserted at position ``at``: move every later position up."""
+        after = self._after[2] if self._after is not None else 0
+        if not (self._done_mask | after) >> at:
+            return   # every mask kept here is made of those positions: none moves (a loop's next iteration)
         self._done_mask = shift_mask(self._done_mask, at, count)
         self._field_writers = {f: shift_mask(m, at, count) for f, m in self._field_writers.items()}
         self._kept = OrderedDict((shift_mask(m, at, count), f) for m, f in self._kept.items())
@@ -167,7 +170,7 @@ class StateFold:
             self._validated(0, start)
         assert start.model is not None
         changed = {f for n in self._beyond(mask, base) for f in self.writes[n]}
-        model = copy.copy(start.model)
+        model = plan.copy(start.model)
         for field in folded.json:  # in the state's own order, so extra fields keep it too
             if field in changed:
                 plan.assign(model, field, folded.json[field])
@@ -185,17 +188,19 @@ class StateFold:
             self._after = (node, nothing, mask | 1 << self.inst.index[node], self._state(mask))
             return nothing, 0
         model = self.graph.state_model
-        if isinstance(value, model):
-            raise InvalidWrites(f"node {node!r} returned the whole state; return a dict of only the "
-                                f"fields it writes (reducers would apply every field again)")
-        if isinstance(value, BaseModel):
-            value = value.model_dump(exclude_unset=True)
-        if not isinstance(value, Mapping):
-            raise InvalidWrites(f"node {node!r} returned {type(value).__name__}; a node returns a "
-                                f"dict of state fields to write, or None")
-        extra_ok = model.model_config.get("extra") == "allow"
-        unknown = sorted(k for k in value if k not in model.model_fields)
-        if unknown and not extra_ok:
+        if type(value) is not dict:   # the usual return value skips the checks below
+            if isinstance(value, model):
+                raise InvalidWrites(f"node {node!r} returned the whole state; return a dict of only the "
+                                    f"fields it writes (reducers would apply every field again)")
+            if isinstance(value, BaseModel):
+                value = value.model_dump(exclude_unset=True)
+            if not isinstance(value, Mapping):
+                raise InvalidWrites(f"node {node!r} returned {type(value).__name__}; a node returns a "
+                                    f"dict of state fields to write, or None")
+        fields = self._fields
+        unknown = [k for k in value if k not in fields]
+        if unknown and model.model_config.get("extra") != "allow":
+            unknown.sort()
             raise InvalidWrites(f"node {node!r} wrote unknown state field(s) {', '.join(map(repr, unknown))}; "
                                 f"fields are: {', '.join(model.model_fields)}")
         # a JSON round trip: the stored writes share nothing with objects the node keeps
@@ -237,7 +242,7 @@ class StateFold:
         """Validate only the written fields of ``folded`` onto a copy of ``validated`` (the
         node's input); coerce last-value writes as the model does. The validated state
         after the node, for its descendants; ``ValidationError`` when a field does not fit."""
-        checked = copy.copy(validated)
+        checked = plan.copy(validated)
         for field in folded:
             if field in plan.appends and field in writes:
                 plan.extend(checked, field, writes[field])
@@ -247,7 +252,7 @@ class StateFold:
         if not coerced:
             return checked
         dumped = checked.model_dump(mode="json", include=set(coerced))
-        after = copy.copy(checked)
+        after = plan.copy(checked)
         for field in coerced:  # store last-value writes as the model coerced them ("3" -> 3)
             if field in dumped:
                 writes[field] = folded[field] = dumped[field]

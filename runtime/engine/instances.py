@@ -74,7 +74,12 @@ class Instances:
         return self.graph.key(name)
 
     def canonical(self, names: Sequence[str]) -> list[str]:
-        return self.graph.canonical(names)
+        """``names`` in canonical order: by position when they all exist (positions are
+        kept in canonical order), by the graph's key otherwise."""
+        try:
+            return sorted(names, key=self.index.__getitem__)
+        except KeyError:
+            return self.graph.canonical(names)
 
     def items(self, group: str) -> list[str]:
         return list(self._items.get(group, ())) if self.dynamic else []
@@ -222,7 +227,7 @@ class Instances:
     def _insert(self, names: list[str]) -> list[str]:
         if not names:
             return []
-        names = self.canonical(names)
+        names = self.graph.canonical(names)   # new: they have no position yet
         keys = [self.graph.key(n) for n in names]
         at = bisect_left(self._keys, keys[0])
         if at < len(self._keys) and self._keys[at] < keys[-1]:

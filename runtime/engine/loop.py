@@ -216,7 +216,7 @@ class RunLoop(Outcomes, Growth):
         self._starved = False
         if self._stop is not None:
             return
-        now = self.env.now()
+        now = self.rec.now()
         while True:
             front = scheduler.frontier(self.inst, self.rec.statuses, self._candidates)
             # examined: a waiting node comes back when one of its dependencies settles
@@ -271,7 +271,7 @@ class RunLoop(Outcomes, Growth):
                             f"run reached max_steps={max_steps} before node {node!r} could start")
             return False
         spec = self.inst.spec(node)
-        now = self.env.now()
+        now = self.rec.now()
         deadline = limits.get("deadline_at")
         if spec.timeout is not None:
             deadline = min(deadline or float("inf"), now + spec.timeout)
@@ -298,7 +298,7 @@ class RunLoop(Outcomes, Growth):
                              clock=self.env.clock.time, started_at=now)
         self._node(node, NodeEvent.START, attempt=attempt)
         ctx = NodeContext(self.host, scope, asyncio.get_running_loop())
-        task = asyncio.ensure_future(execute_attempt(spec, state, ctx, scope, self.env.pool, extra))
+        task = asyncio.get_running_loop().create_task(execute_attempt(spec, state, ctx, scope, self.env.pool, extra))
         task.add_done_callback(self._on_done)
         self._in_flight[task] = scope
         self.deps.slots.acquire()
@@ -307,7 +307,7 @@ class RunLoop(Outcomes, Growth):
     async def _wait(self) -> None:
         if self._done:
             return
-        now = self.env.now()
+        now = self.rec.now()
         timeouts = [self.env.heartbeat]
         if not self.rec.batch.empty():
             timeouts.append(self.rec.last_flush + self.env.group_commit - now)
@@ -321,7 +321,7 @@ class RunLoop(Outcomes, Growth):
     def _poll_limits(self) -> None:
         if self._stop is not None and self._stop.kind == StopKind.CANCEL:
             return
-        now = self.env.now()
+        now = self.rec.now()
         reason = None
         if self.deps.store.durable and now >= self._next_poll:
             # another process may have asked to cancel; poll at heartbeat pace, not every step
@@ -334,7 +334,7 @@ class RunLoop(Outcomes, Growth):
             self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED, self.host.over_budget)
         deadline = self.run.limits.get("deadline_at")
         # a pausing run is not failed by its deadline: resuming it checks the deadline again
-        if deadline is not None and self.env.now() >= deadline and self._stop is None:
+        if deadline is not None and self.rec.now() >= deadline and self._stop is None:
             self._stop_with(StopKind.FAIL, ErrorClass.DEADLINE, "run deadline exceeded")
             self._stop_in_flight()
 

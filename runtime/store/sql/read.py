@@ -41,6 +41,8 @@ class Reader:
         self.engine = engine
         #: undoes what the writer did to free-text values this database cannot hold (``nul``)
         self.text = text or _same
+        mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        self._cancel_sql = f"SELECT cancel_reason FROM runs WHERE id = {mark}"
         # ids in code point order, as SQLite and MemoryStore sort them, whatever the database's collation
         by_id = INTERRUPTS.c.id
         self._interrupt_order = (INTERRUPTS.c.created_at,
@@ -63,8 +65,17 @@ class Reader:
             return conn.execute(select(GRAPHS.c.description).where(GRAPHS.c.version == version)).scalar()
 
     def cancel_request(self, run_id: str) -> str | None:
-        with self.engine.connect() as conn:
-            reason = conn.execute(select(RUNS.c.cancel_reason).where(RUNS.c.id == run_id)).scalar()
+        # asked by every running run at heartbeat pace: a plain statement on a pooled
+        # connection, without building and compiling an expression each time
+        conn = self.engine.raw_connection()
+        try:
+            cur = conn.cursor()
+            cur.execute(self._cancel_sql, (run_id,))
+            row = cur.fetchone()
+            cur.close()
+        finally:
+            conn.close()
+        reason = None if row is None else row[0]
         return None if reason is None else self.text(reason)
 
     # ------------------------------------------------------------------ runs
