@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import time
@@ -31,10 +32,12 @@ class RandomIds:
     one per row (a run's commits took about twice as long with random ids).
     """
 
-    def __init__(self) -> None:
-        # seeded from the system's entropy: ids need to be unique, not secret, and a
-        # generator of our own is far cheaper than a system call per id
-        self._random = random.Random(secrets.randbits(128))
-
     def new(self, prefix: str) -> str:
-        return f"{prefix}_{int(time.time() * 1000):011x}{self._random.getrandbits(64):016x}"
+        return f"{prefix}_{int(time.time() * 1000):011x}{_RANDOM.getrandbits(64):016x}"
+
+
+# Ids need to be unique, not secret: a generator seeded from the system's entropy is far
+# cheaper than a system call per id. Its own (a program seeding ``random`` must not make
+# two processes agree), and seeded again in a forked child, which would repeat the parent.
+_RANDOM = random.Random(secrets.randbits(128))
+os.register_at_fork(after_in_child=lambda: _RANDOM.seed(secrets.randbits(128)))

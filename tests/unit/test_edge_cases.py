@@ -397,3 +397,27 @@ def test_two_runtimes_started_together_are_different_lease_owners(tmp_path):
     finally:
         first.close()
         second.close()
+
+
+def test_a_forked_process_and_a_seeded_random_do_not_repeat_ids():
+    import os
+    import random
+
+    from runtime.core.clock import RandomIds
+    ids = RandomIds()
+    random.seed(7)   # a program seeding the random module does not make ids repeatable
+    first = ids.new("run")
+    random.seed(7)
+    assert ids.new("run") != first
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: its ids must differ from the parent's next ones
+        os.write(write, "\n".join(ids.new("run") for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    # compare the random tails: two processes may well share the millisecond
+    mine = {ids.new("run")[-16:] for _ in range(50)}
+    with os.fdopen(read) as f:
+        theirs = {i[-16:] for i in f.read().split("\n")}
+    os.waitpid(pid, 0)
+    assert len(theirs) == 50 and not mine & theirs
