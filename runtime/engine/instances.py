@@ -52,6 +52,14 @@ class Instances:
         self._of: dict[str, list[str]] = {}       # node -> its instances (a map's group records), in order
         self._items: dict[str, list[str]] = {}    # a map's group record -> its items, in order
         self._ended: set[str] = set()             # loops (by entry) known to have ended
+        #: an instance's dependencies when they are fixed instances (None: it waits on a
+        #: loop from outside it, whose instances are still growing): asked on every step
+        self._fixed: dict[str, tuple[str, ...] | None] = {}
+        g = graph
+        #: a loop's members in canonical order, and the nodes after it that wait for its end
+        self._members = {e: tuple(sorted(ms, key=g.index.__getitem__)) for e, ms in g.loops.items()}
+        self._exits = {e: [c for m in ms for c in g.children(m) if g.loop_of.get(c) != e]
+                       for e, ms in g.loops.items()}
         for n in self.order:
             self._note(n)
 
@@ -136,6 +144,28 @@ class Instances:
                     out += self._with_items(inst)
         return out
 
+    def fixed_deps(self, name: str) -> tuple[str, ...] | None:
+        """The instances ``name`` depends on, when no more can appear (see ``dep_groups``)."""
+        try:
+            return self._fixed[name]
+        except KeyError:
+            pass
+        groups = self.dep_groups(name, {}) if not self._waits_on_loop(name) else None
+        fixed = None if groups is None else tuple(d for members, _ in groups for d in members)
+        self._fixed[name] = fixed
+        return fixed
+
+    def _waits_on_loop(self, name: str) -> bool:
+        """Whether ``name`` depends on a loop from outside it."""
+        g = self.graph
+        node, it, item = parse_instance(name)
+        if item is not None:
+            return False
+        entry = g.loop_of.get(node)
+        if entry == node and it >= 1:
+            return False
+        return any(g.loop_of.get(d) not in (None, entry) for d in g.forward_deps(node))
+
     def dep_groups(self, name: str, statuses: Mapping[str, NodeStatus]) -> list[DepGroup]:
         g = self.graph
         if not self.dynamic:
@@ -191,7 +221,7 @@ class Instances:
             else:
                 out.append(c)
         if entry is not None:   # nodes after the loop wait for it to end, whichever member ends last
-            out += [c for m in g.loops[entry] for c in g.children(m) if g.loop_of.get(c) != entry]
+            out += self._exits[entry]
         return out
 
     # ------------------------------------------------------------------ growing
@@ -217,17 +247,18 @@ class Instances:
 
     def add_iteration(self, entry: str, iteration: int) -> list[str]:
         """Create every member of a loop's iteration; returns their names."""
-        return self._insert([instance_name(m, iteration) for m in self.graph.loops[entry]])
+        return self._insert([instance_name(m, iteration) for m in self._members[entry]], ordered=True)
 
     def add_items(self, group: str, count: int) -> list[str]:
         """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones."""
         node, it, _ = parse_instance(group)
         return self._insert([n for i in range(count) if (n := instance_name(node, it, i)) not in self.index])
 
-    def _insert(self, names: list[str]) -> list[str]:
+    def _insert(self, names: list[str], ordered: bool = False) -> list[str]:
         if not names:
             return []
-        names = self.graph.canonical(names)   # new: they have no position yet
+        if not ordered:
+            names = self.graph.canonical(names)   # new: they have no position yet
         keys = [self.graph.key(n) for n in names]
         at = bisect_left(self._keys, keys[0])
         if at < len(self._keys) and self._keys[at] < keys[-1]:

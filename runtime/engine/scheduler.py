@@ -33,10 +33,14 @@ def dependency_verdict(inst: Instances, statuses: Mapping[str, NodeStatus], node
     """
     deps: Sequence[str]
     if inst.dynamic:
-        groups = inst.dep_groups(node, statuses)
-        if any(still_open for _, still_open in groups):
-            return "wait"
-        deps = [d for members, _ in groups for d in members]
+        fixed = inst.fixed_deps(node)
+        if fixed is not None:
+            deps = fixed
+        else:
+            groups = inst.dep_groups(node, statuses)
+            if any(still_open for _, still_open in groups):
+                return "wait"
+            deps = [d for members, _ in groups for d in members]
     else:   # one instance per node: its dependencies as declared
         deps = inst.graph.nodes[node].after
     if not deps:
