@@ -150,6 +150,7 @@ class Instances:
             return self._fixed[name]
         except KeyError:
             pass
+        # dep_groups reads statuses only for a loop seen from outside, the case excluded here
         groups = self.dep_groups(name, {}) if not self._waits_on_loop(name) else None
         fixed = None if groups is None else tuple(d for members, _ in groups for d in members)
         self._fixed[name] = fixed
