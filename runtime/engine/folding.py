@@ -272,6 +272,8 @@ class StateFold:
     def _unordered_writer(self, field: str, node: str) -> str | None:
         """A completed node that wrote ``field`` (last-value) and is not ordered before ``node``."""
         writers = self._field_writers.get(field, 0)
+        if not writers:
+            return None
         # bit arithmetic: constant work per write however many nodes wrote the field before
         unordered = writers & ~self.inst.ancestor_mask(node) & ~(1 << self.inst.index[node])
         if not unordered:

@@ -89,8 +89,9 @@ class Instances:
         except KeyError:
             return self.graph.canonical(names)
 
-    def items(self, group: str) -> list[str]:
-        return list(self._items.get(group, ())) if self.dynamic else []
+    def items(self, group: str) -> Sequence[str]:
+        """A map's items, in order (read only: asked as each item settles, so not copied)."""
+        return self._items.get(group, ()) if self.dynamic else ()
 
     def latest(self, node: str) -> str:
         """The newest instance of ``node`` (its last loop iteration)."""
@@ -103,6 +104,10 @@ class Instances:
             return self.graph.ancestor_mask(name)
         found = self._anc.get(name)
         if found is not None:
+            return found
+        node, it, item = parse_instance(name)
+        if item is not None:   # a map's items fold what their group record folds (see _dep_instances)
+            found = self._anc[name] = self.ancestor_mask(instance_name(node, it))
             return found
         stack = [name]
         while stack:   # iterative: a long loop would exhaust the stack of a recursion

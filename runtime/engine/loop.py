@@ -249,8 +249,8 @@ class RunLoop(Outcomes, Growth):
                     skipped = True   # its items are candidates now
                     continue
                 ready.append(node)
-            if self._queued:
-                ready = sorted({*self._queued, *ready}, key=self.inst.index.__getitem__)
+            if self._queued:   # kept in canonical order: merged only when something joins it
+                ready = sorted({*self._queued, *ready}, key=self.inst.index.__getitem__) if ready else self._queued
                 self._queued = []
             launch = scheduler.admit(ready, 0, self.deps.slots.room(self))
             if len(launch) < len(ready):  # the rest wait in the queue for a free slot
