@@ -61,6 +61,9 @@ class StateFold:
         self._after: tuple[str, Mapping[str, JSON], int, _Folded] | None = None
         plan = field_plan(graph.state_model)
         self._fields = graph.state_model.model_fields
+        #: fields whose reducer keeps the last value (two unordered writers conflict); any
+        #: other name is an extra field, which keeps the last value too
+        self._merged = frozenset(f for f, r in graph.reducers.items() if not r.conflicts)
         # a field missing from the input gets its default on every validation: the whole-state path does that
         self._plan = plan if plan is not None and set(graph.state_model.model_fields) <= set(run_input) else None
         for n, w in writes.items():
@@ -72,7 +75,7 @@ class StateFold:
         bit = 1 << self.inst.index[node]
         self._done_mask |= bit
         for field in writes:
-            if self.graph.reducer(field).conflicts:
+            if field not in self._merged:
                 self._field_writers[field] = self._field_writers.get(field, 0) | bit
         after, self._after = self._after, None
         if after is not None and after[0] == node and after[1] is writes:
@@ -248,7 +251,7 @@ class StateFold:
                 plan.extend(checked, field, writes[field])
             elif field in writes:
                 plan.assign(checked, field, folded[field])
-        coerced = [f for f in writes if self.graph.reducer(f).conflicts]
+        coerced = [f for f in writes if f not in self._merged]
         if not coerced:
             return checked
         dumped = checked.model_dump(mode="json", include=set(coerced))

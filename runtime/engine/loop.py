@@ -297,8 +297,9 @@ class RunLoop(Outcomes, Growth):
         scope = AttemptScope(run_id=self.run_id, node=node, attempt=attempt, deadline=deadline,
                              clock=self.env.clock.time, started_at=now)
         self._node(node, NodeEvent.START, attempt=attempt)
-        ctx = NodeContext(self.host, scope, asyncio.get_running_loop())
-        task = asyncio.get_running_loop().create_task(execute_attempt(spec, state, ctx, scope, self.env.pool, extra))
+        loop = asyncio.get_running_loop()
+        ctx = NodeContext(self.host, scope, loop)
+        task = loop.create_task(execute_attempt(spec, state, ctx, scope, self.env.pool, extra))
         task.add_done_callback(self._on_done)
         self._in_flight[task] = scope
         self.deps.slots.acquire()
@@ -346,7 +347,8 @@ class RunLoop(Outcomes, Growth):
 
     def _collect(self) -> None:
         done, self._done = self._done, []
-        done.sort(key=lambda t: self.inst.index[self._in_flight[t].node])
+        if len(done) > 1:
+            done.sort(key=lambda t: self.inst.index[self._in_flight[t].node])
         for task in done:
             scope = self._in_flight.pop(task)
             self.deps.slots.release(self)

@@ -150,7 +150,8 @@ class Recorder:
             self._snapshot_bytes = len(to_json(snapshot))
         cp = Checkpoint(
             id=self.env.ids.new("cp"), run_id=self.run.id, seq=self.head.seq + 1,
-            parent_id=self.head.id, nodes=tuple(self.inst.canonical(self._folded)),
+            parent_id=self.head.id,
+            nodes=tuple(self.inst.canonical(self._folded) if len(self._folded) > 1 else self._folded),
             node_states=dict(self.statuses), event_seq=self.seq,
             created_at=self.now(), source=CheckpointSource.STEP, snapshot=snapshot,
             changed=self._take_changed(self.head),

@@ -66,7 +66,12 @@ def frontier(graph: Instances | ExecutableGraph, statuses: Mapping[str, NodeStat
     inst = as_instances(graph)
     ready: list[str] = []
     skip: list[str] = []
-    nodes = inst.order if candidates is None else sorted(set(candidates), key=inst.index.__getitem__)
+    if candidates is None:
+        nodes: Iterable[str] = inst.order
+    else:
+        nodes = set(candidates)
+        if len(nodes) > 1:
+            nodes = sorted(nodes, key=inst.index.__getitem__)
     for node in nodes:
         status = statuses[node]
         if status not in (N.PENDING, N.RETRYING):
