@@ -117,3 +117,12 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     out = [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in rows]
     return "\n".join(out)
+
+
+#: what the two LangGraph columns are, printed under every table that has them
+LANGGRAPH_CONFIGS = (
+    "LangGraph default = SqliteSaver as shipped (WAL, synchronous=FULL) with invoke defaults (durability=\"async\");\n"
+    "LangGraph matched = durability=\"sync\" and synchronous=NORMAL: every step committed before the next starts.\n"
+    "Shadow Harness commits pure steps in groups (up to group_commit = 5 ms; a crash re-runs them, as with\n"
+    "durability=\"async\") and forces an effect, a pause and the run's end to disk first; synchronous=NORMAL otherwise."
+)

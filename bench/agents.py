@@ -4,6 +4,7 @@
     .venv/bin/python bench/agents.py --reps 3     # fewer repetitions
     .venv/bin/python bench/agents.py --profile    # also: where Shadow Harness spends the time
     .venv/bin/python bench/agents.py --scaling    # also: Shadow Harness on longer loops and wider maps
+    .venv/bin/python bench/agents.py --breakdown  # also: what bounds the speed-up (engine alone, commits, ...)
     .venv/bin/python bench/agents.py --json out.json
 
 1. ReAct loop of ITERATIONS iterations. Shadow Harness: ``model`` is the loop's
@@ -61,14 +62,14 @@ for p in (HERE, ROOT):
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-from _common import Sample, check, fmt_ms, fmt_us, fresh_dir, now, render_table, settle  # noqa: E402
+from _common import LANGGRAPH_CONFIGS, Sample, check, fmt_ms, fmt_us, fresh_dir, now, render_table, settle  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.types import Send  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 import cases_langgraph as L  # noqa: E402
 from run import _git_revision, spread, verdict  # noqa: E402
-from runtime import ExecutableGraph, Graph, NodeStatus, RunStatus, Runtime, SqlStore, append  # noqa: E402
+from runtime import ExecutableGraph, Graph, MemoryStore, NodeStatus, RunStatus, Runtime, SqlStore, append  # noqa: E402
 
 ITERATIONS = 100
 ITEMS = 200
@@ -199,8 +200,13 @@ def mapreduce_graph(items: int = ITEMS) -> ExecutableGraph:
     return g.compile()
 
 
-def _runtime(path: str, max_concurrency: int = 8) -> Runtime:
-    return Runtime(store=SqlStore(f"sqlite:///{path}"), max_concurrency=max_concurrency)
+def _runtime(path: str, max_concurrency: int = 8, *, memory: bool = False,
+             group_commit: float | None = None) -> Runtime:
+    """The measured Runtime: a SqlStore on ``path`` (or a MemoryStore: the engine alone);
+    ``group_commit``: the Runtime's default unless given (0: every step commits on its own)."""
+    store = MemoryStore() if memory else SqlStore(f"sqlite:///{path}")
+    extra = {} if group_commit is None else {"group_commit": group_commit}
+    return Runtime(store=store, max_concurrency=max_concurrency, **extra)
 
 
 async def _h_react_run(rt: Runtime, graph: ExecutableGraph,
@@ -244,12 +250,13 @@ async def _h_map_run(rt: Runtime, graph: ExecutableGraph, items: int = ITEMS) ->
     return elapsed
 
 
-def h_react(runs: int) -> Sample:
+def h_react(runs: int, **setup: object) -> Sample:
+    """``setup``: what ``_runtime`` takes besides the path (the breakdown's variants)."""
     graph = react_graph()
     sample = Sample(info={"early": [], "late": []})
 
     async def once(path: str) -> None:
-        rt = _runtime(path)
+        rt = _runtime(path, **setup)  # type: ignore[arg-type]
         try:
             await _h_react_run(rt, graph)              # warm-up, not kept
             for _ in range(runs):
@@ -265,12 +272,12 @@ def h_react(runs: int) -> Sample:
     return sample
 
 
-def h_mapreduce(runs: int) -> Sample:
+def h_mapreduce(runs: int, **setup: object) -> Sample:
     graph = mapreduce_graph()
     sample = Sample()
 
     async def once(path: str) -> None:
-        rt = _runtime(path, MAP_CONCURRENCY)
+        rt = _runtime(path, MAP_CONCURRENCY, **setup)  # type: ignore[arg-type]
         try:
             await _h_map_run(rt, graph)                # warm-up, not kept
             for _ in range(runs):
@@ -369,10 +376,23 @@ def _checkpoints(conn: sqlite3.Connection, thread: str) -> int:
     return int(count)
 
 
+#: the breakdown's LangGraph configuration nearest Shadow Harness's group commit: steps are
+#: written in the background while the next runs (a crash may lose the last), synchronous=NORMAL
+CLOSEST = "closest"
+
+
+def _lg_kwargs(mode: str) -> dict[str, str]:
+    return {"durability": "sync"} if mode == "matched" else {}
+
+
+def _lg_saver(path: str, mode: str):
+    return L._saver(path, "matched" if mode == CLOSEST else mode)
+
+
 def _lg_react_run(graph, conn: sqlite3.Connection, thread: str, mode: str) -> tuple[float, float, float]:
     CALLS.clear()
     STAMPS.clear()
-    kwargs = {"durability": "sync"} if mode == "matched" else {}
+    kwargs = _lg_kwargs(mode)
     config = L._config(thread)
     settle()
     t0 = now()
@@ -393,7 +413,7 @@ def _lg_react_run(graph, conn: sqlite3.Connection, thread: str, mode: str) -> tu
 
 def _lg_map_run(graph, conn: sqlite3.Connection, thread: str, mode: str) -> float:
     CALLS.clear()
-    kwargs = {"durability": "sync"} if mode == "matched" else {}
+    kwargs = _lg_kwargs(mode)
     config = L._config(thread, max_concurrency=MAP_CONCURRENCY)
     settle()
     t0 = now()
@@ -412,7 +432,7 @@ def lg_react(runs: int, mode: str) -> Sample:
     builder = react_builder()
     sample = Sample(info={"early": [], "late": []})
     with fresh_dir("lg-react") as d:
-        conn, saver = L._saver(os.path.join(d, "langgraph.db"), mode)
+        conn, saver = _lg_saver(os.path.join(d, "langgraph.db"), mode)
         try:
             graph = builder.compile(checkpointer=saver)
             _lg_react_run(graph, conn, "warm-up", mode)
@@ -430,7 +450,7 @@ def lg_mapreduce(runs: int, mode: str) -> Sample:
     builder = mapreduce_builder()
     sample = Sample()
     with fresh_dir("lg-mapreduce") as d:
-        conn, saver = L._saver(os.path.join(d, "langgraph.db"), mode)
+        conn, saver = _lg_saver(os.path.join(d, "langgraph.db"), mode)
         try:
             graph = builder.compile(checkpointer=saver)
             _lg_map_run(graph, conn, "warm-up", mode)
@@ -623,6 +643,78 @@ def split_table(graph: ExecutableGraph, max_concurrency: int, units: int, what: 
                             for k, v in sorted(per.items(), key=lambda kv: -kv[1])]))
 
 
+def store_commits(case: str, runs: int = RUNS_PER_REP) -> tuple[float, float, float]:
+    """Per run, the seconds a SqlStore spends committing: (ordinary batches, the batches forced
+    to disk, the number of batches); medians of ``runs`` runs after a warm-up."""
+    graph, mc, run_once = ((react_graph(), 8, _h_react_run) if case == "react"
+                           else (mapreduce_graph(), MAP_CONCURRENCY, _h_map_run))
+    spent: Counter[str] = Counter()
+    per: list[tuple[float, float, float]] = []
+    original = SqlStore.commit
+
+    def timed(self: SqlStore, batch) -> None:
+        t0 = time.perf_counter()
+        try:
+            original(self, batch)
+        finally:
+            spent["forced" if batch.durable else "ordinary"] += time.perf_counter() - t0
+            spent["batches"] += 1
+
+    async def go(path: str) -> None:
+        rt = _runtime(path, mc)
+        try:
+            await run_once(rt, graph)
+            SqlStore.commit = timed  # type: ignore[method-assign]
+            for _ in range(runs):
+                spent.clear()
+                await run_once(rt, graph)
+                per.append((spent["ordinary"], spent["forced"], spent["batches"]))
+        finally:
+            SqlStore.commit = original  # type: ignore[method-assign]
+            rt.close()
+
+    with fresh_dir("h-commits") as d:
+        asyncio.run(go(os.path.join(d, "harness.db")))
+    return tuple(statistics.median(x) for x in zip(*per))  # type: ignore[return-value]
+
+
+def breakdown(reps: int) -> str:
+    """What bounds the speed-up: each case with the engine alone (MemoryStore), as measured
+    (SqlStore), with every step committed on its own (group_commit=0, as LangGraph matched
+    commits), and LangGraph's configuration nearest group commit; then the store's commits."""
+    variants = {"memory": {"memory": True}, "sql": {}, "every step": {"group_commit": 0.0}}
+    out = []
+    for case, units, what, h_case, lg_case in (
+            ("react", ITERATIONS, "iteration", h_react, lg_react),
+            ("map", ITEMS, "item", h_mapreduce, lg_mapreduce)):
+        got = interleave(reps, {**{k: (lambda v=v, h_case=h_case: h_case(RUNS_PER_REP, **v))
+                                   for k, v in variants.items()},
+                                **{m: (lambda m=m, lg_case=lg_case: lg_case(RUNS_PER_REP, m))
+                                   for m in (*L.MODES, CLOSEST)}})
+        per = {k: v.median / units for k, v in got.items()}
+        ordinary, forced, batches = store_commits(case)
+        title = "ReAct loop" if case == "react" else "map-reduce"
+        out.append(f"\n{title}: per {what} (medians of {reps} × {RUNS_PER_REP} runs, interleaved)")
+        rows = [
+            ["Shadow Harness, MemoryStore (the engine alone)", fmt_us(per["memory"]), "—"],
+            ["Shadow Harness, SqlStore (as measured above)", fmt_us(per["sql"]), "—"],
+            ["Shadow Harness, SqlStore, group_commit=0 (every step committed)", fmt_us(per["every step"]), "—"],
+            ["  the store's commits, ordinary batches", fmt_us(ordinary / units), f"{batches:.0f} batches per run"],
+            ["  the store's commits, the one forced to disk (the run's end)", fmt_us(forced / units), "—"],
+            ["LangGraph default (async, synchronous=FULL)", fmt_us(per["default"]),
+             f"{per['default'] / per['sql']:.2f}× ours"],
+            ["LangGraph matched (sync, synchronous=NORMAL)", fmt_us(per["matched"]),
+             f"{per['matched'] / per['sql']:.2f}× ours; {per['matched'] / per['every step']:.2f}× ours with "
+             f"every step committed"],
+            ["LangGraph async, synchronous=NORMAL (nearest group commit)", fmt_us(per[CLOSEST]),
+             f"{per[CLOSEST] / per['sql']:.2f}× ours"],
+            [f"10× LangGraph matched leaves per {what}", fmt_us(per["matched"] / TARGET_SPEEDUP),
+             f"the store alone takes {fmt_us(per['sql'] - per['memory'])}"],
+        ]
+        out.append(render_table(["configuration", f"per {what}", "note"], rows))
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=5, help="repetitions (fresh stores), each timing "
@@ -631,6 +723,9 @@ def main() -> int:
     ap.add_argument("--scaling", action="store_true",
                     help=f"also: Shadow Harness alone on loops of {', '.join(map(str, LOOP_SIZES))} iterations "
                          f"and maps of {', '.join(map(str, MAP_SIZES))} items")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also: what bounds the speed-up (the engine alone, every step committed, the store's "
+                         "commits, LangGraph async with synchronous=NORMAL)")
     ap.add_argument("--json", metavar="PATH", help="write the raw figures to PATH")
     args = ap.parse_args()
     reps = args.reps
@@ -688,9 +783,7 @@ def main() -> int:
     print()
     print(render_table(["#", "measurement", "Shadow Harness", "LangGraph default", "LangGraph matched", "target",
                         "result"], rows))
-    print("\nLangGraph default = SqliteSaver as shipped (WAL, synchronous=FULL) with invoke defaults "
-          "(durability=\"async\");\nLangGraph matched = durability=\"sync\" and synchronous=NORMAL, the "
-          "guarantee Shadow Harness gives per step.\n"
+    print("\n" + LANGGRAPH_CONFIGS + "\n"
           f"Per-iteration overhead = run wall time / {ITERATIONS} (one model and one tool call per iteration, "
           f"no tool in the last);\nper-item overhead = run wall time / {ITEMS} (plan and reduce included). "
           f"{window_label().capitalize()}: from timestamps taken as each model call starts, medians of all "
@@ -726,6 +819,10 @@ def main() -> int:
                               "map": {str(n): v for n, v in scale[1].items()}}
         with open(args.json, "w") as f:
             json.dump(raw, f, indent=2)
+
+    if args.breakdown:
+        step("4. breakdown: the engine alone, every step committed, LangGraph nearest group commit")
+        print("\n4. Breakdown: what bounds the speed-up" + breakdown(reps))
 
     if args.profile:
         print("\n== Where Shadow Harness spends the time ==")

@@ -6,9 +6,12 @@ Two configurations are measured for the per-node cases:
   ``synchronous=FULL`` stays, so each checkpoint commit is fsynced) and
   ``invoke`` defaults (``durability="async"``: a step's checkpoint is written
   while the next step already runs).
-* ``matched``: the guarantee Shadow Harness gives for ordinary steps: each
-  step is committed before the next one starts (``durability="sync"``), WAL
-  with ``synchronous=NORMAL`` (survives a process crash, not a power cut).
+* ``matched``: each step is committed before the next one starts
+  (``durability="sync"``), WAL with ``synchronous=NORMAL`` (survives a process
+  crash, not a power cut): the SQLite settings Shadow Harness uses. Shadow
+  Harness's ordinary steps are lighter still: pure outcomes share a commit for
+  up to ``group_commit`` (a crash re-runs them, as with ``durability="async"``);
+  only effects, pauses and the run's end are forced to disk first.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 import cases_harness as H  # noqa: E402
 import cases_langgraph as L  # noqa: E402
-from _common import fmt_mib, fmt_ms, fmt_s, fmt_us, render_table  # noqa: E402
+from _common import LANGGRAPH_CONFIGS, fmt_mib, fmt_ms, fmt_s, fmt_us, render_table  # noqa: E402
 
 CHAIN = 200
 FAN = 200
@@ -248,9 +248,7 @@ def main() -> int:
     if rows:
         print()
         print(render_table(headers, rows))
-        print("\nLangGraph default = SqliteSaver as shipped (WAL, synchronous=FULL) with invoke defaults "
-              "(durability=\"async\");\nLangGraph matched = durability=\"sync\" and synchronous=NORMAL, the "
-              "guarantee Shadow Harness gives per step.\nPer-node overhead = run wall time / nodes "
+        print("\n" + LANGGRAPH_CONFIGS + "\nPer-node overhead = run wall time / nodes "
               f"({CHAIN} for the chain, {fan_nodes} for the fan-out).")
         notes = []
         if "chain" in res:
