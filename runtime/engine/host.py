@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
-from ..core.errors import LimitExceeded, NodeInterrupt
+from ..core.errors import ErrorClass, LimitExceeded, NodeInterrupt
 from ..core.jsonvalues import JSON
 from ..core.records import (
     COMPENSATION_STATUSES,
@@ -77,8 +77,10 @@ class RunHost:
         for i in interrupts:
             if i.run_id == run.id or i.status == InterruptStatus.ANSWERED:
                 self.interrupts[(i.node, i.slot, i.kind)] = i
-        #: why the run's token/cost budget is exhausted, once it is
+        #: why the run's token/cost budget is exhausted, once it is (the first reason given),
+        #: and the node instance whose usage exhausted it
         self.over_budget: str | None = budget_exceeded(run.limits, rec.usage)
+        self.over_budget_by: str | None = None
         #: wakes the run loop, so a recorded event does not wait for the next heartbeat
         self.wake: Callable[[], None] = lambda: None
 
@@ -212,10 +214,21 @@ class RunHost:
             usage["tokens"] += tokens
             usage["cost"] += cost
             over = budget_exceeded(self.rec.run.limits, usage)
-        if over:
-            # the run ends even if node code catches the error
-            self.over_budget = over
+            if over and self.over_budget is None:
+                # the run ends even if node code catches the error
+                self.over_budget, self.over_budget_by = over, scope.node
         return over
+
+    def budget_error(self) -> dict[str, JSON] | None:
+        """The run's error once its budget is exhausted. The same whoever notices first: the
+        loop between steps, or the failure of the node whose usage exhausted it (which
+        of the two comes first depends on timing)."""
+        if self.over_budget is None:
+            return None
+        error: dict[str, JSON] = {"class": ErrorClass.LIMIT_EXCEEDED.value, "message": self.over_budget}
+        if self.over_budget_by is not None:
+            error["node"] = self.over_budget_by
+        return error
 
     def remember_model(self, ref: str, model: type[BaseModel]) -> None:
         self.graphs.remember_model(ref, model)

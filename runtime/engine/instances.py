@@ -142,8 +142,16 @@ class Instances:
                 out += self._with_items(instance_name(s, it - 1))
             return out
         for d in g.forward_deps(node):
-            if entry is not None and g.loop_of.get(d) == entry:
+            loop = g.loop_of.get(d)
+            if entry is not None and loop == entry:
                 out += self._with_items(instance_name(d, it))
+            elif loop is not None:
+                # after a loop (it waits for the loop's end): every iteration of every
+                # member, not only those that lead to ``d``. The last iteration's members
+                # after ``d`` ran before the loop ended, and their writes are the loop's too.
+                for m in self._members[loop]:
+                    for inst in self._of.get(m, ()):
+                        out += self._with_items(inst)
             else:
                 for inst in self._of.get(d, ()):
                     out += self._with_items(inst)

@@ -75,6 +75,8 @@ class RunLoop(Outcomes, Growth):
         self._waiter = Waiter()
         self.host.wake = self.wake
         self._starved = False
+        #: whether what the inherited statuses imply was created (``_regrow``)
+        self._grown = not self.inst.dynamic
 
     # what the Runtime's slots see
     @property
@@ -112,8 +114,7 @@ class RunLoop(Outcomes, Growth):
             if self.rec.statuses[done.node] == N.INTERRUPTED:
                 self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
         self.rec.run_event(event, owner=self.env.owner)
-        if self.inst.dynamic:
-            self._regrow()
+        self._grow_inherited()
         self._candidates = set(self.inst.order)
         self._queued = []
         self.rec.checkpoint_if_dirty()
@@ -151,9 +152,19 @@ class RunLoop(Outcomes, Growth):
 
     # ------------------------------------------------------------------ driving
 
+    def _grow_inherited(self) -> None:
+        """Create what the statuses this loop began with imply, once: a run taken over may
+        lack what a crash kept from being recorded, and a run branching off another (a
+        continuation, a fork) inherits settled instances whose growth its source stopped
+        short of, like a loop's next iteration past its bound, which fails it again."""
+        if not self._grown:
+            self._grown = True
+            self._regrow()
+
     async def drive(self) -> Run:
         self.deps.slots.attach(self)
         try:
+            self._grow_inherited()
             while True:
                 self._poll_limits()
                 self._schedule()
@@ -331,8 +342,9 @@ class RunLoop(Outcomes, Growth):
         if reason is not None:
             self.request_cancel(reason)
             return
-        if self.host.over_budget is not None:
-            self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED, self.host.over_budget)
+        budget = self.host.budget_error()
+        if budget is not None and supersedes(StopKind.FAIL, self._stop.kind if self._stop else None):
+            self._stop = Stop(StopKind.FAIL, budget)
         deadline = self.run.limits.get("deadline_at")
         # a pausing run is not failed by its deadline: resuming it checks the deadline again
         if deadline is not None and self.rec.now() >= deadline and self._stop is None:

@@ -16,6 +16,7 @@ from ..core.env import Environment
 from .decisions import on_failure
 from .executor import Outcome
 from .folding import StateFold
+from .host import RunHost
 from .instances import Instances
 from .recorder import Recorder
 from .scope import AttemptScope
@@ -26,6 +27,7 @@ N = NodeStatus
 
 class Outcomes:
     env: Environment
+    host: RunHost
     inst: Instances
     rec: Recorder
     state: StateFold
@@ -97,7 +99,8 @@ class Outcomes:
         self.rec.attempt(scope, N.FAILED, error_class=cls, error=message, decision=decision.reason)
         self._node(node, NodeEvent.FAIL, attempt=scope.attempt, error_class=cls.value, error=message)
         if supersedes(StopKind.FAIL, stopping):
-            self._stop = Stop(StopKind.FAIL, {"class": cls.value, "message": message, "node": node})
+            budget = self.host.budget_error() if cls == ErrorClass.LIMIT_EXCEEDED else None
+            self._stop = Stop(StopKind.FAIL, budget or {"class": cls.value, "message": message, "node": node})
 
     def _fail_before_start(self, node: str, error: BaseException) -> None:
         """A failure found while preparing a node (its ``when`` raised, bad state)."""

@@ -446,3 +446,31 @@ def test_cli_fork_takes_max_steps(workdir: Path, capsys: pytest.CaptureFixture[s
 def test_cli_max_cost_must_be_a_number_above_0(workdir: Path, capsys: pytest.CaptureFixture[str], value: str):
     code, _, err = harness(capsys, "resume", "run_x", "--max-cost", value)
     assert code == 2 and "--max-cost: must be a number above 0" in err
+
+
+async def test_the_runs_error_for_a_spent_budget_does_not_depend_on_who_notices_first(rt: Runtime):
+    """The loop may notice the spent budget between steps before the node that spent it
+    fails, or collect that failure first; either way the run ends with one error, naming
+    the instance whose usage spent the budget."""
+    import asyncio
+
+    errors = []
+    for loop_first in (False, True):
+        g = Graph(f"spent_{loop_first}", state=S)
+
+        @g.node()
+        async def ask(state: S, ctx: NodeContext, loop_first: bool = loop_first) -> dict[str, Any]:
+            if loop_first:
+                try:
+                    ctx.usage(tokens=500)
+                except Exception:  # noqa: BLE001  # caught: the loop's next look at the budget stops the run
+                    pass
+                await asyncio.sleep(0.1)   # several group-commit windows: the loop looks meanwhile
+            ctx.usage(tokens=500 if not loop_first else 1)
+            return {"text": "unreachable"}
+
+        run = await rt.start(g, {}, max_tokens=100)
+        assert run.status == RunStatus.FAILED
+        errors.append(dict(run.error or {}))
+    assert errors[0] == errors[1] == {"class": ErrorClass.LIMIT_EXCEEDED.value,
+                                      "message": "run budget exceeded: tokens 500 > max_tokens 100", "node": "ask"}

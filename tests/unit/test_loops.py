@@ -251,3 +251,54 @@ async def test_null_is_an_answer_like_any_other(rt: Runtime) -> None:
     assert run.status == RunStatus.SUCCEEDED
     assert (await rt.state_at((await rt.history(run.id))[-1].id)).messages == ["None"]
     assert len(await rt.interrupts(run.id, pending=False)) == 1
+
+
+async def test_a_node_after_the_loop_entry_sees_the_members_of_the_last_iteration_too(rt: Runtime) -> None:
+    """``read`` hangs off the loop's entry, but waits for the loop's end: the last
+    iteration's ``search`` ran before the loop ended, so its source is read too."""
+    class R(BaseModel):
+        sources: Annotated[list[str], append] = []
+        notes: Annotated[list[str], append] = []
+
+    g = Graph("research", R)
+
+    @g.node(after=["decide"], max_iterations=5)
+    def model(s: R) -> dict[str, Any]:
+        return {}
+
+    @g.node(after=["model"])
+    def search(s: R) -> dict[str, Any]:
+        return {"sources": [f"src{len(s.sources)}"]}
+
+    @g.node(after=["search"], when=lambda s: len(s.sources) < 3)
+    def decide(s: R) -> dict[str, Any]:
+        return {}
+
+    @g.node(after=["model"], map_over="sources")
+    async def read(s: R, ctx: Any, item: str) -> dict[str, Any]:
+        return {"notes": [f"read {item}"]}
+
+    @g.node(after=["model"])
+    def count(s: R) -> dict[str, Any]:
+        return {"notes": [f"{len(s.sources)} sources"]}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.SUCCEEDED
+    state = await rt.state_at((await rt.history(run.id))[-1].id)
+    assert state.sources == ["src0", "src1", "src2"]
+    assert [n for n in state.notes if n.startswith("read")] == ["read src0", "read src1", "read src2"]
+    assert "3 sources" in state.notes
+
+
+async def test_continuing_a_run_stopped_by_the_iteration_bound_fails_it_again(rt: Runtime) -> None:
+    """The bound is part of the graph: a continuation meets it at once and never runs
+    what comes after the loop as if the loop had ended."""
+    calls: list[str] = []
+    run = await rt.start(react(max_iterations=3, calls=calls), {"goal": 50})
+    assert run.status == RunStatus.FAILED
+    cont = await rt.resume(run.id)
+    assert cont.status == RunStatus.FAILED and cont.id != run.id
+    assert cont.error == run.error
+    final = (await rt.history(cont.id))[-1].node_states
+    assert final["finish"] != NodeStatus.SUCCEEDED and "model#3" not in final
+    assert len(calls) == 3   # the tools of the first run, none again
