@@ -199,7 +199,7 @@ class Runtime:
                             max_cost=max_cost)
         if graph is not None:
             run = self.store.get_run(run_id)
-            given = self.register(_graph_arg(graph))
+            given = self.graphs.register(_graph_arg(graph), current=False)   # for this run only
             if given.version != run.graph_version:
                 raise InvalidRequest(f"run {run_id} was made by graph version {run.graph_version}; "
                                      f"the graph given is version {given.version}")

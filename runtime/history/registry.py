@@ -19,6 +19,9 @@ from ..graph.locate import resolve_model
 from ..graph.refs import resolve_ref
 from ..store.base import CheckpointStore
 
+#: the run option naming the code a run executes (``module:attr``) when it is not the
+#: code of its version: a replay or fork given candidate code of the same structure
+RUN_GRAPH_REF = "graph_ref"
 #: how many runs keep the exact graph object they were started with (bounded memory)
 RUN_GRAPHS_KEPT = 10_000
 #: how many final states are kept in memory for the next turn of their thread
@@ -33,6 +36,8 @@ class GraphRegistry:
     def __init__(self, store: CheckpointStore):
         self.store = store
         self._graphs: dict[str, ExecutableGraph] = {}
+        #: graphs imported for runs that name their own code, by reference
+        self._by_ref: dict[str, ExecutableGraph] = {}
         #: the graph object each run was started with here (factories may build several
         #: graphs of one structure and version that differ in their closures)
         self._run_graphs: dict[str, ExecutableGraph] = {}
@@ -42,9 +47,16 @@ class GraphRegistry:
         #: the next turn of a conversation starts from one without reading history back
         self._states: dict[str, Mapping[str, JSON]] = {}
 
-    def register(self, graph: Graph | ExecutableGraph) -> ExecutableGraph:
-        """Make a graph known (and its description stored) so its runs can be resumed."""
+    def register(self, graph: Graph | ExecutableGraph, *, current: bool = True) -> ExecutableGraph:
+        """Make a graph known (and its description stored) so its runs can be resumed.
+
+        A version names a structure, and code that changed inside its nodes keeps it. So
+        ``current=False`` is for code given to one run (a replay's or a fork's candidate
+        code): it never replaces the code already known for its version, here or in the
+        store; that run keeps a reference to its own code instead (``RUN_GRAPH_REF``)."""
         done = compiled(graph)
+        if not current and (done.version in self._graphs or self.store.graph_description(done.version) is not None):
+            return done
         self._graphs[done.version] = done
         ref = getattr(done, "ref", None)
         if (done.version, ref) in self._saved:
@@ -61,7 +73,18 @@ class GraphRegistry:
         return [g for g in self._graphs.values() if g.name == name]
 
     def graph_for(self, run: Run) -> ExecutableGraph:
-        """The graph a run was made by: registered, or imported by its stored reference."""
+        """The graph a run was made by: the code it names itself (a replay or fork given
+        other code), else the code registered for its version, or imported by the
+        version's stored reference."""
+        own = run.options.get(RUN_GRAPH_REF)
+        if isinstance(own, str) and own:
+            named = self._by_ref.get(own) or resolve_ref(own)
+            if named.version != run.graph_version:
+                raise InvalidRequest(
+                    f"run {run.id} was made by graph {run.graph_name!r} version {run.graph_version}, but "
+                    f"{own} is now version {named.version} (its structure changed)")
+            self._by_ref[own] = named
+            return named
         graph = self._graphs.get(run.graph_version)
         if graph is not None:
             return graph

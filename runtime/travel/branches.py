@@ -36,6 +36,7 @@ from ..graph import ExecutableGraph
 from ..graph.reducers import fold
 from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
 from ..history.lineage import continued_chain, writes_lineage
+from ..history.registry import RUN_GRAPH_REF
 from ..history.state import base_state, state_json
 
 
@@ -108,12 +109,13 @@ def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | N
         options["compensate_on"] = source.options["compensate_on"]
     if patched is not None:
         options["patched"] = True   # its input is the patched state; it inherits no writes
+    _name_code(options, source, graph)
     # unpatched, it folds the source's writes onto the base the source folded them onto
     run = _new_run(deps, compiled, source, cp, RunKind.FORK,
                    patched if patched is not None else base_state(deps.store, deps.graphs, source), options, limits)
     if patched is not None:
         patch = {k: patched[k] for k in patch}  # type: ignore[union-attr]  # as the model coerced them
-    deps.graphs.register(compiled)
+    deps.graphs.register(compiled, current=False)
     run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=base, claim=True,
                            source=CheckpointSource.FORK, inherited=inherited_of(statuses),
                            patch=patch if patched is not None else None)
@@ -127,7 +129,7 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     Returns the replay run (created, not yet driven), its graph and its head."""
     mocks_json = check_mocks(mocks)
     source, cp = _replay_base(deps, target_id)
-    compiled = graph if graph is not None else deps.graphs.graph_for(source)
+    compiled = graph if graph is not None else deps.graphs.run_graph(source)
     base_run = deps.store.get_run(cp.run_id)
     recorded_input = base_state(deps.store, deps.graphs, base_run)   # a conversation turn's whole state
     try:  # new code must accept the recorded input
@@ -138,6 +140,7 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     statuses = branch_statuses(cp.node_states, compiled)
     options: dict[str, JSON] = {"effects": EffectsMode.MOCK.value, "mocks": mocks_json, "compare": True,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
+    _name_code(options, source, graph)
     # its parent is the run asked for: that lineage's journal serves the mocks
     run = _new_run(deps, compiled, source, cp, RunKind.REPLAY, recorded_input, options)
     # the state the replay's nodes fold from: the input and the kept nodes' recorded
@@ -146,7 +149,7 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     kept = [(n, writes[n]) for n in compiled.canonical(list(statuses))
             if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
     snapshot = fold(recorded_input, kept, compiled.reducers)
-    deps.graphs.register(compiled)
+    deps.graphs.register(compiled, current=False)
     run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=snapshot, claim=True,
                            source=CheckpointSource.REPLAY, inherited=inherited_of(statuses))
     return run, compiled, head
@@ -170,6 +173,14 @@ def _replay_base(deps: EngineDeps, target_id: str) -> tuple[Run, Checkpoint]:
     first = store.find_checkpoint(origin.id, 1 if origin.options.get("patched") else 0)
     assert first is not None  # every run is created with its first checkpoint
     return run, first
+
+
+def _name_code(options: dict[str, JSON], source: Run, graph: ExecutableGraph | None) -> None:
+    """Let a branch name the code it runs, when that is not its version's: the code given
+    (when it can be imported again), or else the code its source ran."""
+    ref = getattr(graph, "ref", None) if graph is not None else source.options.get(RUN_GRAPH_REF)
+    if isinstance(ref, str) and ref:
+        options[RUN_GRAPH_REF] = ref
 
 
 def _same_version(deps: EngineDeps, source: Run, graph: ExecutableGraph | None) -> ExecutableGraph:

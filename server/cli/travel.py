@@ -71,8 +71,8 @@ async def cmd_replay(args: argparse.Namespace) -> int:
     graph = resolve_ref(args.graph) if args.graph else None
     with opened(args) as rt:
         if args.report:
-            if graph is not None:
-                rt.register(graph)
+            if graph is not None:   # the replay's code, for it alone (its version keeps its own)
+                rt.graphs.register(graph, current=False)
             run = await rt.get_run(args.run)
             if run.kind != RunKind.REPLAY:
                 raise InputError(f"run {run.id} is a {run.kind.value} run, not a replay")

@@ -288,3 +288,44 @@ def test_installed_script_imports_a_thread_from_stdin(harness: Harness):
     assert proc.returncode == 0, proc.stderr
     assert [r["id"] for r in json.loads(proc.stdout)] == [run_id]
     assert harness.json("history", run_id, db="b.db") == harness.json("history", run_id)
+
+
+FACTORY = textwrap.dedent('''
+    from pydantic import BaseModel
+    from runtime import Graph
+
+    CHARGED: list[int] = []
+
+    class State(BaseModel):
+        x: int = 1
+        charged: int = 0
+
+    def build(delta):
+        g = Graph("pay", state=State)
+
+        @g.node()
+        async def charge(s, ctx):
+            amount = s.x * 100 + delta
+            return {"charged": await ctx.effect("pay.charge", lambda: CHARGED.append(amount) or amount,
+                                                request={"amount": amount})}
+        return g
+
+    graph = build(0)      # the code that made the recording
+    graph_v2 = build(1)   # a candidate: the same source, so the same version
+''')
+
+
+def test_replaying_candidate_code_of_the_same_version_leaves_the_recording_on_its_own_code(harness: Harness):
+    """A candidate built by the same factory has the recording's version. Checking it with a
+    replay must not make it the code that later replays, forks and resumes of the recorded run
+    execute, in this process or the next."""
+    module = f"{harness.module}_factory"
+    (harness.dir / f"{module}.py").write_text(FACTORY)
+    run_id = harness.json("run", f"{module}:graph", "--input", '{"x": 3}')["run"]["id"]
+    code, out, _ = harness("replay", run_id, "--graph", f"{module}:graph_v2")
+    assert code == 1 and "request ~ amount: 300 -> 301" in out
+    code, out, _ = harness("replay", run_id)
+    assert code == 0 and out.splitlines()[-1] == "replay matches the recording"
+    fork = harness.json("fork", harness.checkpoints(run_id)[0])
+    assert fork["run"]["status"] == "succeeded" and fork["state"]["charged"] == 300
+    assert importlib.import_module(module).CHARGED == [300]   # recorded once; nothing ran again

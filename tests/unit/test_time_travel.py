@@ -332,6 +332,24 @@ async def test_replay_against_modified_code_reports_changed_writes_and_effect_re
         {"path": ["amount"], "op": "changed", "old": 42.0, "new": 43.5}]
 
 
+async def test_replaying_candidate_code_leaves_the_recorded_run_on_its_own_code(rt: Runtime):
+    """Candidate code of the same structure has the same version: replaying it must not
+    make it the code the recorded run resumes, forks and replays with."""
+    world = World()
+    run_id = await recorded_run(rt, world)
+    assert not (await rt.replay(run_id, graph=shop(world, fee=1.5))).same
+    assert (await rt.replay(run_id)).same                        # no graph given: the recording's code
+    fork = await rt.fork((await rt.history(run_id))[0].id)        # mocked: served, nothing asked
+    assert fork.status == RunStatus.SUCCEEDED and (await state(rt, fork.id)).receipt == "rcpt-7-1"
+    other = Runtime(store=rt.store)                              # another process: the code stored for the version
+    try:
+        other.register(shop(world))
+        assert (await other.replay(run_id)).same
+    finally:
+        other.close()
+    assert len(world.charges) == 1
+
+
 async def test_replay_reports_new_and_missing_effects_and_nodes(rt: Runtime):
     world = World()
     run_id = await recorded_run(rt, world)
