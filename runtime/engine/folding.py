@@ -200,12 +200,14 @@ class StateFold:
             if not isinstance(value, Mapping):
                 raise InvalidWrites(f"node {node!r} returned {type(value).__name__}; a node returns a "
                                     f"dict of state fields to write, or None")
-        fields = self._fields
+        # a subgraph's node writes the fields of its own state model (a view of this one) only
+        own = self.inst.spec(node).view or model
+        fields = self._fields if own is model else own.model_fields
         unknown = [k for k in value if k not in fields]
-        if unknown and model.model_config.get("extra") != "allow":
+        if unknown and own.model_config.get("extra") != "allow":
             unknown.sort()
             raise InvalidWrites(f"node {node!r} wrote unknown state field(s) {', '.join(map(repr, unknown))}; "
-                                f"fields are: {', '.join(model.model_fields)}")
+                                f"fields are: {', '.join(own.model_fields)}")
         # a JSON round trip: the stored writes share nothing with objects the node keeps
         raw = _to_json_bytes(dict(value), node)
         writes: dict[str, JSON] = from_json(raw)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph
+from ..graph.instances import instance_name, parse_instance
 from .instances import Instances, as_instances
 
 N = NodeStatus
@@ -56,6 +57,18 @@ def dependency_verdict(inst: Instances, statuses: Mapping[str, NodeStatus], node
     return "ready" if succeeded else "skip"
 
 
+def entered(inst: Instances, statuses: Mapping[str, NodeStatus], node: str) -> bool:
+    """Whether ``node`` ends a subgraph that was entered. A subgraph is one step of its
+    parent: once entered, its end runs (and what follows it in the parent) even when its
+    last nodes were skipped by their own ``when``; it is skipped only when its first
+    nodes were skipped because what the subgraph runs after was."""
+    root = inst.spec(node).subgraph_root
+    if root is None:
+        return False
+    name = parse_instance(node)
+    return dependency_verdict(inst, statuses, instance_name(root, name.iteration)) != "skip"
+
+
 def frontier(graph: Instances | ExecutableGraph, statuses: Mapping[str, NodeStatus],
              candidates: Iterable[str] | None = None) -> Frontier:
     """Ready and skippable node instances among ``candidates`` (default: all), canonical order.
@@ -77,6 +90,8 @@ def frontier(graph: Instances | ExecutableGraph, statuses: Mapping[str, NodeStat
         if status not in (N.PENDING, N.RETRYING):
             continue
         verdict = dependency_verdict(inst, statuses, node)
+        if verdict == "skip" and entered(inst, statuses, node):
+            verdict = "ready"
         if verdict == "ready":
             ready.append(node)
         elif verdict == "skip" and status == N.PENDING:

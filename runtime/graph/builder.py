@@ -96,16 +96,21 @@ class Graph:
         deps = tuple(after) if not isinstance(after, str) else (after,)
         for n in child.order:
             spec = child.nodes[n]
+            # the child's first nodes run after ``after``: a loop's entry among them too,
+            # whose own ``after`` holds only the edges back to it
+            first = deps if not child.forward_deps(n) else ()
             self._decls.append(NodeDecl(
-                name=f"{name}/{n}", fn=spec.fn, after=tuple(f"{name}/{d}" for d in spec.after) if spec.after else deps,
+                name=f"{name}/{n}", fn=spec.fn, after=(*(f"{name}/{d}" for d in spec.after), *first),
                 retry=spec.retry, timeout=spec.timeout, when=spec.when, args=dict(spec.args),
                 location=f"{where} {spec.location}", fn_ref=spec.fn_ref, when_ref=spec.when_ref,
-                max_iterations=spec.max_iterations, map_over=spec.map_over, view=spec.view or view, scoped=True))
+                max_iterations=spec.max_iterations, map_over=spec.map_over, view=spec.view or view, scoped=True,
+                subgraph_root=f"{name}/{spec.subgraph_root}" if spec.subgraph_root else None))
         last = [f"{name}/{n}" for n in child.order if not child.children(n) and not child.loop_of.get(n)]
         last += [f"{name}/{n}" for n in child.order if child.loop_of.get(n) == n]   # a loop ends the subgraph
+        root = next(n for n in child.order if not child.forward_deps(n))
         self._decls.append(NodeDecl(name=name, fn=subgraph_done, after=tuple(dict.fromkeys(last)),
                                     retry=NO_RETRY, location=f"{where} (its end)",
-                                    fn_ref="runtime.graph.builder:subgraph_done"))
+                                    fn_ref="runtime.graph.builder:subgraph_done", subgraph_root=f"{name}/{root}"))
 
     def compile(self) -> ExecutableGraph:
         if self._problems:

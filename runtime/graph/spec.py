@@ -77,6 +77,8 @@ class NodeDecl:
     view: Any = None
     #: declared by a subgraph: its name may contain '/' (the subgraph's path)
     scoped: bool = False
+    #: a subgraph's end (the node its name stands for): one of its first nodes
+    subgraph_root: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,9 @@ class NodeSpec:
     map_over: str | None = None
     view: type[BaseModel] | None = None
     wants_item: bool = False
+    #: a subgraph's end: one of the subgraph's first nodes. The end is skipped only when
+    #: the subgraph was never entered, not when its last nodes were skipped by their ``when``
+    subgraph_root: str | None = None
 
     def structure(self) -> dict[str, Any]:
         """What identifies the node in a graph version (defaults left out, to stay small)."""

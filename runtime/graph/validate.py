@@ -130,6 +130,7 @@ def _check_node(d: NodeDecl, state: type[BaseModel], problems: list[Problem]) ->
         args=dict(d.args), bound=bound, is_async=_is_async(d.fn), wants_ctx=wants_ctx,
         fn_ref=d.fn_ref, when_ref=d.when_ref, location=d.location,
         max_iterations=d.max_iterations, map_over=d.map_over, view=d.view, wants_item=wants_item,
+        subgraph_root=d.subgraph_root,
     )
 
 

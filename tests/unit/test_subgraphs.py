@@ -154,3 +154,95 @@ def test_slashes_are_reserved_for_subgraph_paths() -> None:
     g.add_node("a/b", lambda s: None)
     with pytest.raises(GraphError):
         g.compile()
+
+
+def optional_polish(first_when: bool = True) -> Graph:
+    """draft (when ``first_when``) → polish, only when asked (``approved``)."""
+    c = Graph("write", Child)
+
+    @c.node(when=lambda s: first_when)
+    def draft(s: Child) -> dict[str, Any]:
+        return {"log": ["draft"]}
+
+    @c.node(after=["draft"], when=lambda s: False)
+    def polish(s: Child) -> dict[str, Any]:
+        return {"log": ["polished"]}
+
+    return c
+
+
+def around(child: Graph, gate: bool = True) -> Graph:
+    p = Graph("publisher", Parent)
+
+    @p.node(when=lambda s: gate)
+    def start(s: Parent) -> dict[str, Any]:
+        return {"log": ["start"]}
+
+    p.subgraph("write", child, after=["start"])
+
+    @p.node(after=["write"])
+    def publish(s: Parent) -> dict[str, Any]:
+        return {"log": ["published"]}
+
+    return p
+
+
+async def test_a_subgraph_is_one_step_of_its_parent_whatever_its_own_when_skipped(rt: Runtime) -> None:
+    """Once entered, a subgraph ends (and its parent goes on) even when its last nodes,
+    or all of them, were skipped by their own ``when``."""
+    for first_when, log in ((True, ["start", "draft", "published"]), (False, ["start", "published"])):
+        run = await rt.start(around(optional_polish(first_when)), {})
+        assert run.status == RunStatus.SUCCEEDED
+        final = (await rt.history(run.id))[-1]
+        assert final.node_states["write/polish"] == NodeStatus.SKIPPED
+        assert final.node_states["write"] == final.node_states["publish"] == NodeStatus.SUCCEEDED
+        assert (await rt.state_at(final.id)).log == log
+
+
+async def test_a_subgraph_never_entered_is_skipped_and_so_is_what_follows_it(rt: Runtime) -> None:
+    run = await rt.start(around(optional_polish(), gate=False), {})
+    assert run.status == RunStatus.SUCCEEDED
+    states = (await rt.history(run.id))[-1].node_states
+    assert {n: s for n, s in states.items()} == {n: NodeStatus.SKIPPED for n in
+                                                  ("start", "write/draft", "write/polish", "write", "publish")}
+
+
+async def test_a_subgraph_that_starts_with_a_loop_waits_for_what_it_runs_after(rt: Runtime) -> None:
+    c = Graph("count", Child)
+
+    @c.node(after=["more"], max_iterations=5)
+    def step(s: Child) -> dict[str, Any]:
+        return {"log": [f"step after {s.log[0] if s.log else 'nothing'}"]}
+
+    @c.node(after=["step"], when=lambda s: len(s.log) < 3)
+    def more(s: Child) -> None:
+        return None
+
+    p = Graph("parent", Parent)
+
+    @p.node()
+    async def start(s: Parent) -> dict[str, Any]:
+        return {"log": ["start"]}
+
+    p.subgraph("count", c, after=["start"])
+    run = await rt.start(p, {})
+    assert run.status == RunStatus.SUCCEEDED
+    assert (await rt.state_at((await rt.history(run.id))[-1].id)).log == [
+        "start", "step after start", "step after start"]
+
+
+async def test_a_subgraphs_node_writes_only_the_fields_of_its_own_state(rt: Runtime) -> None:
+    """Its state model is a view of the parent's: writing a parent field outside that view
+    fails the node as it would in the child alone, and the field keeps its value."""
+    c = Graph("solver", Child)
+
+    @c.node()
+    def solve(s: Child) -> dict[str, Any]:
+        return {"log": ["solved"], "approved": True}
+
+    p = Graph("parent", Parent)
+    p.subgraph("solver", c)
+    run = await rt.start(p, {})
+    assert run.status == RunStatus.FAILED and run.error is not None
+    assert run.error["node"] == "solver/solve" and "unknown state field(s) 'approved'" in str(run.error["message"])
+    assert (await rt.state_at((await rt.history(run.id))[-1].id)).approved is False
