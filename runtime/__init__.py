@@ -49,6 +49,7 @@ from .core.streams import StreamEvent
 from .engine.compensation import CompensationReport, CompensationStep, StepStatus
 from .engine.context import NodeContext
 from .engine.effects import EffectInfo
+from .engine.streaming import RunStream
 from .graph import ExecutableGraph, Graph, RetryPolicy
 from .graph.plan import Registry, compile_plan
 from .graph.reducers import add, append, last_value, merge, reducer
@@ -112,6 +113,7 @@ __all__ = [
     "Run",
     "RunKind",
     "RunStatus",
+    "RunStream",
     "Runtime",
     "SemanticError",
     "SqlStore",

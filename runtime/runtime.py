@@ -10,7 +10,7 @@ reports) and ``history`` (run creation, lineage, state at a checkpoint).
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,7 +32,6 @@ from .core.records import (
     TraceEvent,
 )
 from .core.states import NodeStatus, RunStatus
-from .core.streams import StreamEvent
 from .engine.answers import MISSING
 from .engine.compensation import CompensationReport, compensate
 from .engine.deps import EngineDeps
@@ -40,7 +39,7 @@ from .engine.driver import Driver
 from .engine.host import CompensationRegistry
 from .engine.leases import make_owner
 from .engine.slots import Slots
-from .engine.streaming import follow, stream_call
+from .engine.streaming import RunStream, follow, stream_call
 from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import insert_run, new_limits, validate_input
 from .history.lineage import origin
@@ -213,7 +212,7 @@ class Runtime:
         return await self._driver.cancel(run_id, reason, wait)
 
     def stream(self, target: Graph | ExecutableGraph | Awaitable[object], input: Mapping[str, JSON] | BaseModel | None = None,
-               **options: Any) -> AsyncIterator[StreamEvent]:
+               **options: Any) -> RunStream:
         """Run a graph (as ``start`` does) and yield its events as they commit:
         ``run.created`` first (it names the run), node starts and outputs
         (``node.succeed`` carries the writes), checkpoints, interrupts, ``ctx.emit``
@@ -222,7 +221,11 @@ class Runtime:
         ``target`` may also be a call of this Runtime, to stream what it does:
         ``rt.stream(rt.resume(run_id, answer))``, ``rt.stream(rt.fork(cp))``,
         ``rt.stream(rt.replay(run_id))``; events of every run the call creates or
-        drives are yielded, in order."""
+        drives are yielded, in order.
+
+        The call stops (its run ends CANCELLED) when the stream is closed before it is
+        done: leaving an inline ``async for``, the end of ``async with rt.stream(...) as
+        events:``, or ``await events.aclose()`` (see ``RunStream``)."""
         if isinstance(target, (Graph, ExecutableGraph)):
             return stream_call(self.start(target, input, **options))
         if not inspect.isawaitable(target):
@@ -232,7 +235,7 @@ class Runtime:
             raise InvalidRequest("stream(call) takes the call alone; give the input and options to the call")
         return stream_call(target)
 
-    def follow(self, run_id: str, *, after_seq: int = 0, poll: float = 0.1) -> AsyncIterator[StreamEvent]:
+    def follow(self, run_id: str, *, after_seq: int = 0, poll: float = 0.1) -> RunStream:
         """The stream of a run that another process (or another call) drives, read from
         the store every ``poll`` seconds until it ends or pauses; the same events as its
         live stream, except ephemeral ones."""

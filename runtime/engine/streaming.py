@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 
 from ..core.states import RunStatus
 from ..core.streams import SINK, StreamEvent, merge_stream
@@ -22,7 +22,39 @@ from ..store.base import CheckpointStore
 _LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
-async def stream_call(call: Awaitable[object]) -> AsyncIterator[StreamEvent]:
+class RunStream:
+    """What ``Runtime.stream`` and ``Runtime.follow`` return: iterate it with ``async for``.
+
+    A stream stops its call once it is closed. ``async for ev in rt.stream(...)`` written
+    inline is closed as soon as the loop is left; a stream kept in a variable is closed
+    by ``async with rt.stream(...) as events:`` at the end of the block, or by
+    ``await events.aclose()`` (Python closes an abandoned iterator only when it is
+    collected, so a ``break`` alone does not stop the call behind a kept stream)."""
+
+    def __init__(self, events: AsyncGenerator[StreamEvent, None]):
+        self._events = events
+
+    def __aiter__(self) -> RunStream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def stream_call(call: Awaitable[object]) -> RunStream:
+    return RunStream(_stream_call(call))
+
+
+async def _stream_call(call: Awaitable[object]) -> AsyncGenerator[StreamEvent, None]:
     queue: asyncio.Queue[list[StreamEvent] | None] = asyncio.Queue()
     context = contextvars.copy_context()
     context.run(SINK.set, queue.put_nowait)
@@ -47,9 +79,12 @@ async def stream_call(call: Awaitable[object]) -> AsyncIterator[StreamEvent]:
             await asyncio.gather(task, return_exceptions=True)
 
 
-async def follow(store: CheckpointStore, run_id: str, *, after_seq: int = 0,
-                 poll: float = 0.1) -> AsyncIterator[StreamEvent]:
+def follow(store: CheckpointStore, run_id: str, *, after_seq: int = 0, poll: float = 0.1) -> RunStream:
     """The run's stream read back from the store, until it stops (ends or pauses)."""
+    return RunStream(_follow(store, run_id, after_seq, poll))
+
+
+async def _follow(store: CheckpointStore, run_id: str, after_seq: int, poll: float) -> AsyncGenerator[StreamEvent, None]:
     last_seq, last_cp = after_seq, -1
     while True:
         run = store.get_run(run_id)   # read first: events it counts are already committed

@@ -183,6 +183,39 @@ async def test_a_reader_that_stops_waiting_cancels_the_run_at_once(rt: Runtime):
     assert run.status == RunStatus.CANCELLED and "stopped waiting" in run.error["message"]
 
 
+async def test_a_kept_stream_left_early_stops_its_run_when_closed(rt: Runtime):
+    """``break`` alone cannot tell a kept stream that the reader left; the end of
+    ``async with`` (or ``aclose()``) does, before the next node's effect runs."""
+    charged: list[str] = []
+    g = Graph("pay_later", state=S)
+
+    @g.node()
+    async def write(state: S, ctx: NodeContext) -> dict:
+        return {"log": ["draft"]}
+
+    @g.node(after=["write"])
+    async def pay(state: S, ctx: NodeContext) -> dict:
+        await asyncio.sleep(0.2)
+        return {"log": [await ctx.effect("pay", lambda: charged.append("x") or "receipt")]}
+
+    for close in ("with", "aclose"):
+        events = rt.stream(g, {})
+        if close == "with":
+            async with events:
+                async for ev in events:
+                    if ev.type == "node.succeed":
+                        break
+        else:
+            async for ev in events:
+                if ev.type == "node.succeed":
+                    break
+            await events.aclose()
+        run = await rt.get_run(ev.run_id)
+        assert run.status == RunStatus.CANCELLED, close
+    await asyncio.sleep(0.3)
+    assert charged == []
+
+
 async def test_streaming_something_that_is_not_a_call_is_refused(rt: Runtime):
     with pytest.raises(Exception, match="graph or a call"):
         rt.stream(5)  # type: ignore[arg-type]
