@@ -29,10 +29,11 @@ from pydantic import ValidationError
 from ..core.errors import InvalidRequest, NodeError, NotFound
 from ..core.jsonvalues import JSON, problems, to_json
 from ..core.records import Checkpoint, CheckpointSource, EffectsMode, Run, RunKind
-from ..core.states import NodeStatus, RunStatus
+from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..engine.decisions import with_limits
 from ..engine.deps import EngineDeps
 from ..graph import ExecutableGraph
+from ..graph.instances import instance_name, parse_instance
 from ..graph.reducers import fold
 from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
 from ..history.lineage import continued_chain, writes_lineage
@@ -103,6 +104,16 @@ def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | N
     base = state_json(deps.store, deps.graphs, cp)
     patched = apply_patch(compiled, base, patch) if patch else None   # {}: nothing edited
     statuses = branch_statuses(cp.node_states)
+    if patched is not None:
+        restarted = _restart_edited_items(compiled, statuses, base, patched)
+        if restarted != statuses:
+            # the state without the writes of the items that run again, edited as asked
+            statuses = restarted
+            writes = deps.store.node_writes(writes_lineage(deps.store, source))
+            kept = [(n, writes[n]) for n in compiled.canonical(list(statuses))
+                    if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
+            base = fold(base_state(deps.store, deps.graphs, source), kept, compiled.reducers)
+            patched = apply_patch(compiled, base, patch)
     options: dict[str, JSON] = {"effects": mode.value, "mocks": mocks_json,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
     if source.options.get("compensate_on"):
@@ -173,6 +184,26 @@ def _replay_base(deps: EngineDeps, target_id: str) -> tuple[Run, Checkpoint]:
     first = store.find_checkpoint(origin.id, 1 if origin.options.get("patched") else 0)
     assert first is not None  # every run is created with its first checkpoint
     return run, first
+
+
+def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus], base: Mapping[str, JSON],
+                          patched: Mapping[str, JSON]) -> dict[str, NodeStatus]:
+    """The statuses of a branch whose patch edits the list of a map under way: an item
+    finished at the checkpoint is kept only if the edited list still has it, unchanged,
+    at its index; the others run again from the edited list. (A map that had finished
+    keeps its results, as any finished node does.)"""
+    out: dict[str, NodeStatus] = {}
+    for name, status in statuses.items():
+        node, it, item = parse_instance(name)
+        field = graph.nodes[node].map_over if item is not None and node in graph.nodes else None
+        if field is not None and statuses.get(instance_name(node, it)) not in COMPLETED_NODE:
+            old, new = base.get(field), patched.get(field)
+            assert item is not None
+            if not (isinstance(old, list) and isinstance(new, list) and item < min(len(old), len(new))
+                    and old[item] == new[item]):
+                continue
+        out[name] = status
+    return out
 
 
 def _name_code(options: dict[str, JSON], source: Run, graph: ExecutableGraph | None) -> None:

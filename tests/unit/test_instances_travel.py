@@ -368,6 +368,8 @@ async def test_fork_in_the_middle_of_a_map_runs_only_the_remaining_items(rt: Run
 @pytest.mark.parametrize("items, runs, log", [
     ([0, 1], [], ["w0", "w1"]),                                     # fewer items: the rest are gone
     ([0, 1, 2, 3, 4, 5], ["work[2]", "work[3]", "work[4]", "work[5]"], ["w0", "w1", "w2", "w3", "w4", "m"]),
+    ([0], [], ["w0"]),                                              # a finished item's place is gone: so is its result
+    ([1, 0], ["work[0]", "work[1]"], ["m", "m"]),                   # finished items moved: they run again
 ])
 async def test_a_patch_of_a_maps_list_in_the_middle_of_it_decides_the_items_left(rt: Runtime, items, runs, log):
     world = World()
