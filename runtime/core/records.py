@@ -139,6 +139,15 @@ class EventType(StrEnum):
         return NodeEvent(tail) if head == "node" else None
 
 
+_BY_VALUE: dict[str, EventType] = {t.value: t for t in EventType}
+
+
+def event_type(text: str) -> str:
+    """An event type read back as text, as the EventType the kernel recorded (other
+    text, which stores also accept, stays as it is)."""
+    return _BY_VALUE.get(text, text)
+
+
 #: the trace event of each transition (looked up on every step)
 _OF_NODE = {e: EventType(f"node.{e.value}") for e in NodeEvent}
 _OF_RUN = {e: EventType(f"run.{e.value}") for e in RunEvent}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from dataclasses import replace
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..core.errors import InvalidRequest, LeaseLost, NotFound
@@ -21,6 +22,7 @@ from ..core.records import (
     RunKind,
     TraceEvent,
     WriteKind,
+    event_type,
 )
 from ..core.states import RunStatus
 
@@ -96,6 +98,8 @@ class MemoryStore:
         for i in b.interrupts:
             self._interrupts[i.id] = i
         for ev in b.events:
+            if type(ev.type) is str:   # given as text: kept as the SQL store reads it back
+                ev = replace(ev, type=event_type(ev.type))
             self._events[ev.run_id].append(ev)
         if b.run is not None and b.run.status != RunStatus.RUNNING:
             self._cancels.pop(b.run.id, None)

@@ -30,6 +30,7 @@ from runtime.records import (
     Batch,
     Checkpoint,
     EffectStatus,
+    EventType,
     Interrupt,
     InterruptKind,
     InterruptStatus,
@@ -452,6 +453,15 @@ def test_interrupts_asked_at_the_same_time_are_ordered_by_id_in_code_point_order
     asked = [intr("r1", iid) for iid in ("a1", "B2", "_c", "b0", "A9")]
     store.commit(Batch(run_id="r1", fence=1, interrupts=asked))
     assert [i.id for i in store.interrupts("r1")] == sorted(i.id for i in asked)
+
+
+def test_event_types_come_back_as_the_kernel_recorded_them(store: CheckpointStore) -> None:
+    """An EventType on every store (``.value`` works whichever store a program runs on)."""
+    add_run(store, "r1")
+    store.commit(Batch(run_id="r1", fence=1, events=[ev("r1", 2, EventType.NODE_START)]))
+    types = [e.type for e in store.events("r1")]
+    assert types == [EventType.RUN_CREATED, EventType.NODE_START]
+    assert all(isinstance(t, EventType) for t in types) and types[1].value == "node.start"
 
 
 def test_events_after_seq(store: CheckpointStore) -> None:

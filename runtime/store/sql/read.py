@@ -29,6 +29,7 @@ from ...core.records import (
     RunKind,
     TraceEvent,
     WriteKind,
+    event_type,
 )
 from ...core.states import NodeStatus, RunStatus
 from .schema import ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, RUNS, WRITES
@@ -237,7 +238,8 @@ class Reader:
             pk = self.pk(conn, run_id)
             stmt = select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > after_seq).order_by(EVENTS.c.seq)
             rows = conn.execute(stmt if limit is None else stmt.limit(limit)).all()
-        return [TraceEvent(run_id, r.seq, r.at, r.type, r.node, r.attempt, r.data or {}) for r in rows]
+        # the type as the kernel recorded it (an EventType, as MemoryStore gives it back)
+        return [TraceEvent(run_id, r.seq, r.at, event_type(r.type), r.node, r.attempt, r.data or {}) for r in rows]
 
 
 def _same(text: str) -> str:
