@@ -224,6 +224,8 @@ def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, bool, 
     # a map worker receives its item as ``item``
     wants_item = d.map_over is not None and keywords.pop("item", None) is not None
     accepts_any = any(p.kind == p.VAR_KEYWORD for p in params)
+    # a map's worker with a parameter nothing fills most likely meant its item
+    hint = " (a map's worker is given its item as a parameter named 'item')" if d.map_over is not None else ""
     try:
         hints = typing.get_type_hints(d.fn)
     except Exception:  # unresolved forward references: skip type checks, keep the rest
@@ -247,7 +249,7 @@ def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, bool, 
                 pass
     for key, p in keywords.items():
         if p.default is p.empty and key not in d.args:
-            problems.append(Problem(f"{d.location} args", f"missing required argument {key!r}"))
+            problems.append(Problem(f"{d.location} args", f"missing required argument {key!r}{hint}"))
     return wants_ctx, wants_item, bound
 
 

@@ -250,3 +250,11 @@ async def test_a_map_left_unfinished_by_a_failure_ends_with_the_run(rt: Runtime)
     assert run.status == RunStatus.FAILED
     final = (await rt.history(run.id))[-1].node_states
     assert final["work"] == NodeStatus.FAILED and final["work[1]"] == NodeStatus.PENDING
+
+
+def test_a_worker_whose_item_parameter_has_another_name_is_told_what_it_is_called() -> None:
+    g = Graph("doc", S)
+    g.add_node("work", lambda s, doc: None, map_over="items")
+    with pytest.raises(GraphError) as e:
+        g.compile()
+    assert "missing required argument 'doc' (a map's worker is given its item as a parameter named 'item')" in str(e.value)
