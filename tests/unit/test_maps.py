@@ -126,12 +126,18 @@ async def test_a_map_over_something_that_is_not_a_list_fails_clearly(rt: Runtime
     assert run.error is not None and "'things', which must be a list" in str(run.error["message"])
 
 
-def test_a_map_over_an_unknown_field_is_refused() -> None:
+@pytest.mark.parametrize("fn, field, problem", [
+    (lambda s, item: None, "nope", "'nope' is not a field of S"),
+    # the item's parameter under another name: the error says what it is called
+    (lambda s, doc: None, "items",
+     "missing required argument 'doc' (a map's worker is given its item as a parameter named 'item')"),
+])
+def test_a_bad_map_is_refused_saying_why(fn: Any, field: str, problem: str) -> None:
     g = Graph("bad", S)
-    g.add_node("work", lambda s, item: None, map_over="nope")
+    g.add_node("work", fn, map_over=field)
     with pytest.raises(GraphError) as e:
         g.compile()
-    assert "'nope' is not a field of S" in str(e.value)
+    assert problem in str(e.value)
 
 
 def test_a_worker_gets_its_item_only_when_it_asks_for_it() -> None:
@@ -250,11 +256,3 @@ async def test_a_map_left_unfinished_by_a_failure_ends_with_the_run(rt: Runtime)
     assert run.status == RunStatus.FAILED
     final = (await rt.history(run.id))[-1].node_states
     assert final["work"] == NodeStatus.FAILED and final["work[1]"] == NodeStatus.PENDING
-
-
-def test_a_worker_whose_item_parameter_has_another_name_is_told_what_it_is_called() -> None:
-    g = Graph("doc", S)
-    g.add_node("work", lambda s, doc: None, map_over="items")
-    with pytest.raises(GraphError) as e:
-        g.compile()
-    assert "missing required argument 'doc' (a map's worker is given its item as a parameter named 'item')" in str(e.value)

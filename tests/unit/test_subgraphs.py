@@ -69,6 +69,23 @@ async def test_a_subgraph_runs_inside_its_parent_at_max_concurrency_one(rt: Runt
     assert seen == ["Child"]   # the child's nodes see the child's state model
 
 
+def around(child: Graph, gate: bool = True, name: str = "write") -> Graph:
+    """start (when ``gate``) → subgraph ``name`` → publish."""
+    p = Graph("publisher", Parent)
+
+    @p.node(when=lambda s: gate)
+    def start(s: Parent) -> dict[str, Any]:
+        return {"log": ["start"]}
+
+    p.subgraph(name, child, after=["start"])
+
+    @p.node(after=[name])
+    def publish(s: Parent) -> dict[str, Any]:
+        return {"log": ["published"]}
+
+    return p
+
+
 async def test_an_interrupt_inside_a_subgraph_pauses_the_parent_and_the_answer_continues_both(rt: Runtime) -> None:
     c = Graph("review", Child)
 
@@ -77,18 +94,7 @@ async def test_an_interrupt_inside_a_subgraph_pauses_the_parent_and_the_answer_c
         answer = ctx.interrupt({"question": f"publish {s.topic}?"})
         return {"log": [f"answer {answer}"]}
 
-    p = Graph("parent", Parent)
-
-    @p.node()
-    def start(s: Parent) -> dict[str, Any]:
-        return {"log": ["start"]}
-
-    p.subgraph("review", c, after=["start"])
-
-    @p.node(after=["review"])
-    def publish(s: Parent) -> dict[str, Any]:
-        return {"log": ["published"]}
-
+    p = around(c, name="review")
     run = await rt.start(p, {"topic": "tides"}, max_concurrency=1)
     assert run.status == RunStatus.INTERRUPTED
     (pending,) = await rt.interrupts(run.id)
@@ -99,17 +105,23 @@ async def test_an_interrupt_inside_a_subgraph_pauses_the_parent_and_the_answer_c
     assert state.log == ["start", "answer yes", "published"]
 
 
-async def test_a_subgraph_with_a_loop_inside(rt: Runtime) -> None:
+def counting(step_log: Any) -> Graph:
+    """A child that is a loop from its first node: ``step`` until the log holds three."""
     c = Graph("count", Child)
 
     @c.node(after=["more"], max_iterations=5)
     def step(s: Child) -> dict[str, Any]:
-        return {"log": [f"step {len(s.log)}"]}
+        return {"log": [step_log(s)]}
 
     @c.node(after=["step"], when=lambda s: len(s.log) < 3)
     def more(s: Child) -> None:
         return None
 
+    return c
+
+
+async def test_a_subgraph_with_a_loop_inside(rt: Runtime) -> None:
+    c = counting(lambda s: f"step {len(s.log)}")
     p = Graph("parent", Parent)
     p.subgraph("count", c)
 
@@ -171,22 +183,6 @@ def optional_polish(first_when: bool = True) -> Graph:
     return c
 
 
-def around(child: Graph, gate: bool = True) -> Graph:
-    p = Graph("publisher", Parent)
-
-    @p.node(when=lambda s: gate)
-    def start(s: Parent) -> dict[str, Any]:
-        return {"log": ["start"]}
-
-    p.subgraph("write", child, after=["start"])
-
-    @p.node(after=["write"])
-    def publish(s: Parent) -> dict[str, Any]:
-        return {"log": ["published"]}
-
-    return p
-
-
 async def test_a_subgraph_is_one_step_of_its_parent_whatever_its_own_when_skipped(rt: Runtime) -> None:
     """Once entered, a subgraph ends (and its parent goes on) even when its last nodes,
     or all of them, were skipped by their own ``when``."""
@@ -208,16 +204,7 @@ async def test_a_subgraph_never_entered_is_skipped_and_so_is_what_follows_it(rt:
 
 
 async def test_a_subgraph_that_starts_with_a_loop_waits_for_what_it_runs_after(rt: Runtime) -> None:
-    c = Graph("count", Child)
-
-    @c.node(after=["more"], max_iterations=5)
-    def step(s: Child) -> dict[str, Any]:
-        return {"log": [f"step after {s.log[0] if s.log else 'nothing'}"]}
-
-    @c.node(after=["step"], when=lambda s: len(s.log) < 3)
-    def more(s: Child) -> None:
-        return None
-
+    c = counting(lambda s: f"step after {s.log[0] if s.log else 'nothing'}")
     p = Graph("parent", Parent)
 
     @p.node()
