@@ -26,7 +26,8 @@ from ..core.states import NodeStatus
 from ..engine import scheduler
 from ..engine.instances import Instances
 from ..engine.deps import EngineDeps
-from ..graph.instances import base_node
+from ..graph import ExecutableGraph
+from ..graph.instances import base_node, parse_instance
 from ..history.lineage import continued_chain, head
 from ..history.state import state_json
 from .report import Recording, ReplayReport, compare, effective_effects
@@ -38,7 +39,8 @@ class CheckpointView:
     state: Mapping[str, JSON]
     #: node outcomes recorded while this checkpoint was the run's head (folded into the next one)
     pending_writes: list[PendingWrite]
-    #: nodes whose dependencies are satisfied here and that have not run yet, canonical order
+    #: nodes whose dependencies are satisfied here and whose outcome it does not hold yet (not
+    #: run, or in flight when it was taken): what a branch from here runs first, canonical order
     ready: list[str]
     #: nodes paused on a question here
     interrupted: list[str]
@@ -57,11 +59,20 @@ def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
     writes = deps.store.pending_writes(cp.run_id, cp.seq)
     try:
         graph = deps.graphs.graph_for(deps.store.get_run(cp.run_id))
-        ready = list(scheduler.frontier(Instances(graph, cp.node_states), cp.node_states).ready)
+        # in flight when it was taken: no outcome here, so next from here (a map's group
+        # record stays running: its items are what runs)
+        statuses = {n: NodeStatus.PENDING if s == NodeStatus.RUNNING and not _group_record(graph, n) else s
+                    for n, s in cp.node_states.items()}
+        ready = list(scheduler.frontier(Instances(graph, statuses), statuses).ready)
     except (NotFound, InvalidRequest, GraphError):  # the graph's code is not importable here
         ready = []
     interrupted = [n for n, s in cp.node_states.items() if s == NodeStatus.INTERRUPTED]
     return CheckpointView(cp, state_json(deps.store, deps.graphs, cp), writes, ready, interrupted)
+
+
+def _group_record(graph: ExecutableGraph, name: str) -> bool:
+    node, _, item = parse_instance(name)
+    return item is None and node in graph.nodes and graph.nodes[node].map_over is not None
 
 
 def build_report(deps: EngineDeps, replay: Run) -> ReplayReport:

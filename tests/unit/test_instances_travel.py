@@ -451,6 +451,12 @@ async def test_a_checkpoint_in_a_loop_or_map_shows_the_instances_ready_next(rt: 
     view = await rt.checkpoint(await checkpoint_after(rt, maps.id, "work[1]"))
     assert view.ready == ["work[2]", "work[3]", "work[4]"]
     assert view.state["log"] == ["w0", "w1"]
+    # items in flight when a checkpoint was taken have no outcome in it: a branch runs them next
+    # (four items, each waiting for the next: all four in flight at once, within the Runtime's 4 slots)
+    wide = await rt.start(map_graph(world, count=4, reverse=True), {}, max_concurrency=4)
+    mid = next(c for c in await rt.history(wide.id) if "work[3]" in c.nodes)
+    assert [mid.node_states[f"work[{i}]"] for i in range(4)] == [NodeStatus.RUNNING] * 3 + [NodeStatus.SUCCEEDED]
+    assert (await rt.checkpoint(mid.id)).ready == ["work[0]", "work[1]", "work[2]"]
 
 
 # --------------------------------------------------------------------------- replays
