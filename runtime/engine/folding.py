@@ -204,7 +204,8 @@ class StateFold:
         own = self.inst.spec(node).view or model
         fields = self._fields if own is model else own.model_fields
         unknown = [k for k in value if k not in fields]
-        if unknown and own.model_config.get("extra") != "allow":
+        # extra fields only where both the node's state and the run's take them
+        if unknown and not (own.model_config.get("extra") == model.model_config.get("extra") == "allow"):
             unknown.sort()
             raise InvalidWrites(f"node {node!r} wrote unknown state field(s) {', '.join(map(repr, unknown))}; "
                                 f"fields are: {', '.join(own.model_fields)}")

@@ -108,8 +108,15 @@ def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | N
         restarted = _restart_edited_items(compiled, statuses, base, patched)
         if restarted != statuses:
             # the state without the writes of the items that run again, edited as asked
-            statuses = restarted
             writes = deps.store.node_writes(writes_lineage(deps.store, source))
+            baked = sorted(n for n, st in statuses.items()
+                           if n not in restarted and st == NodeStatus.SUCCEEDED and n not in writes)
+            if baked:
+                raise InvalidRequest(
+                    f"the patch edits the list of a map under way, whose finished items then run again; "
+                    f"{', '.join(baked[:5])} came to run {source.id} with its own patched state, which "
+                    f"holds their results: fork from the checkpoint that run branched off instead")
+            statuses = restarted
             kept = [(n, writes[n]) for n in compiled.canonical(list(statuses))
                     if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
             base = fold(base_state(deps.store, deps.graphs, source), kept, compiled.reducers)
@@ -188,22 +195,25 @@ def _replay_base(deps: EngineDeps, target_id: str) -> tuple[Run, Checkpoint]:
 
 def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus], base: Mapping[str, JSON],
                           patched: Mapping[str, JSON]) -> dict[str, NodeStatus]:
-    """The statuses of a branch whose patch edits the list of a map under way: an item
-    finished at the checkpoint is kept only if the edited list still has it, unchanged,
-    at its index; the others run again from the edited list. (A map that had finished
-    keeps its results, as any finished node does.)"""
-    out: dict[str, NodeStatus] = {}
-    for name, status in statuses.items():
+    """The statuses of a branch whose patch edits the list of a map under way. Its finished
+    items are kept while the edited list still has each of them, unchanged, at its index
+    (items added or dropped after them); otherwise they all run again from the edited list,
+    so that its results still fold in item order (a mocked branch is served the recorded
+    results of the items that did not change). A map that had finished keeps its results,
+    as any finished node does."""
+    redo: set[str] = set()
+    for name in statuses:
         node, it, item = parse_instance(name)
         field = graph.nodes[node].map_over if item is not None and node in graph.nodes else None
-        if field is not None and statuses.get(instance_name(node, it)) not in COMPLETED_NODE:
-            old, new = base.get(field), patched.get(field)
-            assert item is not None
-            if not (isinstance(old, list) and isinstance(new, list) and item < min(len(old), len(new))
-                    and old[item] == new[item]):
-                continue
-        out[name] = status
-    return out
+        group = instance_name(node, it)
+        if field is None or item is None or statuses.get(group) in COMPLETED_NODE:
+            continue
+        old, new = base.get(field), patched.get(field)
+        if not (isinstance(old, list) and isinstance(new, list) and item < min(len(old), len(new))
+                and old[item] == new[item]):
+            redo.add(group)
+    return {n: st for n, st in statuses.items()
+            if (p := parse_instance(n)).item is None or instance_name(p.node, p.iteration) not in redo}
 
 
 def _name_code(options: dict[str, JSON], source: Run, graph: ExecutableGraph | None) -> None:

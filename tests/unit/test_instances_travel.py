@@ -12,7 +12,8 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel
 
-from runtime import EffectStatus, ExecutableGraph, Graph, NodeContext, RunKind, RunStatus, Runtime, append
+from runtime import (EffectStatus, ExecutableGraph, Graph, InvalidRequest, NodeContext, RunKind, RunStatus,
+                     Runtime, append)
 from runtime.core.states import NodeStatus
 from runtime.store.base import CheckpointStore
 
@@ -368,8 +369,10 @@ async def test_fork_in_the_middle_of_a_map_runs_only_the_remaining_items(rt: Run
 @pytest.mark.parametrize("items, runs, log", [
     ([0, 1], [], ["w0", "w1"]),                                     # fewer items: the rest are gone
     ([0, 1, 2, 3, 4, 5], ["work[2]", "work[3]", "work[4]", "work[5]"], ["w0", "w1", "w2", "w3", "w4", "m"]),
-    ([0], [], ["w0"]),                                              # a finished item's place is gone: so is its result
-    ([1, 0], ["work[0]", "work[1]"], ["m", "m"]),                   # finished items moved: they run again
+    # a finished item's place is gone, or finished items moved: the map's items run again
+    ([0], ["work[0]"], ["w0"]),
+    ([1, 0], ["work[0]", "work[1]"], ["m", "m"]),
+    ([9, 1], ["work[0]", "work[1]"], ["m", "w1"]),   # its results stay in item order
 ])
 async def test_a_patch_of_a_maps_list_in_the_middle_of_it_decides_the_items_left(rt: Runtime, items, runs, log):
     world = World()
@@ -380,9 +383,21 @@ async def test_a_patch_of_a_maps_list_in_the_middle_of_it_decides_the_items_left
     assert await attempted(rt, fork.id) == [*runs, "collect"]
     end = await final_state(rt, fork.id)
     assert end.log == log and end.n == len(log)
-    assert {n for n in (await rt.history(fork.id))[-1].node_states if "[" in n} == {f"work[{i}]" for i in items}
+    assert {n for n in (await rt.history(fork.id))[-1].node_states if "[" in n} == {f"work[{i}]" for i in range(len(items))}
     assert len(world.calls) == 5
     await assert_instance_trace_consistent(rt, fork.id)
+
+
+async def test_editing_items_a_patched_fork_inherited_is_refused_and_writes_nothing(rt: Runtime):
+    """A patched fork's input holds the results of the items it inherited: restarting them
+    from a fork of that fork would count them twice. Refused, saying where to fork from."""
+    world = World()
+    run = await rt.start(map_graph(world), {}, max_concurrency=1)
+    patched = await rt.fork(await checkpoint_after(rt, run.id, "work[1]"), {"n": 7}, mocks={"svc": "m"})
+    before = len(rt.store.list_runs(limit=1000))
+    with pytest.raises(InvalidRequest, match="fork from the checkpoint that run branched off"):
+        await rt.fork((await rt.history(patched.id))[1].id, {"items": [5, 1, 2]})
+    assert len(rt.store.list_runs(limit=1000)) == before
 
 
 async def test_a_continuation_reruns_the_failed_items_and_its_history_reads_whole(rt: Runtime):

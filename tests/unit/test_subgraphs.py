@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from runtime import Graph, GraphError, NodeStatus, RunStatus, Runtime, append
 
@@ -233,3 +233,20 @@ async def test_a_subgraphs_node_writes_only_the_fields_of_its_own_state(rt: Runt
     assert run.status == RunStatus.FAILED and run.error is not None
     assert run.error["node"] == "solver/solve" and "unknown state field(s) 'approved'" in str(run.error["message"])
     assert (await rt.state_at((await rt.history(run.id))[-1].id)).approved is False
+
+
+async def test_a_child_that_takes_extra_fields_cannot_give_them_to_a_parent_that_does_not(rt: Runtime) -> None:
+    class Loose(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        log: Annotated[list[str], append] = []
+
+    c = Graph("loose", Loose)
+
+    @c.node()
+    def a(s: Loose) -> dict[str, Any]:
+        return {"log": ["a"], "zzz": 1}
+
+    p = Graph("parent", Parent)
+    p.subgraph("sub", c)
+    run = await rt.start(p, {})
+    assert run.status == RunStatus.FAILED and "unknown state field(s) 'zzz'" in str((run.error or {})["message"])
