@@ -62,6 +62,9 @@ class Growth:
     def _regrow(self) -> None:
         """A run taken over: create what its settled instances imply and a crash may have
         kept from being recorded (a loop's next iteration, a map's end)."""
+        missing = self.inst.complete_iterations()
+        self.rec.add_instances(missing)
+        self._candidates.update(missing)
         for node in list(self.inst.order):
             if self.rec.statuses[node] in FINISHED_NODE:
                 self._grow(node)

@@ -236,6 +236,9 @@ class Instances:
                 out.append(c)
         if entry is not None:   # nodes after the loop wait for it to end, whichever member ends last
             out += self._exits[entry]
+            nxt = instance_name(entry, it + 1)
+            if node in g.back_sources[entry] and nxt in self.index:
+                out.append(nxt)   # created before this way back settled (a branch inherited it)
         return out
 
     # ------------------------------------------------------------------ growing
@@ -262,6 +265,20 @@ class Instances:
     def add_iteration(self, entry: str, iteration: int) -> list[str]:
         """Create every member of a loop's iteration; returns their names."""
         return self._insert([instance_name(m, iteration) for m in self._members[entry]], ordered=True)
+
+    def complete_iterations(self) -> list[str]:
+        """Create the members an existing loop iteration lacks; returns the new names. A run
+        of another graph version (a replay of new code from inside a loop) may have a
+        member the iterations it inherited never had."""
+        if not self.dynamic:
+            return []
+        new: list[str] = []
+        for entry, members in self._members.items():
+            for inst in list(self._of.get(entry, ())):
+                it = parse_instance(inst).iteration
+                new += self._insert([n for m in members if (n := instance_name(m, it)) not in self.index],
+                                    ordered=True)
+        return new
 
     def add_items(self, group: str, count: int) -> list[str]:
         """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones."""

@@ -689,3 +689,36 @@ async def test_state_at_every_checkpoint_of_a_map_folds_items_in_item_order(rt: 
         seen.add(tuple(expected["log"]))
     assert ("w2", "w3") in seen                            # a state where only the last items had finished
     assert ("w0", "w1", "w2", "w3") in seen
+
+
+async def test_replay_from_inside_a_loop_with_code_that_adds_a_member_to_the_loop(rt: Runtime):
+    """The iterations the replay inherits get the new member too, and the loop goes on."""
+    def counting(with_alt: bool) -> Graph:
+        g = Graph("grow", S)
+
+        @g.node(after=["tool", "alt"] if with_alt else ["tool"], max_iterations=5)
+        def model(s: S) -> dict:
+            return {"n": s.n + 1, "log": [f"m{s.n + 1}"]}
+
+        @g.node(after=["model"], when=lambda s: s.n < 3)
+        def tool(s: S) -> dict:
+            return {"log": ["t"]}
+
+        if with_alt:
+            @g.node(after=["model"], when=lambda s: False)
+            def alt(s: S) -> dict:
+                return {"log": ["alt"]}
+
+        @g.node(after=["model"])
+        def finish(s: S) -> dict:
+            return {"log": ["fin"]}
+
+        return g
+
+    run = await rt.start(counting(False), {})
+    report = await rt.replay(await checkpoint_after(rt, run.id, "tool#1"), graph=counting(True))
+    replay = await rt.get_run(report.run_id)
+    assert replay.status == RunStatus.SUCCEEDED, replay.error
+    final = (await rt.history(replay.id))[-1]
+    assert final.node_states["alt#1"] == NodeStatus.SKIPPED and final.node_states["model#2"] == NodeStatus.SUCCEEDED
+    assert (await final_state(rt, replay.id)).log == (await final_state(rt, run.id)).log
