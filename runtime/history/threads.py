@@ -47,8 +47,11 @@ def turn_base(store: CheckpointStore, graphs: GraphRegistry, thread_id: str) -> 
     if last is None:
         return None
     if last.status in _ACTIVE:
+        # a RUNNING run may be driven elsewhere, or orphaned by a process that died
+        what = ("wait for it, or resume it if its process stopped (that recovers it), or cancel it"
+                if last.status == RunStatus.RUNNING else "resume, cancel or wait for it")
         raise InvalidRequest(f"thread {thread_id}'s latest run {last.id} is {last.status.value}; "
-                             f"resume, cancel or wait for it before starting the next turn")
+                             f"{what} before starting the next turn")
     return last, head(store, last.id)
 
 
