@@ -260,6 +260,8 @@ class RunLoop(Outcomes, Growth):
                     skipped = True   # its items are candidates now
                     continue
                 ready.append(node)
+            if self._stop is not None:   # what settled above met a limit (a loop's bound): launch nothing
+                return
             if self._queued:   # kept in canonical order: merged only when something joins it
                 ready = sorted({*self._queued, *ready}, key=self.inst.index.__getitem__) if ready else self._queued
                 self._queued = []

@@ -302,3 +302,33 @@ async def test_continuing_a_run_stopped_by_the_iteration_bound_fails_it_again(rt
     final = (await rt.history(cont.id))[-1].node_states
     assert final["finish"] != NodeStatus.SUCCEEDED and "model#3" not in final
     assert len(calls) == 3   # the tools of the first run, none again
+
+
+async def test_a_loop_that_meets_its_bound_through_an_empty_map_runs_nothing_after_it(rt: Runtime) -> None:
+    """The way back is a map over an empty list: it settles as it starts, the bound stops
+    the run there, and the node after the loop must not start on the unfinished work."""
+    class M(BaseModel):
+        items: list[str] = []
+        log: Annotated[list[str], append] = []
+        done: str = ""
+
+    g = Graph("empty_map_loop", M)
+
+    @g.node(after=["tool"], max_iterations=3)
+    def model(s: M) -> dict[str, Any]:
+        return {"log": ["model"]}
+
+    @g.node(after=["model"], when=lambda s: True, map_over="items")
+    def tool(s: M, item: str) -> dict[str, Any]:
+        return {"log": [f"tool {item}"]}
+
+    @g.node(after=["model"])
+    def after(s: M) -> dict[str, Any]:
+        return {"done": "ran"}
+
+    run = await rt.start(g, {"items": []})
+    assert run.status == RunStatus.FAILED and run.error is not None
+    assert run.error["class"] == ErrorClass.LIMIT_EXCEEDED.value
+    final = (await rt.history(run.id))[-1]
+    assert final.node_states["after"] != NodeStatus.SUCCEEDED
+    assert (await rt.state_at(final.id)).done == ""
