@@ -30,7 +30,7 @@ from runtime.core.records import (
 )
 from runtime.core.states import NodeStatus, RunStatus
 from runtime.core.streams import StreamEvent
-from runtime.graph.instances import base_node
+from runtime.graph.instances import base_node, parse_instance
 from runtime.history.state import state_json
 from runtime.travel.diff import Change, diff
 from runtime.travel.views import CheckpointView
@@ -179,9 +179,11 @@ def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]
 
 
 def node_instances(rt: Runtime, page: RunPage, node: str) -> list[dict[str, Any]]:
-    """The instances of a graph node at the selected checkpoint, with the attempts, writes
-    and effects each had by then."""
+    """The instances of a graph node at the selected checkpoint (or the one instance asked
+    for, ``model#12``, ``work[250]``), in canonical order, with the attempts, writes and
+    effects each had by then."""
     base = base_node(node)
+    one = node if node != base else None
     until = page.selected.checkpoint.created_at
     attempts = [a for a in rt.store.node_attempts(page.run.id) if base_node(a.node) == base and a.started_at <= until]
     effects = journal_rows([e for e in rt.store.journal([page.run.id]) if base_node(e.node) == base and e.at <= until],
@@ -189,14 +191,20 @@ def node_instances(rt: Runtime, page: RunPage, node: str) -> list[dict[str, Any]
     writes = [w for w in rt.store.pending_writes(page.run.id)
               if base_node(w.node) == base and w.checkpoint_seq < page.selected.checkpoint.seq + 1]
     out = []
-    for inst, st in page.node_states.items():
-        if base_node(inst) != base:
-            continue
+    mine = [n for n in page.node_states if (n == one if one else base_node(n) == base)]
+    for inst in sorted(mine, key=_instance_order):
+        st = page.node_states[inst]
         out.append({"name": inst, "status": st.value,
                     "attempts": [a for a in attempts if a.node == inst],
                     "effects": [e for e in effects if e.node == inst],
                     "writes": [w for w in writes if w.node == inst]})
     return out
+
+
+def _instance_order(name: str) -> tuple[int, int]:
+    """Iteration, then item (a map's group record first): the order instances fold in."""
+    it, item = parse_instance(name)[1:]
+    return it, -1 if item is None else item
 
 
 def node_source(rt: Runtime, run: Run, node: str) -> str:

@@ -69,7 +69,12 @@ def _patched_fields(rt: Runtime, run: Run) -> tuple[str, ...]:
 async def thread_page(request: Request[Any, Any, Any], thread_id: FromPath[str]) -> Response[str]:
     rt: Runtime = request.app.state.runtime
     branches = await in_thread(thread_tree, rt, thread_id)
-    return render(request, "thread.html", {"thread_id": thread_id, "branches": branches})
+    # the comparison starts at the thread's first checkpoint: its first run's, when it has no base
+    first = None
+    if branches:
+        root = branches[0].run
+        first = root.base_checkpoint_id or await in_thread(lambda: rt.store.checkpoints(root.id)[0].id)
+    return render(request, "thread.html", {"thread_id": thread_id, "branches": branches, "first_checkpoint": first})
 
 
 def _checkpoints_of_thread(rt: Runtime, thread_id: FromPath[str]) -> list[tuple[Run, list[Checkpoint]]]:

@@ -271,11 +271,15 @@ def test_node_drawer_shows_instances_attempts_effects_and_source(shared: Seeded,
     css = status_sheet(r.text)
     assert "stroke: var(--accent)" in css                                # the graph marks the selected node
 
-    mapped = reader.get(f"/runs/{shared.mapped}", params={"node": "work[1]"}, headers=HTMX).text
-    names = re.findall(r'<details class="instance" open><summary>([^ <]+) ', mapped)
-    assert names == ["work", "work[0]", "work[1]", "work[2]"]
-    looped = reader.get(f"/runs/{shared.looped}", params={"node": "model#1"}).text
-    assert re.findall(r'<details class="instance" open><summary>([^ <]+) ', looped) == ["model", "model#1"]
+    # a node shows all its instances in the order they fold; an instance asked for, itself alone
+    def instances(run_id: str, node: str) -> list[str]:
+        html = reader.get(f"/runs/{run_id}", params={"node": node}, headers=HTMX).text
+        return re.findall(r'<details class="instance" open><summary>([^ <]+) ', html)
+
+    assert instances(shared.mapped, "work") == ["work", "work[0]", "work[1]", "work[2]"]
+    assert instances(shared.mapped, "work[1]") == ["work[1]"]
+    assert instances(shared.looped, "model") == ["model", "model#1"]
+    assert instances(shared.looped, "model#1") == ["model#1"]
     # at the first checkpoint nothing has run yet
     early = reader.get(f"/runs/{shared.succeeded}?cp=0&node=charge").text
     drawer = early[early.index('id="drawer"'):early.index("</section>", early.index('id="drawer"'))]
@@ -499,6 +503,10 @@ def test_fork_create_redirects_to_the_new_run(seeded: Seeded, client: Client) ->
     assert thread.text.count("patched: <code>n</code>") == 2
     assert thread.text.count(f"from #1 of {seeded.failed}") == 2
     assert thread.text.count("effects mocked") == 2
+    # comparing starts at the thread's first checkpoint (its first run has no base)
+    [first] = re.findall(r'href="/diff\?a=([^"]+)">Compare checkpoints', thread.text)
+    assert first == seeded.rt.store.checkpoints(seeded.failed)[0].id
+    assert client.get(f"/diff?a={first}").status_code == 200
 
 
 @pytest.mark.parametrize(("patch", "named"), [
