@@ -9,13 +9,13 @@ reports) and ``history`` (run creation, lineage, state at a checkpoint).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel
 
+from .arguments import check_thread_id, close_call, graph_arg, start_options
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
@@ -128,8 +128,8 @@ class Runtime:
     async def start(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None = None,
                     **options: Any) -> Run:
         """Create a run and execute it here until it ends or pauses."""
-        graph = self.register(_graph_arg(graph))
-        run, head = self._create(graph, input, claim=True, **_start_options(options))
+        graph = self.register(graph_arg(graph))
+        run, head = self._create(graph, input, claim=True, **start_options(options))
         self.graphs.remember_run(run.id, graph)
         # drive with the caller's graph object: another graph of the same structure
         # (say, built by a factory with different closures) may share its version
@@ -138,15 +138,15 @@ class Runtime:
     async def submit(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None = None,
                      **options: Any) -> Run:
         """Create a QUEUED run for a worker (or a later ``resume``) to execute."""
-        return self._create(self.register(_graph_arg(graph)), input, claim=False, **_start_options(options))[0]
+        return self._create(self.register(graph_arg(graph)), input, claim=False, **start_options(options))[0]
 
     def _create(self, graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None, *,
                 claim: bool, thread_id: str | None = None, deadline: float | None = None,
                 max_steps: int | None = None, max_tokens: int | None = None,
                 max_cost: float | None = None, max_concurrency: int | None = None,
                 compensate_on: Iterable[str] = ()) -> tuple[Run, Checkpoint]:
-        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id.strip()):
-            raise InvalidRequest(f"thread_id must be a non-empty string, got {thread_id!r}")
+        if thread_id is not None:
+            check_thread_id(thread_id)
         state = validate_input(graph, input)
         follows = turn_base(self.store, self.graphs, thread_id) if thread_id is not None else None
         if follows is not None and follows[0].graph_name != graph.name:
@@ -198,7 +198,7 @@ class Runtime:
                             max_cost=max_cost)
         if graph is not None:
             run = self.store.get_run(run_id)
-            given = self.graphs.register(_graph_arg(graph), current=False)   # for this run only
+            given = self.graphs.register(graph_arg(graph), current=False)   # for this run only
             if given.version != run.graph_version:
                 raise InvalidRequest(f"run {run_id} was made by graph version {run.graph_version}; "
                                      f"the graph given is version {given.version}")
@@ -228,10 +228,13 @@ class Runtime:
         events:``, or ``await events.aclose()`` (see ``RunStream``)."""
         if isinstance(target, (Graph, ExecutableGraph)):
             return stream_call(self.start(target, input, **options))
-        if not inspect.isawaitable(target):
+        streamable = (Runtime.start, Runtime.resume, Runtime.fork, Runtime.replay)
+        if getattr(target, "cr_code", None) not in {f.__code__ for f in streamable}:
+            close_call(target)   # never awaited: say so once, here, not as a warning later
             raise InvalidRequest(f"stream takes a graph or a call of this Runtime (rt.resume(...), rt.fork(...), "
                                  f"rt.replay(...)), got {type(target).__name__}")
         if input is not None or options:
+            close_call(target)
             raise InvalidRequest("stream(call) takes the call alone; give the input and options to the call")
         return stream_call(target)
 
@@ -240,8 +243,8 @@ class Runtime:
         the store every ``poll`` seconds until it ends or pauses; the same events as its
         live stream, except ephemeral ones."""
         self.store.get_run(run_id)  # NotFound now, not at the first iteration
-        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
-            raise InvalidRequest(f"after_seq must be a whole number of at least 0, got {after_seq!r}")
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or not 0 <= after_seq < 2**63:
+            raise InvalidRequest(f"after_seq must be a whole number from 0 to 2**63 - 1, got {after_seq!r}")
         if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0 < poll < float("inf"):
             raise InvalidRequest(f"poll must be a positive number of seconds, got {poll!r}")
         return follow(self.store, run_id, after_seq=after_seq, poll=poll)
@@ -267,7 +270,7 @@ class Runtime:
         limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
                             max_cost=max_cost)
         run, graph_used, head = new_fork(self._deps, checkpoint_id, patch, effects, mocks,
-                                         compiled(_graph_arg(graph)) if graph is not None else None, limits)
+                                         compiled(graph_arg(graph)) if graph is not None else None, limits)
         self.graphs.remember_run(run.id, graph_used)
         return await self._driver.drive(run, graph_used, head)
 
@@ -277,7 +280,7 @@ class Runtime:
         mocked — with the same code, or ``graph`` (a new version) — and report per node
         what differs from the recording."""
         run, graph_used, head = new_replay(self._deps, run_or_checkpoint_id,
-                                           compiled(_graph_arg(graph)) if graph is not None else None, mocks)
+                                           compiled(graph_arg(graph)) if graph is not None else None, mocks)
         self.graphs.remember_run(run.id, graph_used)
         await self._driver.drive(run, graph_used, head)
         return await self.replay_report(run.id)
@@ -324,15 +327,14 @@ class Runtime:
             raise InvalidRequest(f"unknown status {status!r}; one of: {', '.join(RunStatus)}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LISTED:
             raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_LISTED:,}, got {limit!r}")
-        if thread_id is not None and not isinstance(thread_id, str):
-            raise InvalidRequest(f"thread_id must be a string, got {thread_id!r}")
+        if thread_id is not None:
+            check_thread_id(thread_id)
         return self.store.list_runs(RunStatus(status) if status else None, thread_id=thread_id, limit=limit)
 
     async def thread_state(self, thread_id: str) -> BaseModel:
         """The state of a conversation thread: where its latest run (not a replay) is now,
         which is where the thread's next turn starts."""
-        if not isinstance(thread_id, str) or not thread_id:
-            raise InvalidRequest(f"thread_id must be a non-empty string, got {thread_id!r}")
+        check_thread_id(thread_id)
         found = thread_state(self.store, self.graphs, thread_id)
         if found is None:
             raise NotFound(f"no thread {thread_id!r}")
@@ -370,20 +372,3 @@ class Runtime:
 
 #: the most runs one listing returns
 MAX_LISTED = 1_000_000
-#: what start and submit accept besides the graph and its input
-START_OPTIONS = frozenset({"thread_id", "deadline", "max_steps", "max_tokens", "max_cost", "max_concurrency",
-                           "compensate_on"})
-
-
-def _start_options(options: Mapping[str, Any]) -> Mapping[str, Any]:
-    unknown = sorted(set(options) - START_OPTIONS)
-    if unknown:
-        raise InvalidRequest(f"unknown option(s) {', '.join(unknown)}; start takes: {', '.join(sorted(START_OPTIONS))}")
-    return options
-
-
-def _graph_arg(graph: Any) -> Graph | ExecutableGraph:
-    if not isinstance(graph, (Graph, ExecutableGraph)):
-        raise InvalidRequest(f"expected a Graph or an ExecutableGraph, got {type(graph).__name__} "
-                             f"(a 'module:attr' reference is loaded with runtime.resolve_ref)")
-    return graph

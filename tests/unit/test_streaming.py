@@ -116,13 +116,6 @@ async def test_a_streamed_fork_yields_the_new_runs_events(rt: Runtime):
     assert (await rt.get_run(events[0].run_id)).kind == "fork"
 
 
-async def test_a_stream_of_a_call_takes_no_input_of_its_own(rt: Runtime):
-    coro = rt.start(chain(), {})
-    with pytest.raises(Exception, match="takes the call alone"):
-        rt.stream(coro, {"n": 1})
-    await coro
-
-
 async def test_following_a_run_from_the_store_sees_the_live_sequence(rt: Runtime):
     gate = asyncio.Event()
     g = Graph("slow", state=S)
@@ -219,3 +212,34 @@ async def test_a_kept_stream_left_early_stops_its_run_when_closed(rt: Runtime):
 async def test_streaming_something_that_is_not_a_call_is_refused(rt: Runtime):
     with pytest.raises(Exception, match="graph or a call"):
         rt.stream(5)  # type: ignore[arg-type]
+
+
+async def test_streaming_an_awaitable_that_is_not_a_call_of_the_runtime_is_refused(rt: Runtime):
+    import warnings
+
+    for target in (asyncio.sleep(0), rt.runs()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # the refused call is closed, not left un-awaited
+            with pytest.raises(Exception, match="graph or a call"):
+                rt.stream(target)
+    # a stream of a call takes no input of its own: the call is refused (closed, never run)
+    with pytest.raises(Exception, match="takes the call alone"):
+        rt.stream(rt.start(chain(), {}), {"n": 1})
+    assert await rt.runs() == []
+
+
+@pytest.mark.parametrize("thread_id", ["", "  ", "a\x00b", 123])
+async def test_a_bad_thread_id_is_refused_everywhere_alike(rt: Runtime, thread_id):
+    with pytest.raises(Exception, match="thread_id must be a non-empty string"):
+        await rt.start(chain(), {}, thread_id=thread_id)
+    with pytest.raises(Exception, match="thread_id must be a non-empty string"):
+        await rt.runs(thread_id=thread_id)
+    with pytest.raises(Exception, match="thread_id must be a non-empty string"):
+        await rt.thread_state(thread_id)
+    assert await rt.runs() == []
+
+
+async def test_following_from_past_any_stored_sequence_is_refused(rt: Runtime):
+    run = await rt.start(chain(), {})
+    with pytest.raises(Exception, match="after_seq must be a whole number"):
+        rt.follow(run.id, after_seq=10**30)

@@ -1,0 +1,41 @@
+"""What the Runtime facade checks of the arguments it is given, before anything runs
+or is written."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .core.errors import InvalidRequest
+from .graph import ExecutableGraph, Graph
+
+#: what start and submit accept besides the graph and its input
+START_OPTIONS = frozenset({"thread_id", "deadline", "max_steps", "max_tokens", "max_cost", "max_concurrency",
+                           "compensate_on"})
+
+
+def start_options(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    unknown = sorted(set(options) - START_OPTIONS)
+    if unknown:
+        raise InvalidRequest(f"unknown option(s) {', '.join(unknown)}; start takes: {', '.join(sorted(START_OPTIONS))}")
+    return options
+
+
+def graph_arg(graph: Any) -> Graph | ExecutableGraph:
+    if not isinstance(graph, (Graph, ExecutableGraph)):
+        raise InvalidRequest(f"expected a Graph or an ExecutableGraph, got {type(graph).__name__} "
+                             f"(a 'module:attr' reference is loaded with runtime.resolve_ref)")
+    return graph
+
+
+def check_thread_id(thread_id: object) -> None:
+    """A thread id is text a store can hold as it is: not empty, no NUL character."""
+    if not isinstance(thread_id, str) or not thread_id.strip() or "\x00" in thread_id:
+        raise InvalidRequest(f"thread_id must be a non-empty string without NUL characters, got {thread_id!r}")
+
+
+def close_call(call: object) -> None:
+    """Close a call that is refused before it was awaited (no "never awaited" warning)."""
+    close = getattr(call, "close", None)
+    if callable(close):
+        close()
