@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -93,6 +94,25 @@ def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[s
     return out
 
 
+#: field types that can never hold a list (a map over one fails every run)
+_NOT_LISTS = (str, bytes, int, float, bool, dict)
+
+
+def _may_be_list(annotation: object) -> bool:
+    """Whether a field of this type may hold a list (unions: any member may)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_may_be_list(a) for a in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _may_be_list(typing.get_args(annotation)[0])
+    base = origin or annotation
+    return not (isinstance(base, type) and issubclass(base, _NOT_LISTS))
+
+
+def show_type(annotation: object) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation)
+
+
 def _check_node(d: NodeDecl, state: type[BaseModel], problems: list[Problem]) -> NodeSpec | None:
     before = len(problems)
     if d.max_iterations is not None and (isinstance(d.max_iterations, bool) or not isinstance(d.max_iterations, int)
@@ -106,6 +126,9 @@ def _check_node(d: NodeDecl, state: type[BaseModel], problems: list[Problem]) ->
         elif d.map_over not in state.model_fields and not extra:
             problems.append(Problem(f"{d.location} map_over", f"{d.map_over!r} is not a field of {state.__name__}; "
                                                               f"fields are: {', '.join(state.model_fields)}"))
+        elif d.map_over in state.model_fields and not _may_be_list(state.model_fields[d.map_over].annotation):
+            problems.append(Problem(f"{d.location} map_over", f"field {d.map_over!r} is typed "
+                                    f"{show_type(state.model_fields[d.map_over].annotation)}; a map runs over a list"))
     if not callable(d.fn):
         problems.append(Problem(d.location, f"node function {d.fn!r} is not callable"))
         return None

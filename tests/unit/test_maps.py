@@ -128,6 +128,7 @@ async def test_a_map_over_something_that_is_not_a_list_fails_clearly(rt: Runtime
 
 @pytest.mark.parametrize("fn, field, problem", [
     (lambda s, item: None, "nope", "'nope' is not a field of S"),
+    (lambda s, item: None, "count", "field 'count' is typed int; a map runs over a list"),   # typed: caught here
     # the item's parameter under another name: the error says what it is called
     (lambda s, doc: None, "items",
      "missing required argument 'doc' (a map's worker is given its item as a parameter named 'item')"),
