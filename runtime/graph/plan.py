@@ -123,6 +123,8 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
         where = f"nodes[{i}] ({node.id!r})"
         fn = _callable(node.fn, registry, f"{where}.fn", problems, "function")
         when = _callable(node.when, registry, f"{where}.when", problems, "predicate") if node.when else None
+        if node.when and when is None:
+            when = _unresolved   # said above; kept as a condition, so its loop is not also called exitless
         retry = RetryPolicy(**{**node.retry.model_dump(), "retry_on": frozenset(node.retry.retry_on)}) if node.retry else NO_RETRY
         decls.append(NodeDecl(
             name=node.id, fn=fn or _unresolved, after=tuple(node.after), retry=retry,

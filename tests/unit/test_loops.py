@@ -213,6 +213,10 @@ async def test_a_plan_declares_loops_and_maps_too(rt: Runtime) -> None:
     with pytest.raises(GraphError) as e:
         compile_plan({**plan, "nodes": [{**plan["nodes"][0], "max_iterations": 0}, plan["nodes"][1]]}, reg)
     assert "max_iterations" in str(e.value)
+    # a condition the registry does not know is that one problem, not also a loop with no exit
+    with pytest.raises(GraphError) as e:
+        compile_plan({**plan, "nodes": [plan["nodes"][0], {**plan["nodes"][1], "when": "agian"}]}, reg)
+    assert len(e.value.problems) == 1 and "unknown predicate 'agian'" in str(e.value)
 
 
 async def test_streaming_a_loop_yields_every_instance_in_trace_order(rt: Runtime) -> None:
