@@ -129,7 +129,10 @@ async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name
         base = f"/runs/{run_id}/panels/{name}"
         ctx["page_url"] = lambda n: f"{base}?{urlencode({'cp': chosen.seq, 'page': n, **({'eq': eq} if eq else {})})}"
         if name == "journal":
-            ctx["rows"] = services.journal_rows(rt.store.journal([run_id]), run)
+            rows = services.journal_rows(rt.store.journal([run_id]), run)
+            start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
+            ctx["rows"] = rows[start:start + services.ROWS_PER_PAGE]
+            ctx["has_next"] = len(rows) > start + services.ROWS_PER_PAGE
         elif name == "attempts":
             attempts = rt.store.node_attempts(run_id)
             start = (ctx["page"] - 1) * services.ROWS_PER_PAGE

@@ -834,3 +834,29 @@ def test_pages_off_loopback_need_the_token_which_a_query_sets_once(seeded: Seede
         c.cookies.clear()
         assert c.get("/runs").status_code == 401
         assert c.get("/runs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_the_effect_journal_panel_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Count(BaseModel):
+        n: int = 0
+
+    g = Graph("many_effects", state=Count)
+
+    @g.node()
+    async def call(s: Count, ctx: NodeContext) -> dict[str, Any]:
+        for i in range(3):
+            await ctx.effect(f"svc.call{i}", lambda: i)
+        return {"n": 3}
+
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'j.db'}"))
+    try:
+        run = asyncio.run(rt.start(g, {}))
+        monkeypatch.setattr(services, "ROWS_PER_PAGE", 2)
+        with TestClient(create_app(rt)) as c:
+            url = f"/runs/{run.id}/panels/journal"
+            first = c.get(url, headers={"HX-Request": "true"}).text
+            second = c.get(url, params={"page": 2}, headers={"HX-Request": "true"}).text
+        assert re.findall(r"svc\.call(\d)#0", first) == ["0", "1"] and "later →" in first
+        assert re.findall(r"svc\.call(\d)#0", second) == ["2"] and "← earlier" in second and "later →" not in second
+    finally:
+        rt.close()
