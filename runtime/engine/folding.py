@@ -26,6 +26,7 @@ from pydantic_core import from_json, to_json
 
 from ..core.errors import InvalidWrites, WriteConflict
 from ..core.jsonvalues import JSON
+from ..graph.instances import base_node
 from ..graph.reducers import FieldPlan, field_plan, fold
 from ..graph import ExecutableGraph
 from .instances import Instances, as_instances, shift_mask
@@ -64,6 +65,8 @@ class StateFold:
         #: fields whose reducer keeps the last value (two unordered writers conflict); any
         #: other name is an extra field, which keeps the last value too
         self._merged = frozenset(f for f, r in graph.reducers.items() if not r.conflicts)
+        #: the nodes of subgraphs that see a state model of their own (a view of this one)
+        self._views = {n: spec.view for n, spec in graph.nodes.items() if spec.view is not None}
         # a field missing from the input gets its default on every validation: the whole-state path does that
         self._plan = plan if plan is not None and set(graph.state_model.model_fields) <= set(run_input) else None
         for n, w in writes.items():
@@ -201,7 +204,7 @@ class StateFold:
                 raise InvalidWrites(f"node {node!r} returned {type(value).__name__}; a node returns a "
                                     f"dict of state fields to write, or None")
         # a subgraph's node writes the fields of its own state model (a view of this one) only
-        own = self.inst.spec(node).view or model
+        own = (self._views.get(base_node(node)) or model) if self._views else model
         fields = self._fields if own is model else own.model_fields
         unknown = [k for k in value if k not in fields]
         # extra fields only where both the node's state and the run's take them

@@ -236,8 +236,7 @@ class Instances:
                 out.append(c)
         if entry is not None:   # nodes after the loop wait for it to end, whichever member ends last
             out += self._exits[entry]
-            nxt = instance_name(entry, it + 1)
-            if node in g.back_sources[entry] and nxt in self.index:
+            if node in g.back_sources[entry] and (nxt := instance_name(entry, it + 1)) in self.index:
                 out.append(nxt)   # created before this way back settled (a branch inherited it)
         return out
 
