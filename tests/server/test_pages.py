@@ -860,3 +860,16 @@ def test_the_effect_journal_panel_pages(tmp_path: Path, monkeypatch: pytest.Monk
         assert re.findall(r"svc\.call(\d)#0", second) == ["2"] and "← earlier" in second and "later →" not in second
     finally:
         rt.close()
+
+
+def test_the_timeline_says_how_many_checkpoints_lie_outside_its_window(
+        shared: Seeded, reader: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    total = len(shared.rt.store.checkpoints(shared.looped))
+    assert total >= 5
+    monkeypatch.setattr(services, "TIMELINE_WINDOW", 3)
+    page = reader.get(f"/runs/{shared.looped}", params={"cp": 2}).text
+    shown = [int(n) for n in re.findall(r'class="cp-link[^"]*" href="[^"]*" [^>]*data-seq="(\d+)"', page)]
+    assert shown == [1, 2, 3]
+    assert "#0 … 1 earlier" in page and f"{total - 4} later … #{total - 1}" in page
+    whole = reader.get(f"/runs/{shared.looped}", params={"cp": 0}).text
+    assert "earlier</a>" not in whole
