@@ -97,6 +97,11 @@ def test_step_through_checkpoints(page: Page, demo: Any, shot: Any) -> None:
     selected(page, 0)
     page.go_forward()
     selected(page, 1)
+    # a node clicked in the drawing opens at the checkpoint shown, not at the latest
+    page.locator("#n2").click()
+    expect(page).to_have_url(re.compile(r"[?&]node=read(&|$)"))
+    selected(page, 1)
+    expect(page.locator("#drawer h2")).to_contain_text("Node read")
 
     # typing in a field does not step: the keys are the field's
     page.locator(f'.timeline a.cp-link[data-seq="{mapped}"]').click()

@@ -28,6 +28,19 @@
       if (f[d.dataset.path] === 1) { d.open = true; } else if (f[d.dataset.path] === 0) { d.open = false; }
     });
   }
+  // A node clicked in the graph drawing opens at the checkpoint shown: the drawing is laid
+  // out once per graph version and stays put while htmx swaps the checkpoint below it.
+  document.addEventListener("click", function (e) {
+    var a = e.target && e.target.closest ? e.target.closest("#dag a") : null;
+    var sel = document.querySelector(".timeline a.cp-link.selected");
+    if (!a || !sel || e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) { return; }
+    var href = a.getAttribute("href") || a.getAttribute("xlink:href");
+    if (!href) { return; }
+    var url = new URL(href, window.location.href);
+    url.searchParams.set("cp", sel.dataset.seq);
+    e.preventDefault();
+    window.location.assign(url.toString());
+  });
   document.addEventListener("DOMContentLoaded", function () { restore(document); });
   document.addEventListener("htmx:afterSwap", function (e) { restore(e.target); });
 })();
