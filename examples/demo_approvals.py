@@ -9,7 +9,7 @@ a front end can build a form from the model's JSON schema.
   are fields of the answer, named as in the proposal).
 
     harness run examples.demo_approvals:refund_graph --input '{"order": 8, "amount": 990.0}'
-    harness answer RUN '{"decision": "partial", "amount": 400, "reason": "damaged"}'
+    harness resume RUN --response '{"decision": "partial", "amount": 400, "reason": "damaged"}'
 """
 
 from __future__ import annotations

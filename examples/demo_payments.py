@@ -69,7 +69,7 @@ def notify(state: Payout) -> dict[str, Any]:
 
 async def work(db_url: str, run_id: str) -> None:
     """Drive a queued run of this graph to its end (or to this process's death)."""
-    rt = Runtime(store=SqlStore(db_url))
+    rt = Runtime(store=SqlStore(db_url), graphs=[graph])   # however the run was queued
     try:
         await rt.resume(run_id)
     finally:
