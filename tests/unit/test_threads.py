@@ -90,6 +90,26 @@ async def test_a_new_turn_waits_for_a_paused_run_of_the_thread(rt: Runtime):
     assert nxt.parent_run_id == paused.id
 
 
+async def test_a_new_turn_beside_a_running_one_says_resume_recovers_it_if_its_process_stopped(rt: Runtime):
+    import asyncio
+
+    gate = asyncio.Event()
+    g = Graph("slow", state=Chat)
+
+    @g.node()
+    async def think(state: Chat) -> dict:
+        await gate.wait()
+        return {"messages": ["done"]}
+
+    first = asyncio.create_task(rt.start(g, {"messages": ["hi"]}, thread_id="busy"))
+    while not await rt.runs(thread_id="busy"):
+        await asyncio.sleep(0.01)
+    with pytest.raises(InvalidRequest, match="is running; wait for it, or resume it if its process stopped"):
+        await rt.start(g, {"messages": ["next"]}, thread_id="busy")
+    gate.set()
+    assert (await first).status == RunStatus.SUCCEEDED
+
+
 async def test_a_turn_after_a_failed_turn_starts_from_what_it_finished(rt: Runtime):
     g = Graph("flaky", state=Chat)
 
