@@ -262,8 +262,9 @@ class Instances:
         return entry, it + 1
 
     def add_iteration(self, entry: str, iteration: int) -> list[str]:
-        """Create every member of a loop's iteration; returns their names."""
-        return self._insert([instance_name(m, iteration) for m in self._members[entry]], ordered=True)
+        """Create the members of a loop's iteration that do not exist yet; returns the new names."""
+        return self._insert([n for m in self._members[entry] if (n := instance_name(m, iteration)) not in self.index],
+                            ordered=True)
 
     def complete_iterations(self) -> list[str]:
         """Create the members an existing loop iteration lacks; returns the new names. A run
@@ -271,13 +272,8 @@ class Instances:
         member the iterations it inherited never had."""
         if not self.dynamic:
             return []
-        new: list[str] = []
-        for entry, members in self._members.items():
-            for inst in list(self._of.get(entry, ())):
-                it = parse_instance(inst).iteration
-                new += self._insert([n for m in members if (n := instance_name(m, it)) not in self.index],
-                                    ordered=True)
-        return new
+        return [n for entry in self._members for inst in list(self._of.get(entry, ()))
+                for n in self.add_iteration(entry, parse_instance(inst).iteration)]
 
     def add_items(self, group: str, count: int) -> list[str]:
         """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones."""

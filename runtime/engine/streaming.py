@@ -26,7 +26,7 @@ class RunStream:
     """What ``Runtime.stream`` and ``Runtime.follow`` return: iterate it with ``async for``.
 
     A stream stops its call once it is closed. ``async for ev in rt.stream(...)`` written
-    inline is closed as soon as the loop is left; a stream kept in a variable is closed
+    inline is closed at the event loop's next turn after the loop is left; a stream kept in a variable is closed
     by ``async with rt.stream(...) as events:`` at the end of the block, or by
     ``await events.aclose()`` (Python closes an abandoned iterator only when it is
     collected, so a ``break`` alone does not stop the call behind a kept stream)."""
