@@ -84,7 +84,8 @@ def follow(store: CheckpointStore, run_id: str, *, after_seq: int = 0, poll: flo
     return RunStream(_follow(store, run_id, after_seq, poll))
 
 
-async def _follow(store: CheckpointStore, run_id: str, after_seq: int, poll: float) -> AsyncGenerator[StreamEvent, None]:
+async def _follow(store: CheckpointStore, run_id: str, after_seq: int,
+                  poll: float) -> AsyncGenerator[StreamEvent, None]:
     last_seq, last_cp = after_seq, -1
     while True:
         run = store.get_run(run_id)   # read first: events it counts are already committed
