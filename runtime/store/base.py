@@ -97,6 +97,9 @@ class CheckpointStore(Protocol):
     def interrupts(self, run_id: str | None = None,
                    status: InterruptStatus | None = None) -> list[Interrupt]: ...
 
+    def interrupt(self, interrupt_id: str) -> Interrupt:
+        """One interrupt by id (``NotFound`` if there is none), without reading the others."""
+
     def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         """Events after ``after_seq`` in order, at most ``limit`` of them."""
 

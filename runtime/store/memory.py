@@ -198,6 +198,13 @@ class MemoryStore:
         return [i for i in items if (run_id is None or i.run_id == run_id)
                 and (status is None or i.status == status)]
 
+    def interrupt(self, interrupt_id: str) -> Interrupt:
+        with self._lock:
+            found = self._interrupts.get(interrupt_id)
+        if found is None:
+            raise NotFound(f"no interrupt {interrupt_id!r}")
+        return found
+
     def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         with self._lock:
             self._get(run_id)

@@ -93,11 +93,8 @@ async def compensate(rt: Runtime, run_id: str, retry_in_doubt: bool = False) -> 
 
 
 async def pending_interrupt(rt: Runtime, interrupt_id: str) -> Interrupt:
-    everything: list[Interrupt] = await in_thread(rt.store.interrupts, None, None)
-    for i in everything:
-        if i.id == interrupt_id:
-            return i
-    raise NotFound(f"no interrupt {interrupt_id!r}")
+    found: Interrupt = await in_thread(rt.store.interrupt, interrupt_id)
+    return found
 
 
 async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: str) -> str:

@@ -145,11 +145,8 @@ def answer_form(i: Interrupt) -> AnswerForm:
 
 def find_interrupt(rt: Runtime, interrupt_id: str) -> tuple[Interrupt, list[Interrupt]]:
     """The interrupt and the other questions its run asked."""
-    everything = rt.store.interrupts(None, None)
-    found = next((i for i in everything if i.id == interrupt_id), None)
-    if found is None:
-        raise NotFound(f"no interrupt {interrupt_id!r}")
-    return found, [i for i in everything if i.run_id == found.run_id and i.id != found.id]
+    found = rt.store.interrupt(interrupt_id)
+    return found, [i for i in rt.store.interrupts(found.run_id) if i.id != found.id]
 
 
 def paused_at(rt: Runtime, run_id: str, i: Interrupt) -> Checkpoint | None:

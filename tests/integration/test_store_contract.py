@@ -426,6 +426,21 @@ def test_interrupt_is_answered_by_a_second_batch_with_the_same_id(store: Checkpo
     assert store.interrupts("r1") == [answered]
     assert store.interrupts("r1", InterruptStatus.PENDING) == []
     assert store.interrupts("r1", InterruptStatus.ANSWERED) == [answered]
+    assert store.interrupt("i1") == answered   # by id: the latest version of it
+
+
+def test_one_interrupt_by_id_whatever_its_run_and_status(store: CheckpointStore) -> None:
+    add_run(store, "a")
+    add_run(store, "b")
+    a_pending = intr("a", "ia1", at=T0 + 1)
+    b_answered = intr("b", "ib1", at=T0 + 2, status=InterruptStatus.ANSWERED, answer=[1, None], answered_at=T0 + 3)
+    store.commit(Batch(run_id="a", fence=1, interrupts=[a_pending]))
+    store.commit(Batch(run_id="b", fence=1, interrupts=[b_answered]))
+    assert store.interrupt("ia1") == a_pending
+    assert store.interrupt("ib1") == b_answered
+    for missing in ("nope", "", "ia", "IA1"):
+        with pytest.raises(NotFound, match="no interrupt"):
+            store.interrupt(missing)
 
 
 def test_interrupts_filter_by_run_and_status(store: CheckpointStore) -> None:

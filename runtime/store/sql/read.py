@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Select, select
 from sqlalchemy.engine import Connection
 
 from ...core.errors import NotFound
@@ -221,17 +221,25 @@ class Reader:
 
     def interrupts(self, run_id: str | None = None,
                    status: InterruptStatus | None = None) -> list[Interrupt]:
-        stmt = (select(INTERRUPTS, RUNS.c.id.label("run_id")).join(RUNS, RUNS.c.pk == INTERRUPTS.c.run_pk)
-                .order_by(*self._interrupt_order))
+        stmt = self._interrupt_rows().order_by(*self._interrupt_order)
         if run_id is not None:
             stmt = stmt.where(RUNS.c.id == run_id)
         if status is not None:
             stmt = stmt.where(INTERRUPTS.c.status == status.value)
         with self.engine.connect() as conn:
             rows = conn.execute(stmt).all()
-        return [Interrupt(r.id, r.run_id, r.node, r.slot, InterruptKind(r.kind), r.payload,
-                          InterruptStatus(r.status), r.created_at, r.response_schema, r.answer, r.answered_at)
-                for r in rows]
+        return [_interrupt(r) for r in rows]
+
+    def interrupt(self, interrupt_id: str) -> Interrupt:
+        with self.engine.connect() as conn:   # by primary key: one row read, however many there are
+            row = conn.execute(self._interrupt_rows().where(INTERRUPTS.c.id == interrupt_id)).first()
+        if row is None:
+            raise NotFound(f"no interrupt {interrupt_id!r}")
+        return _interrupt(row)
+
+    @staticmethod
+    def _interrupt_rows() -> Select[Any]:
+        return select(INTERRUPTS, RUNS.c.id.label("run_id")).join(RUNS, RUNS.c.pk == INTERRUPTS.c.run_pk)
 
     def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         with self.engine.connect() as conn:
@@ -257,6 +265,12 @@ def run_record(r: Any) -> Run:
 
 
 _STATUS = {s.value: s for s in NodeStatus}
+
+
+def _interrupt(r: Any) -> Interrupt:
+    """An ``interrupts`` row joined with its run's id, as an ``Interrupt``."""
+    return Interrupt(r.id, r.run_id, r.node, r.slot, InterruptKind(r.kind), r.payload, InterruptStatus(r.status),
+                     r.created_at, r.response_schema, r.answer, r.answered_at)
 
 
 def checkpoint_record(run_id: str, r: Any, states: Mapping[str, str],

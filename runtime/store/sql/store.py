@@ -134,6 +134,9 @@ class SqlStore:
                    status: InterruptStatus | None = None) -> list[Interrupt]:
         return self._reader.interrupts(run_id, status)
 
+    def interrupt(self, interrupt_id: str) -> Interrupt:
+        return self._reader.interrupt(interrupt_id)
+
     def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         return self._reader.events(run_id, after_seq, limit)
 
