@@ -32,14 +32,16 @@ async def _run(rt: Runtime, run_id: str) -> Run:
 
 
 async def fork(rt: Runtime, tasks: Tasks, checkpoint_id: str, patch: Mapping[str, JSON] | None,
-               effects: str = "mock", mocks: Mapping[str, JSON] | None = None) -> str:
-    """A new branch from a checkpoint; the patch and mocks are validated before anything is written."""
+               effects: str = "mock", mocks: Mapping[str, JSON] | None = None,
+               limits: Mapping[str, Any] | None = None) -> str:
+    """A new branch from a checkpoint; the patch, mocks and limits are validated before anything is written."""
     if effects not in ("mock", "live"):
         raise InvalidRequest(f"effects must be 'mock' or 'live', got {effects!r}")
     if patch is not None and not isinstance(patch, Mapping):
         raise InvalidRequest(f"patch must be an object of state fields, got {type(patch).__name__}")
     await in_thread(rt.store.get_checkpoint, checkpoint_id)   # NotFound before anything else
-    return await start_in_background(rt, rt.fork(checkpoint_id, patch, effects=effects, mocks=mocks), tasks)
+    return await start_in_background(rt, rt.fork(checkpoint_id, patch, effects=effects, mocks=mocks,
+                                                 **(limits or {})), tasks)
 
 
 async def replay(rt: Runtime, tasks: Tasks, target_id: str, version: str | None = None,
@@ -54,17 +56,30 @@ async def replay(rt: Runtime, tasks: Tasks, target_id: str, version: str | None 
     return await start_in_background(rt, rt.replay(target_id, graph, mocks=mocks), tasks)
 
 
-async def resume(rt: Runtime, tasks: Tasks, run_id: str) -> str:
-    """Continue a failed or cancelled run (a new continuation), start a queued one, or recover one
-    whose process is gone. Returns the id of the run that goes on."""
+async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str, JSON] | None = None,
+                 limits: Mapping[str, Any] | None = None, by: str | None = None) -> str:
+    """Continue a failed or cancelled run (a new continuation), start a queued one, recover one
+    whose process is gone, or answer questions of a paused run (``answers``, all checked before
+    the run moves). ``limits`` replace the inherited ones. Returns the id of the run that goes on."""
     run = await _run(rt, run_id)
     if run.status == RunStatus.SUCCEEDED:
         raise Conflict(f"run {run_id} already succeeded; a succeeded run never changes (fork it instead)")
-    if run.status == RunStatus.INTERRUPTED:
-        raise Conflict(f"run {run_id} is waiting for answers: answer its interrupts to resume it")
+    if answers is not None and not answers:
+        raise InvalidRequest("answers must give at least one {interrupt id: answer}")
+    if run.status == RunStatus.INTERRUPTED and answers is None:
+        raise Conflict(f"run {run_id} is waiting for answers: give answers={{interrupt id: answer}}, or "
+                       f"answer its interrupts one by one")
     if run.status == RunStatus.RUNNING and not rt.orphaned(run):
         raise Conflict(f"run {run_id} is running; cancel it or wait for it to finish")
-    return await start_in_background(rt, rt.resume(run_id), tasks)
+    if answers is not None and run.status != RunStatus.INTERRUPTED and not rt.orphaned(run):
+        raise Conflict(f"run {run_id} is {run.status.value}, not waiting for answers: there is nothing to answer")
+    try:
+        return await start_in_background(
+            rt, rt.resume(run_id, answers=answers, answered_by=by if answers else None, **(limits or {})), tasks)
+    except InvalidAnswer as e:
+        if "already answered" in str(e):
+            raise Conflict(str(e)) from None
+        raise
 
 
 async def cancel(rt: Runtime, tasks: Tasks, run_id: str, reason: str) -> str:

@@ -12,7 +12,7 @@ the id of the run that goes on (it continues in the background); compensate answ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, TypeVar, cast
 
 from litestar import Request, Response, Router, get, post
 from litestar.exceptions import ValidationException
@@ -20,7 +20,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Operation, RequestBody, Schema
 from litestar.openapi.spec.media_type import OpenAPIMediaType
 from litestar.params import FromPath, FromQuery, QueryParameter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from runtime import Runtime
 from runtime.core.errors import InvalidRequest, NotFound
@@ -30,6 +30,7 @@ from server.inputs import MAX_DEPTH, InputError, kind_of, parse_json
 from server.present import attempt_json, interrupt_question, journal_json, load_run_view, plain
 
 from . import actions, services
+from .bodies import AnswerBody, Body, CancelBody, CompensateBody, ForkBody, ReplayBody, ResumeBody
 from .auth import identity
 from .services import complete, in_thread
 from .threads import thread_tree
@@ -43,43 +44,10 @@ Req = Request[Any, Any, Any]
 Json = dict[str, Any]
 
 
-# ------------------------------------------------------------------ request bodies
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class ForkBody(_Body):
-    patch: dict[str, Any] | None = Field(None, description="state fields to change at the checkpoint")
-    effects: Literal["mock", "live"] = Field("mock", description="serve effects from the journal, or run them")
-    mocks: dict[str, Any] | None = Field(None, description="{effect name: result} for effects with no record")
-
-
-class ReplayBody(_Body):
-    version: str | None = Field(None, description="a registered version of the run's graph (default: its own)")
-    mocks: dict[str, Any] | None = Field(None, description="{effect name: result} for effects with no record")
-
-
-class CancelBody(_Body):
-    reason: str = Field("", max_length=500, description="why, recorded with the cancellation")
-
-
-class CompensateBody(_Body):
-    retry_in_doubt: bool = Field(False, description="call again compensations whose outcome was never recorded")
-
-
-class AnswerBody(_Body):
-    answer: Any = Field(description="the answer (checked against the question's response model, if any)")
-
-
-class ResumeBody(_Body):
-    pass
-
-
 EXPORTED: Json = {"type": "object", "description": "a thread as GET /api/runs/{run_id}/export gives it"}
 
 
-M = TypeVar("M", bound=_Body)
+M = TypeVar("M", bound=Body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +77,7 @@ def _read(path: str, summary: str, *errors: int) -> get:
     return get(path, summary=summary, responses=_errors(*errors), operation_class=ApiOperation)
 
 
-def _act(path: str, status: int, summary: str, body: type[_Body] | Json, *errors: int) -> post:
+def _act(path: str, status: int, summary: str, body: type[Body] | Json, *errors: int) -> post:
     """A POST whose JSON body this module parses itself (Litestar's own parsing would answer
     400 for what is a 422 here, and 500 for very deep JSON), documented as OpenAPI's body."""
     schema = body if isinstance(body, dict) else body.model_json_schema()
@@ -331,10 +299,12 @@ async def list_interrupts(request: Req, run_id: FromQuery[str | None] = None, gr
 
 @_act("/runs/{run_id:str}/resume", 202, "Resume a run", ResumeBody, 404, 409, 422)
 async def resume(request: Req, run_id: FromPath[str]) -> Response[Json]:
-    """Continue a failed or cancelled run (as a continuation), start a queued one, or recover one
-    whose process is gone. Answers with the id of the run that goes on."""
-    await _body(request, ResumeBody)
-    return _started(await actions.resume(_rt(request), request.app.state.tasks, run_id))
+    """Continue a failed or cancelled run (as a continuation), start a queued one, recover one
+    whose process is gone, or answer several questions of a paused run at once (``answers``);
+    limits given replace the inherited ones. Answers with the id of the run that goes on."""
+    body = await _body(request, ResumeBody)
+    return _started(await actions.resume(_rt(request), request.app.state.tasks, run_id, answers=body.answers,
+                                         limits=body.limits(), by=identity(request.scope)))
 
 
 @_act("/runs/{run_id:str}/cancel", 202, "Cancel a run", CancelBody, 404, 409, 422)
@@ -358,7 +328,7 @@ async def fork(request: Req, checkpoint_id: FromPath[str]) -> Response[Json]:
     schema before anything is written)."""
     body = await _body(request, ForkBody)
     return _started(await actions.fork(_rt(request), request.app.state.tasks, checkpoint_id, body.patch,
-                                       body.effects, body.mocks))
+                                       body.effects, body.mocks, limits=body.limits()))
 
 
 @_act("/runs/{run_id:str}/replay", 202, "Replay a run", ReplayBody, 404, 422)

@@ -5,16 +5,19 @@ the token rule, the body size limit, and the OpenAPI document."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import pytest
 from waiting import wait_for
 from litestar import Litestar
 from litestar.testing import TestClient
+from pydantic import BaseModel
 
-from runtime import InvalidRequest, Runtime, RunStatus
+from runtime import Graph, InvalidRequest, NodeContext, Runtime, RunStatus, append
 from server.present import plain
 from server.web import api
 from server.web.app import MAX_BODY, create_app
@@ -296,6 +299,120 @@ def test_resume_conflicts_and_mistakes(seeded: Seeded, client: Client) -> None:
     assert "answer its interrupts" in error(client.post(f"/api/runs/{seeded.interrupted}/resume", json={}), 409)
     error(client.post("/api/runs/run_nope/resume"), 404)
     assert "answers" in error(client.post(f"/api/runs/{seeded.failed}/resume", json={"answers": {}}), 422)
+    assert "nothing to answer" in error(
+        client.post(f"/api/runs/{seeded.failed}/resume", json={"answers": {"int_x": 1}}), 409)
+
+
+class Panel(BaseModel):
+    reviewers: list[str] = ["ana", "ben", "cy"]
+    votes: Annotated[list[str], append] = []
+
+
+class Vote(BaseModel):
+    approve: bool
+
+
+def panel_graph() -> Graph:
+    """Every reviewer is asked at once: a paused run with one question per map item."""
+    g = Graph("api_panel", Panel)
+
+    @g.node(map_over="reviewers")
+    async def vote(s: Panel, ctx: NodeContext, item: str) -> dict[str, Any]:
+        answer = await ctx.interrupt({"question": f"{item}, approve?"}, response=Vote)
+        return {"votes": [f"{item}:{'yes' if answer.approve else 'no'}"]}
+
+    return g
+
+
+def paused_panel(seeded: Seeded, client: Client) -> tuple[str, list[str]]:
+    """A run of ``panel_graph`` waiting for its three questions; their ids in item order."""
+    run = asyncio.run(seeded.rt.start(panel_graph(), {}))
+    assert run.status == RunStatus.INTERRUPTED
+    found = client.get("/api/interrupts", params={"run_id": run.id}).json()["interrupts"]
+    by_node = {i["node"]: i["id"] for i in found}
+    assert sorted(by_node) == ["vote[0]", "vote[1]", "vote[2]"]
+    return run.id, [by_node[f"vote[{k}]"] for k in range(3)]
+
+
+def test_resume_answers_every_question_of_a_paused_run_at_once(seeded: Seeded, client: Client) -> None:
+    run_id, ids = paused_panel(seeded, client)
+    answers = {ids[2]: {"approve": False}, ids[0]: {"approve": True}, ids[1]: {"approve": True}}
+    r = client.post(f"/api/runs/{run_id}/resume", json={"answers": answers})
+    assert r.status_code == 202 and r.json() == {"run_id": run_id}
+    assert wait_for(seeded.rt, run_id).status == RunStatus.SUCCEEDED
+    assert client.get(f"/api/runs/{run_id}").json()["state"]["votes"] == ["ana:yes", "ben:yes", "cy:no"]
+    events = client.get(f"/api/runs/{run_id}/events?limit=1000").json()["events"]
+    answered = [e["data"] for e in events if e["type"] == "interrupt.answered"]
+    assert sorted(answered, key=lambda d: ids.index(d["interrupt_id"])) == [
+        {"interrupt_id": i, "by": "local"} for i in ids]
+    again = client.post(f"/api/runs/{run_id}/resume", json={"answers": {ids[0]: {"approve": False}}})
+    assert "already succeeded" in error(again, 409)
+
+
+def test_some_answers_move_the_run_and_it_pauses_again_for_the_rest(seeded: Seeded, client: Client) -> None:
+    run_id, ids = paused_panel(seeded, client)
+    r = client.post(f"/api/runs/{run_id}/resume", json={"answers": {ids[1]: {"approve": True}}})
+    assert r.status_code == 202
+    assert wait_for(seeded.rt, run_id).status == RunStatus.INTERRUPTED
+    pending = client.get("/api/interrupts", params={"run_id": run_id}).json()["interrupts"]
+    assert sorted(i["id"] for i in pending) == sorted([ids[0], ids[2]])   # the same questions, not new ones
+    assert "already answered" in error(
+        client.post(f"/api/runs/{run_id}/resume", json={"answers": {ids[1]: {"approve": False}}}), 409)
+    r = client.post(f"/api/runs/{run_id}/resume", json={"answers": {ids[0]: {"approve": False},
+                                                                    ids[2]: {"approve": True}}})
+    assert r.status_code == 202
+    assert wait_for(seeded.rt, run_id).status == RunStatus.SUCCEEDED
+    assert client.get(f"/api/runs/{run_id}").json()["state"]["votes"] == ["ana:no", "ben:yes", "cy:yes"]
+
+
+@pytest.mark.parametrize(("answers", "named"), [
+    ({"good": {"approve": True}, "bad": {"approve": "perhaps"}}, "approve"),
+    ({"good": {"approve": True}, "int_nope": {"approve": True}}, "int_nope"),
+    ({}, "at least one"),
+    ([{"approve": True}], "answers"),
+])
+def test_one_bad_answer_among_many_is_422_and_no_question_is_answered(seeded: Seeded, client: Client,
+                                                                      answers: Any, named: str) -> None:
+    run_id, ids = paused_panel(seeded, client)
+    if isinstance(answers, dict):
+        answers = {ids[0] if k == "good" else ids[1] if k == "bad" else k: v for k, v in answers.items()}
+    before = store_contents(seeded.rt)
+    assert named in error(client.post(f"/api/runs/{run_id}/resume", json={"answers": answers}), 422)
+    assert store_contents(seeded.rt) == before
+    assert seeded.rt.store.get_run(run_id).status == RunStatus.INTERRUPTED
+
+
+def test_resume_and_fork_take_new_limits(seeded: Seeded, client: Client) -> None:
+    r = client.post(f"/api/runs/{seeded.failed}/resume", json={"max_steps": 40, "max_cost": 2.5, "deadline": 60})
+    assert r.status_code == 202
+    cont = wait_for(seeded.rt, r.json()["run_id"])
+    assert cont.limits["max_steps"] == 40 and cont.limits["max_cost"] == 2.5 and cont.limits["deadline_s"] == 60
+    start = checkpoints(client, seeded.failed)[0]   # before `first`: the fork has two nodes to run
+    r = client.post(f"/api/checkpoints/{start['id']}/fork", json={"patch": {"n": 2}, "max_steps": 1})
+    assert r.status_code == 202
+    fork = wait_for(seeded.rt, r.json()["run_id"])
+    assert fork.limits["max_steps"] == 1
+    assert fork.status == RunStatus.FAILED and fork.error is not None
+    assert fork.error["class"] == "limit_exceeded" and "max_steps=1" in fork.error["message"]
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ({"max_steps": 0}, "max_steps"),
+    ({"max_steps": 2.5}, "max_steps"),
+    ({"max_tokens": "many"}, "max_tokens"),
+    ({"max_cost": -1}, "max_cost"),
+    ({"deadline": 1e400}, "too large"),
+    ({"deadline": 0}, "deadline"),
+])
+def test_a_bad_limit_is_422_naming_it_and_writes_nothing(seeded: Seeded, client: Client, body: Any,
+                                                         named: str) -> None:
+    base = checkpoints(client, seeded.failed)[1]
+    before = store_contents(seeded.rt)
+    for url in (f"/api/runs/{seeded.failed}/resume", f"/api/checkpoints/{base['id']}/fork"):
+        r = client.post(url, content=json.dumps(body).encode() if body.get("deadline") != 1e400
+                        else b'{"deadline": 1e400}')
+        assert named in error(r, 422)
+    assert store_contents(seeded.rt) == before
 
 
 def test_cancel_a_running_run_then_it_has_ended(seeded: Seeded, client: Client) -> None:
@@ -439,8 +556,11 @@ def test_openapi_lists_every_route_with_its_body_and_statuses(reader: Client) ->
     listed = {(m, p) for p, ops in doc["paths"].items() for m in ops}
     assert listed == ROUTES
     fork = doc["paths"]["/api/checkpoints/{checkpoint_id}/fork"]["post"]
+    limits = {"deadline", "max_steps", "max_tokens", "max_cost"}
     assert set(fork["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {
-        "patch", "effects", "mocks"}
+        "patch", "effects", "mocks", *limits}
+    resume = doc["paths"]["/api/runs/{run_id}/resume"]["post"]
+    assert set(resume["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {"answers", *limits}
     assert set(fork["responses"]) == {"202", "404", "422"}
     assert set(doc["paths"]["/api/import"]["post"]["responses"]) == {"201", "422"}
     assert set(doc["paths"]["/api/runs/{run_id}/compensate"]["post"]["responses"]) == {"200", "404", "409", "422"}
