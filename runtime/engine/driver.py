@@ -88,7 +88,18 @@ class Driver:
         answering = answer is not MISSING or bool(answers)
         path = RESUME_PATHS[run.status]
         if path == ResumePath.RECOVER and answering and self.orphaned(run):
-            # its process died while a question was open: recover it (it pauses again), then answer
+            # Its process died while a question was open: recover it (it pauses again), then
+            # answer. The answers are for the questions the caller saw: bound to them and
+            # checked now, before recovery changes anything, so that an effect cut off by the
+            # crash (a question of its own, asked by recovery) leaves them as they were.
+            asked = self.store.interrupts(run_id)
+            if not any(i.status == InterruptStatus.PENDING for i in asked):
+                raise InvalidRequest(f"run {run_id}'s process stopped with no question open: there is nothing "
+                                     f"to answer; resume it without an answer to recover it")
+            given = match_answers(run, asked, answer, answers)
+            for i, value in given:
+                validate_answer(self.deps.graphs, i, value)
+            answer, answers = MISSING, {i.id: value for i, value in given}
             run = await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER)))
             path = RESUME_PATHS[run.status]
         if path == ResumePath.ANSWER:

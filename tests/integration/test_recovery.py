@@ -1,4 +1,5 @@
-"""Recovery of a run whose process was SIGKILLed while it was stopping or backing off."""
+"""Recovery of a run whose process was SIGKILLed while it was stopping, backing off, or
+waiting for an answer with an effect in flight."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import RunStatus, Runtime, SqlStore
+from runtime import InterruptKind, InvalidAnswer, InvalidRequest, RunStatus, Runtime, SqlStore
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -19,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 GRAPHS = textwrap.dedent('''
     import asyncio, os, signal, sys
     from pathlib import Path
+    from pydantic import BaseModel
     from runtime import Graph, RetryPolicy, TransientError
 
     HERE = Path(__file__).parent
@@ -60,12 +62,35 @@ GRAPHS = textwrap.dedent('''
             os.kill(os.getpid(), signal.SIGKILL)
         return {}
 
+    class Approval(BaseModel):
+        approve: bool
+
+    asking = Graph("asking")
+
+    @asking.node()
+    async def ask(state, ctx):
+        answer = await ctx.interrupt({"question": "ship it?"}, response=Approval)
+        mark(f"ask {answer.approve}")
+        return {}
+
+    def charge():
+        mark("charge")
+        if os.environ.get("DIE"):   # the effect started and its outcome is never recorded
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"charged": 5}
+
+    @asking.node()
+    async def pay(state, ctx):
+        await asyncio.sleep(0.5)   # after the question was asked
+        await ctx.effect("charge", charge)
+        return {}
+
     if __name__ == "__main__":  # import ourselves by name: node refs must match the test's
         import importlib
         from runtime import Runtime, SqlStore
         sys.path.insert(0, str(HERE))
         me = importlib.import_module(Path(__file__).stem)
-        graph = {"stopping": me.stopping, "backoff": me.backoff}[sys.argv[2]]
+        graph = {"stopping": me.stopping, "backoff": me.backoff, "asking": me.asking}[sys.argv[2]]
         asyncio.run(Runtime(SqlStore(sys.argv[1])).start(graph, {}))
 ''')
 
@@ -118,4 +143,45 @@ async def test_a_retry_backoff_survives_a_crash(graphs):
                   and e.attempt == 2)
     assert second.at - retry_event.at >= 2.9  # the 3 s backoff was kept, not restarted or skipped
     assert marks(tmp_path).count("flaky") == 2 and time.time() - t0 < 30
+    rt.close()
+
+
+async def test_an_answer_to_a_run_whose_process_died_answers_the_question_it_was_given_for(graphs):
+    """The process died with a question open and an effect in flight. The answer (given
+    without an id: one question was open) is checked first, then recovery asks about the
+    cut-off effect as a question of its own; the answer stays with the question it was for."""
+    tmp_path, module, mod = graphs
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    run_until_killed(tmp_path, module, url, "asking")
+    rt = Runtime(SqlStore(url), graphs=[mod.asking])
+    run = (await rt.runs())[0]
+    assert run.status == RunStatus.RUNNING and rt.orphaned(run)
+    [question] = await rt.interrupts(run.id)
+    events = len(await rt.events(run.id))
+    with pytest.raises(InvalidAnswer, match="approve"):   # checked before recovery changes anything
+        await rt.resume(run.id, {"approve": "maybe"})
+    assert rt.store.get_run(run.id).status == RunStatus.RUNNING and len(await rt.events(run.id)) == events
+
+    run = await rt.resume(run.id, {"approve": True})
+    assert run.status == RunStatus.INTERRUPTED
+    assert rt.store.interrupt(question.id).answer == {"approve": True}
+    [doubt] = await rt.interrupts(run.id)
+    assert doubt.kind == InterruptKind.IN_DOUBT and doubt.node == "pay"
+    assert marks(tmp_path) == ["charge", "ask", "True"]
+    run = await rt.resume(run.id, {"action": "result", "result": {"charged": 5}})
+    assert run.status == RunStatus.SUCCEEDED
+    assert marks(tmp_path).count("charge") == 1   # the effect ran once, in the process that died
+    rt.close()
+
+
+async def test_an_answer_to_a_run_whose_process_died_with_no_question_open_is_refused(graphs):
+    tmp_path, module, mod = graphs
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    run_until_killed(tmp_path, module, url, "stopping")
+    rt = Runtime(SqlStore(url), graphs=[mod.stopping])
+    run = (await rt.runs())[0]
+    events = len(await rt.events(run.id))
+    with pytest.raises(InvalidRequest, match="no question open"):
+        await rt.resume(run.id, {"approve": True})
+    assert rt.store.get_run(run.id).status == RunStatus.RUNNING and len(await rt.events(run.id)) == events
     rt.close()
