@@ -722,3 +722,89 @@ async def test_replay_from_inside_a_loop_with_code_that_adds_a_member_to_the_loo
     final = (await rt.history(replay.id))[-1]
     assert final.node_states["alt#1"] == NodeStatus.SKIPPED and final.node_states["model#2"] == NodeStatus.SUCCEEDED
     assert (await final_state(rt, replay.id)).log == (await final_state(rt, run.id)).log
+
+
+async def test_a_patched_fork_where_items_finished_out_of_order_still_folds_them_in_item_order(rt: Runtime):
+    """Item 3 finished first (every item in flight at once, each waiting for the next). A
+    patched fork's input is the state at its checkpoint, which holds item 3's result: kept
+    as it is, the other items' results would fold after it. The items past the first
+    unfinished one run again instead (served from the journal), so the log reads in item
+    order, as in the run and in an unpatched fork."""
+    world = World()
+    run = await rt.start(map_graph(world, count=4, reverse=True), {})
+    assert (await final_state(rt, run.id)).log == ["w0", "w1", "w2", "w3"]
+    base = await checkpoint_after(rt, run.id, "work[3]")
+    states = (await rt.history(run.id))[-1].node_states
+    at_base = next(c for c in await rt.history(run.id) if c.id == base).node_states
+    assert at_base["work[3]"] == NodeStatus.SUCCEEDED and at_base["work[0]"] != NodeStatus.SUCCEEDED
+    assert states["work[0]"] == NodeStatus.SUCCEEDED
+
+    plain = await rt.fork(base)
+    patched = await rt.fork(base, {"n": 7})
+    for fork in (plain, patched):
+        assert fork.status == RunStatus.SUCCEEDED, fork.error
+        assert (await final_state(rt, fork.id)).log == ["w0", "w1", "w2", "w3"]
+        await assert_instance_trace_consistent(rt, fork.id)
+    assert await attempted(rt, patched.id) == ["work[0]", "work[1]", "work[2]", "work[3]", "collect"]
+    assert sorted(world.of("svc")) == [0, 1, 2, 3]             # every item's effect served, none called again
+
+    live = await rt.fork(base, {"n": 7}, effects="live")
+    assert (await final_state(rt, live.id)).log == ["w0", "w1", "w2", "w3"]
+
+
+async def test_a_patch_that_edits_what_out_of_order_items_wrote_is_refused_and_writes_nothing(rt: Runtime):
+    world = World()
+    run = await rt.start(map_graph(world, count=4, reverse=True), {})
+    base = await checkpoint_after(rt, run.id, "work[3]")
+    before = len(rt.store.list_runs(limit=1000))
+    with pytest.raises(InvalidRequest, match="'log'.*work\\[3\\]"):
+        await rt.fork(base, {"log": ["edited"]})
+    assert len(rt.store.list_runs(limit=1000)) == before
+
+
+class Branches(BaseModel):
+    n: int = 0
+    log: Annotated[list[str], append] = []
+    last: str = ""
+
+
+def branches_graph(world: World, *, only_last_value: bool = False) -> ExecutableGraph:
+    """``a`` and ``b`` run side by side, ``b`` finishing first although ``a`` comes first in
+    canonical order; ``join`` after both. ``only_last_value``: ``b`` writes a last-value
+    field only, which no order can change."""
+    g = Graph("branches", state=Branches)
+    b_done = asyncio.Event()
+
+    @g.node()
+    async def a(s: Branches, ctx: NodeContext) -> dict:
+        await b_done.wait()
+        return {"log": [await ctx.effect("svc", lambda: world.call("svc", "a", "a"))]}
+
+    @g.node()
+    async def b(s: Branches, ctx: NodeContext) -> dict:
+        reply = await ctx.effect("svc", lambda: world.call("svc", "b", "b"))
+        b_done.set()
+        return {"last": reply} if only_last_value else {"log": [reply]}
+
+    @g.node(after=["a", "b"])
+    def join(s: Branches) -> dict:
+        return {"n": len(s.log)}
+
+    return g.compile()
+
+
+@pytest.mark.parametrize("only_last_value", [False, True])
+async def test_a_patched_fork_where_a_later_branch_finished_first_folds_in_canonical_order(
+        rt: Runtime, only_last_value: bool):
+    world = World()
+    run = await rt.start(branches_graph(world, only_last_value=only_last_value), {})
+    assert run.status == RunStatus.SUCCEEDED
+    want = await final_state(rt, run.id)
+    base = await checkpoint_after(rt, run.id, "b")
+    fork = await rt.fork(base, {"n": 5})
+    assert fork.status == RunStatus.SUCCEEDED, fork.error
+    assert await final_state(rt, fork.id) == want
+    # a branch that wrote an ordered field runs again (served from the journal); one that
+    # wrote a last value only is kept
+    assert await attempted(rt, fork.id) == (["a", "join"] if only_last_value else ["a", "b", "join"])
+    assert world.of("svc") == ["b", "a"]
