@@ -150,6 +150,8 @@ class JournalHost(Protocol):
     def now(self) -> float: ...
     def count_usage(self, scope: AttemptScope, tokens: int, cost: float) -> str | None:
         """Add usage (from any thread); why the budget is now exhausted, or None."""
+    def recording(self) -> bool:
+        """Whether the run still records (it has not ended, or been abandoned by its driver)."""
 
 
 def validate_unrecorded_answer(answer: JSON) -> UnrecordedAnswer:
@@ -235,6 +237,21 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
     info = EffectInfo(key=key, name=name, request=req, deadline=scope.deadline, attempt=attempt, meter=meter)
     try:
         result = await call_effect_fn(fn, info, scope.remaining())
+    except OutlivedCancel as late:
+        # Cancelled while a sync effect ran: its thread finished, so its outcome is known.
+        # Recorded while the run is still recording (its end waits for this attempt), it is
+        # served to whoever continues the run instead of becoming a question.
+        if host.recording():
+            try:
+                if late.error is None:
+                    host.record_effect(_outcome(started, EffectStatus.SUCCEEDED, host.now(),
+                                                result=to_json(late.result, f"effect {name!r} result")), durable=False)
+                else:
+                    host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(),
+                                                error=f"{type(late.error).__name__}: {late.error}"), durable=False)
+            except NodeError:
+                pass   # a result with no JSON form: left STARTED, as when the attempt was not cancelled
+        raise asyncio.CancelledError(f"attempt cancelled while effect {name!r} ran; its outcome is recorded") from None
     except (asyncio.CancelledError, TimeoutError):
         # Outcome unknown: leave the entry STARTED, so recovery treats it as in doubt.
         raise
@@ -299,10 +316,40 @@ def _outcome(started: JournalEntry, status: EffectStatus, at: float, *, result: 
                         compensate=started.compensate)
 
 
+class OutlivedCancel(BaseException):
+    """The attempt was cancelled while a sync effect ran in its thread, which cannot be
+    stopped; the thread finished anyway, with ``result`` or ``error``."""
+
+    def __init__(self, result: Any = None, error: BaseException | None = None):
+        super().__init__("the attempt was cancelled; its sync effect finished")
+        self.result, self.error = result, error
+
+
+async def _outlive_cancel(thread: asyncio.Future[Any]) -> Any:
+    """Wait for a sync effect's thread. A cancel does not stop the thread, so it waits on
+    for the thread's outcome and raises it as ``OutlivedCancel``; a second cancel gives up
+    (the outcome is then unknown, and the effect in doubt)."""
+    try:
+        return await asyncio.shield(thread)
+    except asyncio.CancelledError:
+        if thread.cancelled():
+            raise
+    try:
+        result = await thread
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        raise OutlivedCancel(error=e) from None
+    raise OutlivedCancel(result)
+
+
 async def call_effect_fn(fn: Callable[..., Any], info: EffectInfo, remaining: float | None) -> Any:
     args = (info,) if _takes_arg(fn) else ()
     if inspect.iscoroutinefunction(fn):
         coro = fn(*args)
+    elif remaining is None:   # no deadline to keep: a cancel waits for the thread (see _outlive_cancel)
+        result = await _outlive_cancel(asyncio.ensure_future(asyncio.to_thread(fn, *args)))
+        return await result if inspect.isawaitable(result) else result
     else:
         coro = asyncio.to_thread(fn, *args)
     if remaining is None:

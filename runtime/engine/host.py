@@ -91,6 +91,9 @@ class RunHost:
     def now(self) -> float:
         return self.rec.env.now()
 
+    def recording(self) -> bool:
+        return not self.rec.closed
+
     # ------------------------------------------------------------------ the journal
 
     def journal_latest(self, node: str, name: str, occurrence: int) -> JournalEntry | None:

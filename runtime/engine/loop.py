@@ -188,6 +188,7 @@ class RunLoop(Outcomes, Growth):
             self._abort(stop(StopKind.FAIL, ErrorClass.INTERNAL, f"{type(e).__name__}: {e}"))
             raise
         finally:
+            self.rec.closed = True
             self._waiter.close()
             self.deps.slots.detach(self)
 

@@ -64,6 +64,9 @@ class Recorder:
         self.seq = run.event_seq
         self.last_flush = env.now()
         self._dirty = False
+        #: the run's driver stopped (the run ended, was abandoned, or its lease was lost):
+        #: an attempt still running in a thread records nothing more
+        self.closed = False
         self._folded: list[str] = []
         self._since_snapshot = 0
         self._bytes_since_snapshot = 0

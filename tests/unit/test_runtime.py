@@ -4,6 +4,7 @@ error class, deadlines, limits, interrupts, in-doubt effects, continuations."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Annotated
 
@@ -24,7 +25,7 @@ from runtime import (
     TransientError,
     append,
 )
-from runtime import InterruptKind, InterruptStatus
+from runtime import EffectStatus, InterruptKind, InterruptStatus
 
 FAST = dict(initial_interval=0.001, backoff=1.0)
 
@@ -84,6 +85,43 @@ async def test_cancel_ends_cancelled_with_reason_and_nothing_retries(rt: Runtime
     assert attempts == [1]
     assert await node_status(rt, run_id, "slow") == NodeStatus.CANCELLED
     assert (await rt.attempts(run_id))[0].error_class == "cancelled"
+
+
+@pytest.mark.parametrize("outcome", ["result", "error"])
+async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcome(rt: Runtime, outcome: str):
+    """A sync effect's thread cannot be stopped. A cancel waits for it, so its outcome is
+    journaled: a continuation is served the result (or may try the failed call again)
+    instead of being asked whether the effect happened."""
+    g = Graph("g", state=S)
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def charge() -> str:
+        calls.append(1)
+        started.set()
+        release.wait(10)
+        if outcome == "error" and len(calls) == 1:
+            raise ConnectionError("card declined")
+        return "rcpt-1"
+
+    @g.node()
+    async def pay(state, ctx):
+        return {"value": await ctx.effect("charge", charge)}
+
+    task = asyncio.create_task(rt.start(g, {}))
+    await asyncio.to_thread(started.wait, 10)
+    run_id = (await rt.runs())[0].id
+    asyncio.get_running_loop().call_later(0.2, release.set)   # the effect is still running when the cancel comes
+    cancelled = await rt.cancel(run_id, "operator stopped it")
+    assert cancelled.status == RunStatus.CANCELLED and (await task).status == RunStatus.CANCELLED
+    assert await node_status(rt, run_id, "pay") == NodeStatus.CANCELLED
+    [started_entry, ended] = rt.store.journal([run_id])
+    assert started_entry.status == EffectStatus.STARTED
+    assert ended.status == (EffectStatus.SUCCEEDED if outcome == "result" else EffectStatus.FAILED)
+
+    cont = await rt.resume(run_id)
+    assert cont.status == RunStatus.SUCCEEDED and await rt.interrupts(cont.id) == []
+    assert (await final_state(rt, cont.id)).value == "rcpt-1"
+    assert len(calls) == (1 if outcome == "result" else 2)   # served, or the failed call tried again
 
 
 async def test_terminal_runs_cannot_be_cancelled_or_resumed(rt: Runtime):
