@@ -9,7 +9,7 @@ driving it in the background so the page can follow it live.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runtime import Runtime
@@ -112,15 +112,18 @@ async def pending_interrupt(rt: Runtime, interrupt_id: str) -> Interrupt:
     return found
 
 
-async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: str) -> str:
-    """Answer one interrupt; the answer is validated (against the node's response model
-    when it declared one) before the run moves. Returns the run id."""
+async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: str,
+                 also: Sequence[str] = ()) -> str:
+    """Answer one interrupt (and, with the same answer, the questions of the same run in
+    ``also``); every answer is validated (against the node's response model when it declared
+    one) before the run moves. Returns the run id."""
     found = await pending_interrupt(rt, interrupt_id)
     if found.status != InterruptStatus.PENDING:
         raise Conflict(f"interrupt {interrupt_id} is {found.status.value}: it cannot be answered again")
+    answers = {interrupt_id: value, **{other: value for other in also}}
     try:
         return await start_in_background(
-            rt, rt.resume(found.run_id, answers={interrupt_id: value}, answered_by=by), tasks)
+            rt, rt.resume(found.run_id, answers=answers, answered_by=by), tasks)
     except InvalidAnswer as e:
         if "already answered" in str(e):
             raise Conflict(str(e)) from None

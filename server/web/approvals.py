@@ -26,6 +26,7 @@ from runtime import Runtime
 from runtime.core.errors import InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import Checkpoint, EventType, Interrupt, InterruptKind, InterruptStatus, Run
+from runtime.graph.instances import base_node
 from server.present import interrupt_question
 
 from . import actions, auth, forms
@@ -191,8 +192,18 @@ def screen(rt: Runtime, interrupt_id: str) -> dict[str, Any]:
     value = i.payload.get("value") if isinstance(i.payload, Mapping) else i.payload
     return {"i": i, "run": run, "value": value, "question": question_text(i), "cp": cp, "state": state,
             "node_status": cp.node_states.get(i.node) if cp is not None else None,
-            "others": others, "by": by, "at": at, "effect": i.kind in EFFECT_CHOICES,
+            "others": others, "alike": alike(i, others), "by": by, "at": at, "effect": i.kind in EFFECT_CHOICES,
             "pending": i.status == InterruptStatus.PENDING}
+
+
+def alike(i: Interrupt, others: Sequence[Interrupt]) -> list[Interrupt]:
+    """The run's other open questions that one answer can settle too: asked by the same node
+    (other items of a map, say) for an answer of the same shape. A person's questions only;
+    what the runtime asks about an effect is decided effect by effect."""
+    if i.kind != InterruptKind.USER or i.status != InterruptStatus.PENDING:
+        return []
+    return [o for o in others if o.status == InterruptStatus.PENDING and o.kind == InterruptKind.USER
+            and base_node(o.node) == base_node(i.node) and o.response_schema == i.response_schema]
 
 
 @get("/interrupts/{interrupt_id:str}", include_in_schema=False)
@@ -250,8 +261,9 @@ async def answer_submit(request: Request[Any, Any, Any], interrupt_id: FromPath[
         value, ok = await in_thread(check_answer, rt, i, form, data)
         if ok:
             try:
+                also = [o.id for o in ctx["alike"]] if data.get("_same") == "true" else []
                 run_id = await actions.answer(rt, request.app.state.tasks, i.id, value,
-                                              by=auth.identity(request.scope))
+                                              by=auth.identity(request.scope), also=also)
             except (InvalidRequest, NotFound) as e:
                 form.errors.append(str(e))
                 status = 409 if isinstance(e, Conflict) else 404 if isinstance(e, NotFound) else 422

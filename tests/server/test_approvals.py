@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from litestar import Litestar
@@ -31,6 +31,7 @@ from runtime import (
     RunStatus,
     Runtime,
     SqlStore,
+    append,
 )
 from server.web import approvals, forms
 from server.web.app import create_app
@@ -130,6 +131,33 @@ def pay_graph() -> Graph:
     async def charge(s: Pay, ctx: NodeContext) -> dict[str, Any]:
         receipt = await ctx.effect("payments.charge", lambda: f"live-{s.amount}", request={"amount": s.amount})
         return {"receipt": receipt}
+
+    return g
+
+
+class Vote(BaseModel):
+    approve: bool
+    note: str = Field("", max_length=20)
+
+
+class Panel(BaseModel):
+    reviewers: list[str] = ["ana", "ben", "cy"]
+    votes: Annotated[list[str], append] = []
+    value: str = ""
+
+
+def panel_graph() -> Graph:
+    """Each reviewer is asked at once (a map), and ``extra`` asks something else."""
+    g = Graph("panel", state=Panel)
+
+    @g.node(map_over="reviewers")
+    async def vote(s: Panel, ctx: NodeContext, item: str) -> dict[str, Any]:
+        answer = await ctx.interrupt({"question": f"{item}, approve?"}, response=Vote)
+        return {"votes": [f"{item}:{answer.approve}:{answer.note}"]}
+
+    @g.node()
+    async def extra(s: Panel, ctx: NodeContext) -> dict[str, Any]:
+        return {"value": str(await ctx.interrupt({"question": "anything else?"}, response=Vote))}
 
     return g
 
@@ -563,3 +591,39 @@ def test_model_errors_land_on_the_deepest_field_they_name():
     assert by_name["f.address.zip"].error == "bad zip"
     assert by_name["f.tags"].error == "2: too long"
     assert loose == ["whole"]
+
+
+def test_one_answer_can_settle_the_same_question_asked_by_every_item_of_a_map(rt: Runtime,
+                                                                                client: TestClient[Any]):
+    run = asyncio.run(rt.start(panel_graph(), {}))
+    assert run.status == RunStatus.INTERRUPTED
+    asked = {q.node: q for q in asyncio.run(rt.interrupts(run.id))}
+    assert sorted(asked) == ["extra", "vote[0]", "vote[1]", "vote[2]"]
+    page = client.get(f"/interrupts/{asked['vote[1]'].id}").text
+    assert "Give the same answer to the 2 other open questions from" in page and "vote[0], vote[2]" in page
+    assert "_same" not in client.get(f"/interrupts/{asked['extra'].id}").text   # no other question like it
+
+    reply = post_answer(client, asked["vote[1]"].id, {"f.approve": "true", "f.note": "ok", "_same": "true"})
+    assert reply.status_code == 303
+    settle(client)
+    assert asyncio.run(rt.get_run(run.id)).status == RunStatus.INTERRUPTED   # `extra` still waits
+    assert [q.node for q in asyncio.run(rt.interrupts(run.id))] == ["extra"]
+    answered = [e.data for e in asyncio.run(rt.events(run.id)) if e.type == EventType.INTERRUPT_ANSWERED]
+    assert sorted(d["interrupt_id"] for d in answered) == sorted(asked[f"vote[{k}]"].id for k in range(3))
+    reply = post_answer(client, asked["extra"].id, {"f.approve": "false", "f.note": ""})
+    settle(client)
+    state = asyncio.run(rt.state_at(asyncio.run(rt.history(run.id))[-1].id))
+    assert state.votes == ["ana:True:ok", "ben:True:ok", "cy:True:ok"]
+
+
+def test_without_the_box_ticked_only_the_question_shown_is_answered(rt: Runtime, client: TestClient[Any]):
+    run = asyncio.run(rt.start(panel_graph(), {}))
+    asked = {q.node: q for q in asyncio.run(rt.interrupts(run.id))}
+    reply = post_answer(client, asked["vote[0]"].id, {"f.approve": "false", "f.note": ""})
+    assert reply.status_code == 303
+    settle(client)
+    assert sorted(q.node for q in asyncio.run(rt.interrupts(run.id))) == ["extra", "vote[1]", "vote[2]"]
+    # an answer that does not fit is refused for every question, and none is answered
+    reply = post_answer(client, asked["vote[1]"].id, {"f.approve": "true", "f.note": "x" * 30, "_same": "true"})
+    assert reply.status_code == 422 and "20 characters" in reply.text
+    assert sorted(q.node for q in asyncio.run(rt.interrupts(run.id))) == ["extra", "vote[1]", "vote[2]"]
