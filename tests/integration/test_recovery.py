@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import InterruptKind, InvalidAnswer, InvalidRequest, RunStatus, Runtime, SqlStore
+from runtime import InterruptKind, InvalidAnswer, InvalidRequest, Run, RunStatus, Runtime, SqlStore
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -110,17 +110,22 @@ def run_until_killed(tmp_path: Path, module: str, url: str, graph: str) -> None:
     assert proc.returncode == -9, proc.stderr  # SIGKILLed, as planned
 
 
+async def killed(graphs, name: str) -> tuple[Path, Runtime, Run]:
+    """Graph ``name`` run in a process SIGKILLed part-way: a Runtime over its store, and the run."""
+    tmp_path, module, mod = graphs
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    run_until_killed(tmp_path, module, url, name)
+    rt = Runtime(SqlStore(url), graphs=[getattr(mod, name)])
+    return tmp_path, rt, (await rt.runs())[0]
+
+
 def marks(tmp_path: Path) -> list[str]:
     path = tmp_path / "marks.log"
     return path.read_text().split() if path.exists() else []
 
 
 async def test_a_run_killed_while_stopping_after_a_failure_ends_failed_without_new_work(graphs):
-    tmp_path, module, mod = graphs
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    run_until_killed(tmp_path, module, url, "stopping")
-    rt = Runtime(SqlStore(url), graphs=[mod.stopping])
-    run = (await rt.runs())[0]
+    tmp_path, rt, run = await killed(graphs, "stopping")
     assert run.status == RunStatus.RUNNING
     run = await rt.resume(run.id)
     assert run.status == RunStatus.FAILED
@@ -150,11 +155,7 @@ async def test_an_answer_to_a_run_whose_process_died_answers_the_question_it_was
     """The process died with a question open and an effect in flight. The answer (given
     without an id: one question was open) is checked first, then recovery asks about the
     cut-off effect as a question of its own; the answer stays with the question it was for."""
-    tmp_path, module, mod = graphs
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    run_until_killed(tmp_path, module, url, "asking")
-    rt = Runtime(SqlStore(url), graphs=[mod.asking])
-    run = (await rt.runs())[0]
+    tmp_path, rt, run = await killed(graphs, "asking")
     assert run.status == RunStatus.RUNNING and rt.orphaned(run)
     [question] = await rt.interrupts(run.id)
     events = len(await rt.events(run.id))
@@ -175,11 +176,7 @@ async def test_an_answer_to_a_run_whose_process_died_answers_the_question_it_was
 
 
 async def test_an_answer_to_a_run_whose_process_died_with_no_question_open_is_refused(graphs):
-    tmp_path, module, mod = graphs
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    run_until_killed(tmp_path, module, url, "stopping")
-    rt = Runtime(SqlStore(url), graphs=[mod.stopping])
-    run = (await rt.runs())[0]
+    _, rt, run = await killed(graphs, "stopping")
     events = len(await rt.events(run.id))
     with pytest.raises(InvalidRequest, match="no question open"):
         await rt.resume(run.id, {"approve": True})
