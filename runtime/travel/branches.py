@@ -9,8 +9,7 @@ replay leaves the store exactly as it was.
   inherits their writes exactly as a continuation does, so every node sees what it
   would have seen in the source run. With a patch, the patched state at the base is
   the fork's input (a person authored it), and nodes see it plus their ancestors'
-  writes in the fork; what had finished ahead of unfinished work, out of canonical
-  order, runs again when its place in the fold matters. Effects are mocked by default.
+  writes in the fork. Effects are mocked by default.
 * A **replay** re-executes recorded nodes with every effect mocked, to compare:
   from a run (its first checkpoint: everything runs again) or from a checkpoint
   (the nodes finished there keep their recorded writes). It may use new code.
@@ -34,7 +33,7 @@ from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..engine.decisions import with_limits
 from ..engine.deps import EngineDeps
 from ..graph import ExecutableGraph
-from ..graph.instances import instance_key, instance_name, parse_instance
+from ..graph.instances import instance_name, parse_instance
 from ..graph.reducers import fold
 from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
 from ..history.lineage import continued_chain, writes_lineage
@@ -106,19 +105,16 @@ def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | N
     patched = apply_patch(compiled, base, patch) if patch else None   # {}: nothing edited
     statuses = branch_statuses(cp.node_states)
     if patched is not None:
-        writes = deps.store.node_writes(writes_lineage(deps.store, source))
-        edited = _restart_edited_items(compiled, statuses, base, patched)
-        restarted = _restart_out_of_order(compiled, edited, patched, patch or {}, writes)
+        restarted = _restart_edited_items(compiled, statuses, base, patched)
         if restarted != statuses:
-            # the state without the writes of the instances that run again, edited as asked
+            # the state without the writes of the items that run again, edited as asked
+            writes = deps.store.node_writes(writes_lineage(deps.store, source))
             baked = sorted(n for n, st in statuses.items()
-                           if restarted.get(n) != st and st == NodeStatus.SUCCEEDED and n not in writes)
+                           if n not in restarted and st == NodeStatus.SUCCEEDED and n not in writes)
             if baked:
-                why = ("the patch edits the list of a map under way, whose finished items then run again"
-                       if edited != statuses else
-                       "instances that finished ahead of unfinished ones run again, so that the state folds in order")
                 raise InvalidRequest(
-                    f"{why}; {', '.join(baked[:5])} came to run {source.id} with its own patched state, which "
+                    f"the patch edits the list of a map under way, whose finished items then run again; "
+                    f"{', '.join(baked[:5])} came to run {source.id} with its own patched state, which "
                     f"holds their results: fork from the checkpoint that run branched off instead")
             statuses = restarted
             kept = [(n, writes[n]) for n in compiled.canonical(list(statuses))
@@ -218,51 +214,6 @@ def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus
             redo.add(group)
     return {n: st for n, st in statuses.items()
             if (p := parse_instance(n)).item is None or instance_name(p.node, p.iteration) not in redo}
-
-
-def _restart_out_of_order(graph: ExecutableGraph, statuses: dict[str, NodeStatus], state: Mapping[str, JSON],
-                          patch: Mapping[str, JSON], writes: Mapping[str, JSON]) -> dict[str, NodeStatus]:
-    """The statuses of a patched branch whose finished instances do not all come before its
-    unfinished ones in canonical order (map items, or parallel branches, that finished out of
-    order). Its input holds their writes, which would fold before those of the instances
-    still to run. When one of them wrote a field whose reducer depends on order (anything
-    but a last value), every finished instance after the first unfinished one runs again
-    (a mocked branch is served their recorded effects), so the state folds in canonical
-    order as in any other run. A patch that edits what they wrote is refused: running them
-    again would write it a second time."""
-    def key(name: str) -> tuple[int, int, int, int]:
-        return instance_key(graph.index, graph.block, name)
-
-    open_keys: list[tuple[int, int, int, int]] = []
-    for name, st in statuses.items():
-        node, it, item = parse_instance(name)
-        spec = graph.nodes.get(node)
-        if spec is None or st in COMPLETED_NODE:
-            continue
-        if spec.map_over is not None and item is None:   # a map under way: its unfinished items are open
-            values = state.get(spec.map_over)
-            items = [instance_name(node, it, k) for k in range(len(values) if isinstance(values, list) else 0)]
-            missing = [key(i) for i in items if i not in statuses]
-            open_keys += missing if missing or any(i in statuses for i in items) else [key(name)]
-            continue
-        open_keys.append(key(name))
-    if not open_keys:
-        return statuses
-    first = min(open_keys)
-    late = graph.canonical([n for n, st in statuses.items() if st == NodeStatus.SUCCEEDED and key(n) > first])
-    wrote = {n: list(w) if isinstance(w := writes.get(n), Mapping) else None for n in late}
-    # an instance whose writes are not known (a patched source's input holds them) counts as moved
-    if not any(fields is None or any(not graph.reducer(f).conflicts for f in fields) for fields in wrote.values()):
-        return statuses
-    edited = sorted({f for fields in wrote.values() for f in fields or () if f in patch})
-    if edited:
-        raise InvalidRequest(
-            f"the patch edits {', '.join(map(repr, edited))}, which {', '.join(late[:5])} wrote after finishing "
-            f"ahead of instances that had not; they run again so that the state folds in order, and would write "
-            f"it a second time: fork from a checkpoint before they finished, or leave those fields as they are")
-    redo = set(late)
-    return {n: (NodeStatus.PENDING if n in redo else st) for n, st in statuses.items()
-            if n not in redo or parse_instance(n).item is None}   # a map creates its items again
 
 
 def _name_code(options: dict[str, JSON], source: Run, graph: ExecutableGraph | None) -> None:
