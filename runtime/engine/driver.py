@@ -100,8 +100,10 @@ class Driver:
             for i, value in given:
                 validate_answer(self.deps.graphs, i, value)
             answer, answers = MISSING, {i.id: value for i, value in given}
-            run = await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER)))
+            # new limits apply from here on: to the recovery too (an expired deadline would fail it)
+            run = await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits)))
             path = RESUME_PATHS[run.status]
+            limits = None
         if path == ResumePath.ANSWER:
             return await self.answer(run, answer, answers, limits, by)
         if answering:

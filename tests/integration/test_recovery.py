@@ -3,6 +3,7 @@ waiting for an answer with an effect in flight."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import subprocess
 import sys
@@ -91,7 +92,8 @@ GRAPHS = textwrap.dedent('''
         sys.path.insert(0, str(HERE))
         me = importlib.import_module(Path(__file__).stem)
         graph = {"stopping": me.stopping, "backoff": me.backoff, "asking": me.asking}[sys.argv[2]]
-        asyncio.run(Runtime(SqlStore(sys.argv[1])).start(graph, {}))
+        deadline = float(os.environ.get("DEADLINE", "0")) or None
+        asyncio.run(Runtime(SqlStore(sys.argv[1])).start(graph, {}, deadline=deadline))
 ''')
 
 
@@ -103,18 +105,18 @@ def graphs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return tmp_path, name, importlib.import_module(name)
 
 
-def run_until_killed(tmp_path: Path, module: str, url: str, graph: str) -> None:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "DIE": "1"}
+def run_until_killed(tmp_path: Path, module: str, url: str, graph: str, deadline: float = 0) -> None:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "DIE": "1", "DEADLINE": str(deadline)}
     proc = subprocess.run([sys.executable, str(tmp_path / f"{module}.py"), url, graph], env=env,
                           cwd=tmp_path, timeout=60, capture_output=True, text=True)
     assert proc.returncode == -9, proc.stderr  # SIGKILLed, as planned
 
 
-async def killed(graphs, name: str) -> tuple[Path, Runtime, Run]:
+async def killed(graphs, name: str, deadline: float = 0) -> tuple[Path, Runtime, Run]:
     """Graph ``name`` run in a process SIGKILLed part-way: a Runtime over its store, and the run."""
     tmp_path, module, mod = graphs
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    run_until_killed(tmp_path, module, url, name)
+    run_until_killed(tmp_path, module, url, name, deadline)
     rt = Runtime(SqlStore(url), graphs=[getattr(mod, name)])
     return tmp_path, rt, (await rt.runs())[0]
 
@@ -181,4 +183,17 @@ async def test_an_answer_to_a_run_whose_process_died_with_no_question_open_is_re
     with pytest.raises(InvalidRequest, match="no question open"):
         await rt.resume(run.id, {"approve": True})
     assert rt.store.get_run(run.id).status == RunStatus.RUNNING and len(await rt.events(run.id)) == events
+    rt.close()
+
+
+async def test_limits_given_with_the_answer_apply_to_the_recovery_too(graphs):
+    """The run's 2 s deadline passed while its process was dead; the answer comes with a new
+    one, which the recovery that comes first must already use."""
+    tmp_path, rt, run = await killed(graphs, "asking", deadline=2)
+    await asyncio.sleep(max(0.0, run.limits["deadline_at"] - time.time() + 0.1))
+    run = await rt.resume(run.id, {"approve": True}, deadline=100)
+    assert run.status == RunStatus.INTERRUPTED, run.error   # now on the cut-off effect alone
+    [doubt] = await rt.interrupts(run.id)
+    assert doubt.kind == InterruptKind.IN_DOUBT and run.limits["deadline_s"] == 100
+    assert marks(tmp_path) == ["charge", "ask", "True"]
     rt.close()
