@@ -152,6 +152,8 @@ class JournalHost(Protocol):
         """Add usage (from any thread); why the budget is now exhausted, or None."""
     def recording(self) -> bool:
         """Whether the run still records (it has not ended, or been abandoned by its driver)."""
+    def cancelling(self) -> bool:
+        """Whether the run is stopping because it was cancelled."""
 
 
 def validate_unrecorded_answer(answer: JSON) -> UnrecordedAnswer:
@@ -235,25 +237,29 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
             exceeded.append(over)
 
     info = EffectInfo(key=key, name=name, request=req, deadline=scope.deadline, attempt=attempt, meter=meter)
+
+    def record_late(thread: asyncio.Future[Any]) -> None:
+        # The run is being cancelled, but the sync effect's thread finished: its outcome is
+        # known. Recorded while the run still records, it is served to whoever continues the
+        # run instead of becoming a question.
+        if not host.recording():
+            return
+        if thread.exception() is not None:
+            error = thread.exception()
+            host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(),
+                                        error=f"{type(error).__name__}: {error}"), durable=False)
+            return
+        try:
+            result = to_json(thread.result(), f"effect {name!r} result")
+        except NodeError:
+            return   # no JSON form (a coroutine to await, say): left STARTED, as without the cancel
+        host.record_effect(_outcome(started, EffectStatus.SUCCEEDED, host.now(), result=result), durable=False)
+
     try:
-        result = await call_effect_fn(fn, info, scope.remaining())
-    except OutlivedCancel as late:
-        # Cancelled while a sync effect ran: its thread finished, so its outcome is known.
-        # Recorded while the run is still recording (its end waits for this attempt), it is
-        # served to whoever continues the run instead of becoming a question.
-        if host.recording():
-            try:
-                if late.error is None:
-                    host.record_effect(_outcome(started, EffectStatus.SUCCEEDED, host.now(),
-                                                result=to_json(late.result, f"effect {name!r} result")), durable=False)
-                else:
-                    host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(),
-                                                error=f"{type(late.error).__name__}: {late.error}"), durable=False)
-            except NodeError:
-                pass   # a result with no JSON form: left STARTED, as when the attempt was not cancelled
-        raise asyncio.CancelledError(f"attempt cancelled while effect {name!r} ran; its outcome is recorded") from None
+        result = await call_effect_fn(fn, info, scope.remaining(), record_late, host.cancelling)
     except (asyncio.CancelledError, TimeoutError):
-        # Outcome unknown: leave the entry STARTED, so recovery treats it as in doubt.
+        # Outcome unknown (unless ``record_late`` had it): the entry stays STARTED, so
+        # recovery treats it as in doubt.
         raise
     except Exception as e:
         host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(), error=f"{type(e).__name__}: {e}"),
@@ -316,40 +322,40 @@ def _outcome(started: JournalEntry, status: EffectStatus, at: float, *, result: 
                         compensate=started.compensate)
 
 
-class OutlivedCancel(BaseException):
-    """The attempt was cancelled while a sync effect ran in its thread, which cannot be
-    stopped; the thread finished anyway, with ``result`` or ``error``."""
-
-    def __init__(self, result: Any = None, error: BaseException | None = None):
-        super().__init__("the attempt was cancelled; its sync effect finished")
-        self.result, self.error = result, error
+#: how long a cancel waits for a sync effect's thread to finish, so that its outcome is
+#: recorded rather than left in doubt; a thread still running then is given up on
+CANCEL_GRACE = 5.0
 
 
-async def _outlive_cancel(thread: asyncio.Future[Any]) -> Any:
-    """Wait for a sync effect's thread. A cancel does not stop the thread, so it waits on
-    for the thread's outcome and raises it as ``OutlivedCancel``; a second cancel gives up
-    (the outcome is then unknown, and the effect in doubt)."""
+async def _outlive_cancel(thread: asyncio.Future[Any], on_late: Callable[[asyncio.Future[Any]], None],
+                          cancelling: Callable[[], bool]) -> Any:
+    """Wait for a sync effect's thread. A thread cannot be stopped: when the run is being
+    cancelled, wait up to ``CANCEL_GRACE`` for it and hand its outcome to ``on_late`` before
+    the cancel goes on. Any other cancellation (a deadline, the node's own timeout) and a
+    second cancel go on at once, leaving the outcome unknown."""
     try:
         return await asyncio.shield(thread)
     except asyncio.CancelledError:
-        if thread.cancelled():
+        if thread.cancelled() or not cancelling():
             raise
-    try:
-        result = await thread
-    except asyncio.CancelledError:
+        done, _ = await asyncio.wait({thread}, timeout=CANCEL_GRACE)
+        if done:
+            on_late(thread)
         raise
-    except Exception as e:
-        raise OutlivedCancel(error=e) from None
-    raise OutlivedCancel(result)
 
 
-async def call_effect_fn(fn: Callable[..., Any], info: EffectInfo, remaining: float | None) -> Any:
+async def call_effect_fn(fn: Callable[..., Any], info: EffectInfo, remaining: float | None,
+                         on_late: Callable[[asyncio.Future[Any]], None] | None = None,
+                         cancelling: Callable[[], bool] = lambda: False) -> Any:
+    """Call an effect's function: a coroutine function on the loop, any other in a thread.
+    ``on_late`` receives a thread that finished while the run was being cancelled
+    (``cancelling``; see ``_outlive_cancel``)."""
     args = (info,) if _takes_arg(fn) else ()
+    coro: Any
     if inspect.iscoroutinefunction(fn):
         coro = fn(*args)
-    elif remaining is None:   # no deadline to keep: a cancel waits for the thread (see _outlive_cancel)
-        result = await _outlive_cancel(asyncio.ensure_future(asyncio.to_thread(fn, *args)))
-        return await result if inspect.isawaitable(result) else result
+    elif on_late is not None:
+        coro = _outlive_cancel(asyncio.ensure_future(asyncio.to_thread(fn, *args)), on_late, cancelling)
     else:
         coro = asyncio.to_thread(fn, *args)
     if remaining is None:

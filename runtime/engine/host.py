@@ -83,6 +83,8 @@ class RunHost:
         self.over_budget_by: str | None = None
         #: wakes the run loop, so a recorded event does not wait for the next heartbeat
         self.wake: Callable[[], None] = lambda: None
+        #: the run is stopping because it was cancelled (set by the run loop)
+        self.cancel_requested = False
 
     @property
     def run_id(self) -> str:
@@ -93,6 +95,9 @@ class RunHost:
 
     def recording(self) -> bool:
         return not self.rec.closed
+
+    def cancelling(self) -> bool:
+        return self.cancel_requested
 
     # ------------------------------------------------------------------ the journal
 

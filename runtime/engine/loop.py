@@ -143,6 +143,7 @@ class RunLoop(Outcomes, Growth):
     def request_cancel(self, reason: str) -> None:
         if supersedes(StopKind.CANCEL, self._stop.kind if self._stop else None):
             self._stop = stop(StopKind.CANCEL, ErrorClass.CANCELLED, reason)
+            self.host.cancel_requested = True   # a sync effect's thread gets a moment to finish
             self._stop_in_flight()
             self.wake()
 

@@ -26,6 +26,7 @@ from runtime import (
     append,
 )
 from runtime import EffectStatus, InterruptKind, InterruptStatus
+from runtime.engine import effects
 
 FAST = dict(initial_interval=0.001, backoff=1.0)
 
@@ -87,11 +88,12 @@ async def test_cancel_ends_cancelled_with_reason_and_nothing_retries(rt: Runtime
     assert (await rt.attempts(run_id))[0].error_class == "cancelled"
 
 
-@pytest.mark.parametrize("outcome", ["result", "error"])
-async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcome(rt: Runtime, outcome: str):
-    """A sync effect's thread cannot be stopped. A cancel waits for it, so its outcome is
-    journaled: a continuation is served the result (or may try the failed call again)
-    instead of being asked whether the effect happened."""
+@pytest.mark.parametrize("outcome, deadline", [("result", None), ("error", None), ("result", 60.0)])
+async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcome(rt: Runtime, outcome: str,
+                                                                                   deadline: float | None):
+    """A sync effect's thread cannot be stopped. A cancel waits for it (a moment), so its
+    outcome is journaled: a continuation is served the result (or may try the failed call
+    again) instead of being asked whether the effect happened. With a deadline too."""
     g = Graph("g", state=S)
     started, release, calls = threading.Event(), threading.Event(), []
 
@@ -107,7 +109,7 @@ async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcom
     async def pay(state, ctx):
         return {"value": await ctx.effect("charge", charge)}
 
-    task = asyncio.create_task(rt.start(g, {}))
+    task = asyncio.create_task(rt.start(g, {}, deadline=deadline))
     await asyncio.to_thread(started.wait, 10)
     run_id = (await rt.runs())[0].id
     asyncio.get_running_loop().call_later(0.2, release.set)   # the effect is still running when the cancel comes
@@ -122,6 +124,53 @@ async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcom
     assert cont.status == RunStatus.SUCCEEDED and await rt.interrupts(cont.id) == []
     assert (await final_state(rt, cont.id)).value == "rcpt-1"
     assert len(calls) == (1 if outcome == "result" else 2)   # served, or the failed call tried again
+
+
+async def test_a_cancel_gives_up_on_a_sync_effect_that_hangs_and_leaves_it_in_doubt(rt: Runtime,
+                                                                                    monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(effects, "CANCEL_GRACE", 0.2)
+    g = Graph("g", state=S)
+    started, release = threading.Event(), threading.Event()
+
+    def hang() -> str:
+        started.set()
+        release.wait(10)
+        return "late"
+
+    @g.node()
+    async def pay(state, ctx):
+        return {"value": await ctx.effect("charge", hang)}
+
+    task = asyncio.create_task(rt.start(g, {}))
+    await asyncio.to_thread(started.wait, 10)
+    run_id = (await rt.runs())[0].id
+    t0 = time.monotonic()
+    assert (await rt.cancel(run_id, "stop")).status == RunStatus.CANCELLED
+    assert time.monotonic() - t0 < 5 and (await task).status == RunStatus.CANCELLED
+    release.set()
+    assert [e.status for e in rt.store.journal([run_id])] == [EffectStatus.STARTED]   # its outcome is unknown
+    cont = await rt.resume(run_id)
+    [doubt] = await rt.interrupts(cont.id)
+    assert cont.status == RunStatus.INTERRUPTED and doubt.kind == InterruptKind.IN_DOUBT
+
+
+async def test_a_nodes_own_timeout_around_a_sync_effect_does_not_wait_for_its_thread(rt: Runtime):
+    g = Graph("g", state=S)
+    release = threading.Event()
+
+    @g.node()
+    async def pay(state, ctx):
+        try:
+            await asyncio.wait_for(ctx.effect("charge", lambda: release.wait(10)), 0.2)
+        except TimeoutError:
+            return {"value": "gave up"}
+        return {"value": "done"}
+
+    t0 = time.monotonic()
+    run = await rt.start(g, {})
+    release.set()
+    assert time.monotonic() - t0 < 5
+    assert run.status == RunStatus.SUCCEEDED and (await final_state(rt, run.id)).value == "gave up"
 
 
 async def test_terminal_runs_cannot_be_cancelled_or_resumed(rt: Runtime):
