@@ -198,12 +198,14 @@ def screen(rt: Runtime, interrupt_id: str) -> dict[str, Any]:
 
 def alike(i: Interrupt, others: Sequence[Interrupt]) -> list[Interrupt]:
     """The run's other open questions that one answer can settle too: asked by the same node
-    (other items of a map, say) for an answer of the same shape. A person's questions only;
-    what the runtime asks about an effect is decided effect by effect."""
+    (other items of a map, say) at the same place in it (its first ``ctx.interrupt``, its
+    second, ...) for an answer of the same shape. A person's questions only; what the
+    runtime asks about an effect is decided effect by effect."""
     if i.kind != InterruptKind.USER or i.status != InterruptStatus.PENDING:
         return []
     return [o for o in others if o.status == InterruptStatus.PENDING and o.kind == InterruptKind.USER
-            and base_node(o.node) == base_node(i.node) and o.response_schema == i.response_schema]
+            and base_node(o.node) == base_node(i.node) and o.slot == i.slot
+            and o.response_schema == i.response_schema]
 
 
 @get("/interrupts/{interrupt_id:str}", include_in_schema=False)
@@ -240,6 +242,18 @@ def check_answer(rt: Runtime, i: Interrupt, form: AnswerForm, data: Mapping[str,
     return value, ok
 
 
+def same_as_shown(alike: Sequence[Interrupt], ticked: str | None) -> list[str]:
+    """The other questions the box named when the page was shown (its value lists their ids),
+    if they all still wait for the same answer; ``Conflict`` if that changed meanwhile."""
+    if not ticked:
+        return []
+    shown = sorted(set(ticked.split(",")))
+    if not set(shown) <= {o.id for o in alike}:
+        raise Conflict("the other questions this answer was to settle changed since the page was shown "
+                       "(answered, or asked anew): reload the page to see them")
+    return shown
+
+
 def _go(request: Request[Any, Any, Any], url: str) -> Response[Any]:
     if is_htmx(request):
         return Response("", status_code=200, headers={"HX-Redirect": url})
@@ -261,7 +275,7 @@ async def answer_submit(request: Request[Any, Any, Any], interrupt_id: FromPath[
         value, ok = await in_thread(check_answer, rt, i, form, data)
         if ok:
             try:
-                also = [o.id for o in ctx["alike"]] if data.get("_same") == "true" else []
+                also = same_as_shown(ctx["alike"], data.get("_same"))
                 run_id = await actions.answer(rt, request.app.state.tasks, i.id, value,
                                               by=auth.identity(request.scope), also=also)
             except (InvalidRequest, NotFound) as e:

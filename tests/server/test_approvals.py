@@ -162,6 +162,19 @@ def panel_graph() -> Graph:
     return g
 
 
+def two_asks_graph() -> Graph:
+    """Each reviewer is asked two different things in a row, with the same model."""
+    g = Graph("two_asks", state=Panel)
+
+    @g.node(map_over="reviewers")
+    async def vote(s: Panel, ctx: NodeContext, item: str) -> dict[str, Any]:
+        budget = await ctx.interrupt({"question": f"{item}, approve the budget?"}, response=Vote)
+        delete = await ctx.interrupt({"question": f"{item}, delete the old account?"}, response=Vote)
+        return {"votes": [f"{item}:{budget.approve}:{delete.approve}"]}
+
+    return g
+
+
 # --------------------------------------------------------------------------- fixtures and helpers
 
 @pytest.fixture
@@ -603,7 +616,9 @@ def test_one_answer_can_settle_the_same_question_asked_by_every_item_of_a_map(rt
     assert "Give the same answer to the 2 other open questions from" in page and "vote[0], vote[2]" in page
     assert "_same" not in client.get(f"/interrupts/{asked['extra'].id}").text   # no other question like it
 
-    reply = post_answer(client, asked["vote[1]"].id, {"f.approve": "true", "f.note": "ok", "_same": "true"})
+    box = controls(page).controls["_same"]
+    assert sorted(box["value"].split(",")) == sorted([asked["vote[0]"].id, asked["vote[2]"].id])
+    reply = post_answer(client, asked["vote[1]"].id, {"f.approve": "true", "f.note": "ok", "_same": box["value"]})
     assert reply.status_code == 303
     settle(client)
     assert asyncio.run(rt.get_run(run.id)).status == RunStatus.INTERRUPTED   # `extra` still waits
@@ -624,6 +639,27 @@ def test_without_the_box_ticked_only_the_question_shown_is_answered(rt: Runtime,
     settle(client)
     assert sorted(q.node for q in asyncio.run(rt.interrupts(run.id))) == ["extra", "vote[1]", "vote[2]"]
     # an answer that does not fit is refused for every question, and none is answered
-    reply = post_answer(client, asked["vote[1]"].id, {"f.approve": "true", "f.note": "x" * 30, "_same": "true"})
+    same = f'{asked["vote[2]"].id}'
+    reply = post_answer(client, asked["vote[1]"].id, {"f.approve": "true", "f.note": "x" * 30, "_same": same})
     assert reply.status_code == 422 and "20 characters" in reply.text
     assert sorted(q.node for q in asyncio.run(rt.interrupts(run.id))) == ["extra", "vote[1]", "vote[2]"]
+
+
+def test_the_box_offers_only_the_same_question_and_only_those_shown(rt: Runtime, client: TestClient[Any]):
+    run = asyncio.run(rt.start(two_asks_graph(), {}))
+    budget = {q.node: q for q in asyncio.run(rt.interrupts(run.id))}
+    shown = controls(client.get(f"/interrupts/{budget['vote[1]'].id}").text).controls["_same"]["value"]
+    assert sorted(shown.split(",")) == sorted([budget["vote[0]"].id, budget["vote[2]"].id])
+
+    # meanwhile someone answers ana's budget question alone: ana now asks something else
+    assert post_answer(client, budget["vote[0]"].id, {"f.approve": "false"}).status_code == 303
+    settle(client)
+    now = {q.node: q for q in asyncio.run(rt.interrupts(run.id))}
+    assert now["vote[0]"].id != budget["vote[0]"].id and now["vote[0]"].slot != budget["vote[0]"].slot
+    page = client.get(f"/interrupts/{budget['vote[1]'].id}").text
+    assert controls(page).controls["_same"]["value"] == budget["vote[2]"].id   # not ana's other question
+
+    # the page shown before: its answer would have gone to a question no longer there
+    reply = post_answer(client, budget["vote[1]"].id, {"f.approve": "true", "_same": shown})
+    assert reply.status_code == 409 and "reload the page" in reply.text
+    assert {q.id for q in asyncio.run(rt.interrupts(run.id))} == {q.id for q in now.values()}   # none answered
