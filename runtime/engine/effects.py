@@ -41,6 +41,7 @@ from typing import Any, Literal, NoReturn, Protocol
 from pydantic import BaseModel, ValidationError
 
 from ..core.errors import (
+    AttemptCancelled,
     DeadlineExceeded,
     ErrorClass,
     InvalidAnswer,
@@ -225,6 +226,8 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
         raise DeadlineExceeded(f"the deadline passed before effect {name!r} could start")
     if host.over_budget is not None:  # spend nothing more on a run that is out of budget
         raise LimitExceeded(f"{host.over_budget}; effect {name!r} was not started")
+    if not host.recording():   # a sync node's thread went on after its run ended: start nothing
+        raise AttemptCancelled(f"the run stopped before effect {name!r} could start")
     started = JournalEntry(run_id=scope.run_id, node=node, name=name, occurrence=occurrence,
                            attempt=attempt, key=key, status=EffectStatus.STARTED, request=req,
                            at=host.now(), compensate=undo)
@@ -240,10 +243,8 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
 
     def record_late(thread: asyncio.Future[Any]) -> None:
         # The run is being cancelled, but the sync effect's thread finished: its outcome is
-        # known. Recorded while the run still records, it is served to whoever continues the
-        # run instead of becoming a question.
-        if not host.recording():
-            return
+        # known. Recorded, it is served to whoever continues the run instead of becoming a
+        # question.
         if thread.exception() is not None:
             error = thread.exception()
             host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(),

@@ -125,6 +125,11 @@ class RunHost:
         return f"{module}:{qualname}"
 
     def record_effect(self, entry: JournalEntry, durable: bool) -> None:
+        if self.rec.closed:
+            # the run ended while a sync node's thread went on: the outcome goes into the
+            # journal alone (nothing follows the run's end in its trace)
+            self.rec.late_effect(entry)
+            return
         self._journal[(entry.node, entry.name, entry.occurrence)] = entry
         self.rec.batch.effects.append(entry)
         extra = {"source": entry.source} if entry.source else {}

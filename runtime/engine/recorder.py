@@ -9,6 +9,7 @@ forced to disk before every effect and when the run pauses or ends.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -17,13 +18,14 @@ from typing import Any
 from pydantic_core import to_json
 
 from ..core.env import Environment
-from ..core.errors import ErrorClass
+from ..core.errors import ErrorClass, LeaseLost
 from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
     Checkpoint,
     CheckpointSource,
     EventType,
+    JournalEntry,
     NodeAttempt,
     PendingWrite,
     Run,
@@ -44,6 +46,8 @@ from ..store.base import CheckpointStore
 from .folding import StateFold
 from .instances import Instances
 from .scope import AttemptScope
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_EVERY = 200
 SNAPSHOT_MIN_BYTES = 4096
@@ -209,6 +213,16 @@ class Recorder:
         self.batch = Batch(run_id=self.run.id, fence=self.run.fence)
         if self.sink is not None:
             self.sink(merge_stream(self.run.id, batch.events, batch.checkpoints, batch.writes))
+
+    def late_effect(self, entry: JournalEntry) -> None:
+        """Journal an effect's outcome that arrived after the run's end: alone, without a
+        trace event, and only while no other process took the run over (its effect is then
+        in doubt, which is safe)."""
+        try:
+            self.store.commit(Batch(run_id=self.run.id, fence=self.run.fence, effects=[entry]))
+        except LeaseLost:
+            log.info("run %s: effect %s finished after the run ended and another process took the run over; "
+                     "left in doubt", self.run.id, entry.name)
 
     def publish_now(self, event: StreamEvent) -> None:
         """Deliver an ephemeral event after everything recorded before it."""

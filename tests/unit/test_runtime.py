@@ -154,6 +154,42 @@ async def test_a_cancel_gives_up_on_a_sync_effect_that_hangs_and_leaves_it_in_do
     assert cont.status == RunStatus.INTERRUPTED and doubt.kind == InterruptKind.IN_DOUBT
 
 
+async def test_an_effect_a_sync_node_finishes_after_its_run_was_cancelled_is_journaled_off_the_trace(rt: Runtime):
+    """A ``def`` node's thread cannot be stopped either: the run ends at the cancel, and the
+    effect that thread finishes later is journaled without an event after the run's end;
+    a continuation is served it."""
+    g = Graph("g", state=S)
+    started, release, finished, calls = threading.Event(), threading.Event(), threading.Event(), []
+
+    def charge() -> str:
+        calls.append(1)
+        started.set()
+        release.wait(10)
+        return "rcpt-9"
+
+    @g.node()
+    def pay(state, ctx):
+        try:
+            return {"value": ctx.effect("charge", charge)}
+        finally:
+            finished.set()
+
+    task = asyncio.create_task(rt.start(g, {}))
+    await asyncio.to_thread(started.wait, 10)
+    run_id = (await rt.runs())[0].id
+    assert (await rt.cancel(run_id, "stop")).status == RunStatus.CANCELLED
+    assert (await task).status == RunStatus.CANCELLED
+    events = await rt.events(run_id)
+    release.set()
+    await asyncio.to_thread(finished.wait, 10)
+    await asyncio.sleep(0.05)
+    assert await rt.events(run_id) == events and events[-1].type == "run.cancel"   # nothing after the end
+    assert [e.status for e in rt.store.journal([run_id])] == [EffectStatus.STARTED, EffectStatus.SUCCEEDED]
+    cont = await rt.resume(run_id)
+    assert cont.status == RunStatus.SUCCEEDED and (await final_state(rt, cont.id)).value == "rcpt-9"
+    assert len(calls) == 1
+
+
 async def test_a_nodes_own_timeout_around_a_sync_effect_does_not_wait_for_its_thread(rt: Runtime):
     g = Graph("g", state=S)
     release = threading.Event()
