@@ -184,6 +184,8 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
                          fn: Callable[..., Any], request: JSON, key: str | None,
                          idempotent: bool, compensate: Callable[..., Any] | None = None) -> JSON:
     node, attempt = scope.node, scope.attempt
+    if not host.recording():   # code of a node went on after its run ended: neither start nor serve
+        raise AttemptCancelled(f"the run stopped before effect {name!r} could start")
     occurrence = scope.next_occurrence(name)
     req = to_json(request, f"effect {name!r} request")
     key = key or effect_key(host.key_scope, node, name, occurrence)
@@ -226,8 +228,6 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
         raise DeadlineExceeded(f"the deadline passed before effect {name!r} could start")
     if host.over_budget is not None:  # spend nothing more on a run that is out of budget
         raise LimitExceeded(f"{host.over_budget}; effect {name!r} was not started")
-    if not host.recording():   # a sync node's thread went on after its run ended: start nothing
-        raise AttemptCancelled(f"the run stopped before effect {name!r} could start")
     started = JournalEntry(run_id=scope.run_id, node=node, name=name, occurrence=occurrence,
                            attempt=attempt, key=key, status=EffectStatus.STARTED, request=req,
                            at=host.now(), compensate=undo)

@@ -26,6 +26,7 @@ from runtime import (
     append,
 )
 from runtime import EffectStatus, InterruptKind, InterruptStatus
+from runtime.core.errors import AttemptCancelled
 from runtime.engine import effects
 
 FAST = dict(initial_interval=0.001, backoff=1.0)
@@ -188,6 +189,32 @@ async def test_an_effect_a_sync_node_finishes_after_its_run_was_cancelled_is_jou
     cont = await rt.resume(run_id)
     assert cont.status == RunStatus.SUCCEEDED and (await final_state(rt, cont.id)).value == "rcpt-9"
     assert len(calls) == 1
+
+
+async def test_an_effect_asked_for_after_the_run_ended_is_neither_run_nor_served(rt: Runtime):
+    """A node that leaves a task behind: its effect call, once the run has ended, is refused
+    (live or mocked), and nothing is journaled for the ended run."""
+    g = Graph("g", state=S)
+    stray: list[asyncio.Task[object]] = []
+    calls: list[int] = []
+
+    async def later(ctx) -> object:
+        await asyncio.sleep(0.1)
+        return await ctx.effect("charge", lambda: calls.append(1) or "paid")
+
+    @g.node()
+    async def pay(state, ctx):
+        stray.append(asyncio.create_task(later(ctx)))
+        return {"value": "left a task behind"}
+
+    run = await rt.start(g, {})
+    fork = await rt.fork((await rt.history(run.id))[0].id, mocks={"charge": "mocked"})
+    for r in (run, fork):
+        assert r.status == RunStatus.SUCCEEDED
+    for task in stray:
+        with pytest.raises(AttemptCancelled, match="run stopped"):
+            await task
+    assert calls == [] and rt.store.journal([run.id]) == [] and rt.store.journal([fork.id]) == []
 
 
 async def test_a_nodes_own_timeout_around_a_sync_effect_does_not_wait_for_its_thread(rt: Runtime):
