@@ -241,20 +241,30 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
 
     info = EffectInfo(key=key, name=name, request=req, deadline=scope.deadline, attempt=attempt, meter=meter)
 
+    def record(result: Any = None, error: BaseException | None = None) -> JSON:
+        """Journal how the call ended; the result as recorded (``NodeError`` when it has no
+        JSON form: the entry then stays STARTED)."""
+        if error is not None:
+            host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(),
+                                        error=f"{type(error).__name__}: {error}"), durable=False)
+            return None
+        result_json = to_json(result, f"effect {name!r} result")
+        host.record_effect(_outcome(started, EffectStatus.SUCCEEDED, host.now(), result=result_json),
+                           durable=False)
+        return result_json
+
     def record_late(thread: asyncio.Future[Any]) -> None:
         # The run is being cancelled, but the sync effect's thread finished: its outcome is
         # known. Recorded, it is served to whoever continues the run instead of becoming a
         # question.
-        if thread.exception() is not None:
-            error = thread.exception()
-            host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(),
-                                        error=f"{type(error).__name__}: {error}"), durable=False)
-            return
+        error = thread.exception()
         try:
-            result = to_json(thread.result(), f"effect {name!r} result")
+            if error is not None:
+                record(error=error)
+            else:
+                record(thread.result())
         except NodeError:
-            return   # no JSON form (a coroutine to await, say): left STARTED, as without the cancel
-        host.record_effect(_outcome(started, EffectStatus.SUCCEEDED, host.now(), result=result), durable=False)
+            pass   # no JSON form (a coroutine to await, say): left STARTED, as without the cancel
 
     try:
         result = await call_effect_fn(fn, info, scope.remaining(), record_late, host.cancelling)
@@ -263,14 +273,11 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
         # recovery treats it as in doubt.
         raise
     except Exception as e:
-        host.record_effect(_outcome(started, EffectStatus.FAILED, host.now(), error=f"{type(e).__name__}: {e}"),
-                           durable=False)
+        record(error=e)
         if exceeded:  # what it spent ends the run, whatever went wrong after
             raise LimitExceeded(f"{exceeded[-1]} (then effect {name!r} failed: {type(e).__name__}: {e})") from e
         raise
-    result_json = to_json(result, f"effect {name!r} result")
-    host.record_effect(_outcome(started, EffectStatus.SUCCEEDED, host.now(), result=result_json),
-                       durable=False)
+    result_json = record(result)
     if exceeded:  # recorded first: a continuation with a larger budget is served this result
         raise LimitExceeded(exceeded[-1])
     return result_json
