@@ -43,6 +43,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel
 
+from markers import write_marker
 from runtime import ExecutableGraph, Graph, NodeContext, TransientError, append
 from runtime.graph.instances import parse_instance
 
@@ -81,9 +82,7 @@ def _mark(workdir: str, point: str) -> bool:
         return False
     if os.environ.get(WORKER_ENV) != "1":
         raise RuntimeError("refusing to hang a process that is not a crash worker")
-    tmp = Path(workdir) / "marker.tmp"
-    tmp.write_text(json.dumps({"point": point, "pid": os.getpid()}))
-    tmp.rename(Path(workdir) / "marker")   # atomic: the test never reads half a marker
+    write_marker(Path(workdir) / "marker", json.dumps({"point": point, "pid": os.getpid()}))
     return True
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from markers import write_marker
 from runtime import EffectInfo, Graph, NodeContext, Runtime, SemanticError, SqlStore
 from runtime import EffectStatus
 from runtime.core.records import Batch
@@ -102,7 +103,7 @@ def do(info: EffectInfo) -> str:
 def _undo(info: EffectInfo) -> str:
     flags = _flags()
     if info.name == "step2" and "hang_in_undo_step2" in flags:
-        Path(os.environ[MARKER_ENV]).write_text(str(os.getpid()))
+        write_marker(Path(os.environ[MARKER_ENV]), str(os.getpid()))
         threading.Event().wait(HANG_TIMEOUT)
         raise RuntimeError("the parent did not kill this process")
     _log("undo", info, info.result)  # info.result: the effect's recorded result

@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from markers import write_marker
 from runtime import Graph, NodeContext
 
 FLAGS: frozenset[str] = frozenset()
@@ -109,7 +110,7 @@ def _after_effect_sync(state: CrashState) -> None:
     if "kill_after_effect" in FLAGS:
         die()
     if "hang_after_effect" in FLAGS:
-        (Path(state.workdir) / "marker").write_text(str(os.getpid()))
+        write_marker(Path(state.workdir) / "marker", str(os.getpid()))
         threading.Event().wait(WAIT_TIMEOUT * 3)
         raise RuntimeError("the parent did not kill this process")
 
@@ -118,7 +119,7 @@ async def _after_effect(state: CrashState) -> None:
     if "kill_after_effect" in FLAGS:
         die()
     if "hang_after_effect" in FLAGS:
-        (Path(state.workdir) / "marker").write_text(str(os.getpid()))
+        write_marker(Path(state.workdir) / "marker", str(os.getpid()))
         await asyncio.sleep(WAIT_TIMEOUT * 3)
         raise RuntimeError("the parent did not kill this process")
 
