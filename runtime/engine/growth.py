@@ -45,17 +45,19 @@ class Growth:
         """What settling ``node`` creates: a map's end, or its loop's next iteration."""
         name = parse_instance(node)
         if name.item is not None:
-            self._close_map(instance_name(name.node, name.iteration))
+            self._close_map(instance_name(name.node, name.iteration, None, name.outer))
         nxt = self.inst.next_iteration(node, self.rec.statuses)
         if nxt is None:
             return
-        entry, iteration = nxt
+        entry, its = nxt
         bound = self.graph.nodes[entry].max_iterations or 0
-        if iteration >= bound:
+        if its[-1] >= bound:
+            # a loop inside another is bounded in each iteration of the outer one
+            where = f" (in iteration {'.'.join(map(str, its[:-1]))} of the loop around it)" if len(its) > 1 else ""
             self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
-                            f"loop {entry!r} reached max_iterations={bound}: {node!r} led back to it again")
+                            f"loop {entry!r} reached max_iterations={bound}{where}: {node!r} led back to it again")
             return
-        new = self.inst.add_iteration(entry, iteration)
+        new = self.inst.add_iteration(entry, its)
         self.rec.add_instances(new)
         self._candidates.update(new)
 

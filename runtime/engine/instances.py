@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph, NodeSpec
-from ..graph.instances import base_node, instance_name, parse_instance
+from ..graph.instances import InstanceName, base_node, instance_name, iterations, parse_instance
 
 #: a dependency as the scheduler weighs it: the instances whose statuses count, and
 #: whether more may still appear (a loop seen from outside it that has not ended)
@@ -49,26 +49,78 @@ class Instances:
         self.index = {n: i for i, n in enumerate(self.order)}
         self._keys = [graph.key(n) for n in self.order]
         self._anc: dict[str, int] = {}
-        self._of: dict[str, list[str]] = {}       # node -> its instances (a map's group records), in order
+        self._path = graph.loop_path
+        #: (node, the iterations of the loops around its innermost one) -> its instances
+        #: (a map's group records), in order of creation
+        self._of: dict[tuple[str, tuple[int, ...]], list[str]] = {}
         self._items: dict[str, list[str]] = {}    # a map's group record -> its items, in order
-        self._ended: set[str] = set()             # loops (by entry) known to have ended
+        #: (loop entry, the iterations of the loops around it) -> every instance of its
+        #: members there, items included, in order of creation
+        self._in: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+        self._ended: set[tuple[str, tuple[int, ...]]] = set()   # loops known to have ended there
         #: an instance's dependencies when they are fixed instances (None: it waits on a
         #: loop from outside it, whose instances are still growing): asked on every step
         self._fixed: dict[str, tuple[str, ...] | None] = {}
         g = graph
-        #: a loop's members in canonical order, and the nodes after it that wait for its end
+        #: a loop's members (those of loops inside it too) in canonical order, and the nodes
+        #: after it that wait for its end
         self._members = {e: tuple(sorted(ms, key=g.index.__getitem__)) for e, ms in g.loops.items()}
-        self._exits = {e: [c for m in ms for c in g.children(m) if g.loop_of.get(c) != e]
-                       for e, ms in g.loops.items()}
+        self._exits = {e: [c for m in ms for c in g.children(m) if c not in ms] for e, ms in g.loops.items()}
         for n in self.order:
             self._note(n)
 
+    def _its(self, name: InstanceName) -> tuple[int, ...]:
+        """The iteration of each loop around the instance, outermost first."""
+        path = self._path.get(name.node)
+        if not path:
+            return ()
+        return (name.iteration,) if len(path) == 1 else iterations(name, len(path))
+
+    def _at(self, node: str, its: tuple[int, ...]) -> str:
+        """The instance of ``node`` at ``its`` (one iteration per loop around it)."""
+        if not its:
+            return node
+        return instance_name(node, its[-1]) if len(its) == 1 else instance_name(node, its[-1], None, its[:-1])
+
+    def _common(self, node: str, other: str) -> int:
+        """How many loops, from the outermost, are around both nodes."""
+        a, b = self._path.get(node, ()), self._path.get(other, ())
+        k = 0
+        while k < len(a) and k < len(b) and a[k] == b[k]:
+            k += 1
+        return k
+
+    def _seen_from(self, node: str, its: tuple[int, ...], other: str) -> str:
+        """The instance of ``other`` that an instance of ``node`` at ``its`` leads to: the one
+        of the same iterations of the loops around both, and when ``other`` is in a loop
+        ``node`` is not, that loop's newest iteration there."""
+        k = self._common(node, other)
+        path = self._path.get(other, ())
+        if len(path) == k:
+            return self._at(other, its[:k])
+        if len(path) == k + 1:
+            return self._of[(other, its[:k])][-1]
+        return [x for x in self._in[(path[k], its[:k])] if base_node(x) == other][-1]
+
+    def first_of(self, name: str, node: str) -> str:
+        """The instance of ``node`` in the iterations of the loops around both it and
+        ``name``, at the first iteration of any loop around ``node`` only."""
+        if not self.dynamic:
+            return node
+        k = self._common(parse_instance(name).node, node)
+        its = self._its(parse_instance(name))[:k]
+        return self._at(node, its + (0,) * (len(self._path.get(node, ())) - k))
+
     def _note(self, name: str) -> None:
-        node, it, item = parse_instance(name)
+        p = parse_instance(name)
+        node, item = p.node, p.item
+        its = self._its(p)
         if item is None:
-            self._of.setdefault(node, []).append(name)
+            self._of.setdefault((node, its[:-1]), []).append(name)
         else:
-            self._items.setdefault(instance_name(node, it), []).append(name)
+            self._items.setdefault(instance_name(node, p.iteration, None, p.outer), []).append(name)
+        for k, entry in enumerate(self._path.get(node, ())):
+            self._in.setdefault((entry, its[:k]), []).append(name)
 
     def on_shift(self, listener: Callable[[int, int], None]) -> None:
         self._shift.append(listener)
@@ -78,7 +130,7 @@ class Instances:
     def spec(self, name: str) -> NodeSpec:
         return self.graph.nodes[base_node(name)]
 
-    def key(self, name: str) -> tuple[int, int, int, int]:
+    def key(self, name: str) -> tuple[int, ...]:
         return self.graph.key(name)
 
     def canonical(self, names: Sequence[str]) -> list[str]:
@@ -93,10 +145,6 @@ class Instances:
         """A map's items, in order (read only: asked as each item settles, so not copied)."""
         return self._items.get(group, ()) if self.dynamic else ()
 
-    def latest(self, node: str) -> str:
-        """The newest instance of ``node`` (its last loop iteration)."""
-        return self._of[node][-1] if self.dynamic else node
-
     def ancestor_mask(self, name: str) -> int:
         """Instances ``name`` folds the writes of, as a bitmask over positions. Asked once
         the instance is due, when everything it depends on has settled."""
@@ -105,9 +153,9 @@ class Instances:
         found = self._anc.get(name)
         if found is not None:
             return found
-        node, it, item = parse_instance(name)
-        if item is not None:   # a map's items fold what their group record folds (see _dep_instances)
-            found = self._anc[name] = self.ancestor_mask(instance_name(node, it))
+        p = parse_instance(name)
+        if p.item is not None:   # a map's items fold what their group record folds (see _dep_instances)
+            found = self._anc[name] = self.ancestor_mask(instance_name(p.node, p.iteration, None, p.outer))
             return found
         stack = [name]
         while stack:   # iterative: a long loop would exhaust the stack of a recursion
@@ -132,29 +180,26 @@ class Instances:
         return [name, *items] if items else [name]
 
     def _dep_instances(self, name: str) -> list[str]:
-        node, it, item = parse_instance(name)
-        if item is not None:   # a map's item depends on what its group record does
-            return self._dep_instances(instance_name(node, it))
-        g, out = self.graph, []
-        entry = g.loop_of.get(node)
-        if entry == node and it >= 1:
-            for s in g.back_sources[node]:
-                out += self._with_items(instance_name(s, it - 1))
+        p = parse_instance(name)
+        if p.item is not None:   # a map's item depends on what its group record does
+            return self._dep_instances(instance_name(p.node, p.iteration, None, p.outer))
+        g, node, out = self.graph, p.node, []
+        its = self._its(p)
+        if g.loop_of.get(node) == node and p.iteration >= 1:
+            before = (*its[:-1], p.iteration - 1)
+            for s in g.back_sources[node]:   # at the loop's own level (the graph checks it)
+                out += self._with_items(self._at(s, before))
             return out
         for d in g.forward_deps(node):
-            loop = g.loop_of.get(d)
-            if entry is not None and loop == entry:
-                out += self._with_items(instance_name(d, it))
-            elif loop is not None:
-                # after a loop (it waits for the loop's end): every iteration of every
-                # member, not only those that lead to ``d``. The last iteration's members
-                # after ``d`` ran before the loop ended, and their writes are the loop's too.
-                for m in self._members[loop]:
-                    for inst in self._of.get(m, ()):
-                        out += self._with_items(inst)
+            k = self._common(node, d)
+            path = self._path.get(d, ())
+            if len(path) == k:
+                out += self._with_items(self._at(d, its[:k]))
             else:
-                for inst in self._of.get(d, ()):
-                    out += self._with_items(inst)
+                # after a loop (it waits for the loop's end): every instance of every member
+                # there, not only those that lead to ``d``. The last iteration's members after
+                # ``d`` ran before the loop ended, and their writes are the loop's too.
+                out += self._in[(path[k], its[:k])]
         return out
 
     def fixed_deps(self, name: str) -> tuple[str, ...] | None:
@@ -172,48 +217,47 @@ class Instances:
     def _waits_on_loop(self, name: str) -> bool:
         """Whether ``name`` depends on a loop from outside it."""
         g = self.graph
-        node, it, item = parse_instance(name)
-        if item is not None:
+        p = parse_instance(name)
+        if p.item is not None:
             return False
-        entry = g.loop_of.get(node)
-        if entry == node and it >= 1:
+        if g.loop_of.get(p.node) == p.node and p.iteration >= 1:
             return False
-        return any(g.loop_of.get(d) not in (None, entry) for d in g.forward_deps(node))
+        return any(len(self._path.get(d, ())) > self._common(p.node, d) for d in g.forward_deps(p.node))
 
     def dep_groups(self, name: str, statuses: Mapping[str, NodeStatus]) -> list[DepGroup]:
         g = self.graph
         if not self.dynamic:
             return [((d,), False) for d in g.nodes[name].after]
-        node, it, item = parse_instance(name)
-        if item is not None:
+        p = parse_instance(name)
+        if p.item is not None:
             return []   # its group record waited for the dependencies already
-        entry = g.loop_of.get(node)
-        if entry == node and it >= 1:
-            return [((instance_name(s, it - 1),), False) for s in g.back_sources[node]]
+        node, its = p.node, self._its(p)
+        if g.loop_of.get(node) == node and p.iteration >= 1:
+            before = (*its[:-1], p.iteration - 1)
+            return [((self._at(s, before),), False) for s in g.back_sources[node]]
         out: list[DepGroup] = []
         for d in g.forward_deps(node):
-            loop = g.loop_of.get(d)
-            if loop is None:
-                out.append(((d,), False))
-            elif loop == entry:
-                out.append(((instance_name(d, it),), False))
-            else:
-                out.append((self._of[d], not self.loop_ended(loop, statuses)))
+            k = self._common(node, d)
+            path = self._path.get(d, ())
+            if len(path) == k:
+                out.append(((self._at(d, its[:k]),), False))
+                continue
+            loop, around = path[k], its[:k]
+            mine = (self._of[(d, around)] if len(path) == k + 1 else
+                    [x for x in self._in[(loop, around)] if base_node(x) == d and "[" not in x])
+            out.append((mine, not self.loop_ended(loop, around, statuses)))
         return out
 
-    def loop_ended(self, entry: str, statuses: Mapping[str, NodeStatus]) -> bool:
-        """Whether no instance of the loop will run any more (nodes after it may start)."""
-        if entry in self._ended:
+    def loop_ended(self, entry: str, around: tuple[int, ...], statuses: Mapping[str, NodeStatus]) -> bool:
+        """Whether no instance of the loop will run any more in the iterations ``around``
+        of the loops around it (nodes after it may start)."""
+        where = (entry, around)
+        if where in self._ended:
             return True
-        members = self.graph.loops[entry]
-        for m in members:   # the newest iteration first: it is the likeliest to be running
-            if any(statuses[x] not in FINISHED_NODE for x in self._with_items(self._of[m][-1])):
+        for x in reversed(self._in[where]):   # the newest iteration is the likeliest to be running
+            if statuses[x] not in FINISHED_NODE:
                 return False
-        for m in members:
-            for inst in reversed(self._of.get(m, ())):   # the newest iteration is the likeliest to run
-                if any(statuses[x] not in FINISHED_NODE for x in self._with_items(inst)):
-                    return False
-        self._ended.add(entry)
+        self._ended.add(where)
         return True
 
     def children(self, name: str) -> list[str]:
@@ -222,49 +266,57 @@ class Instances:
         g = self.graph
         if not self.dynamic:
             return list(g.children(name))
-        node, it, item = parse_instance(name)
-        if item is not None:
+        p = parse_instance(name)
+        if p.item is not None:
             return []
-        entry, out = g.loop_of.get(node), []
-        for c in g.children(node):
-            loop = g.loop_of.get(c)
-            if entry is not None and loop == entry:
-                out.append(instance_name(c, it))
-            elif loop is not None:
-                out.append(self._of[c][-1])
-            else:
-                out.append(c)
-        if entry is not None:   # nodes after the loop wait for it to end, whichever member ends last
-            out += self._exits[entry]
-            if node in g.back_sources[entry] and (nxt := instance_name(entry, it + 1)) in self.index:
-                out.append(nxt)   # created before this way back settled (a branch inherited it)
+        node, its = p.node, self._its(p)
+        out = [self._seen_from(node, its, c) for c in g.children(node)]
+        path = self._path.get(node, ())
+        # nodes after a loop around it wait for that loop's end, whichever member ends last
+        for entry in path:
+            out += [self._seen_from(node, its, x) for x in self._exits[entry]]
+        if path:
+            entry = path[-1]
+            if node in g.back_sources[entry]:
+                nxt = self._at(entry, (*its[:-1], p.iteration + 1))
+                if nxt in self.index:
+                    out.append(nxt)   # created before this way back settled (a branch inherited it)
         return out
 
     # ------------------------------------------------------------------ growing
 
-    def next_iteration(self, name: str, statuses: Mapping[str, NodeStatus]) -> tuple[str, int] | None:
+    def next_iteration(self, name: str, statuses: Mapping[str, NodeStatus]) -> tuple[str, tuple[int, ...]] | None:
         """When settling ``name`` completes an iteration that leads back to its loop's
-        entry: (the loop's entry, the next iteration's number). None otherwise."""
+        entry: (the loop's entry, the next iteration's numbers, one per loop around it,
+        outermost first). None otherwise."""
         if not self.dynamic:
             return None
-        node, it, item = parse_instance(name)
-        entry = self.graph.loop_of.get(node)
-        if item is not None or entry is None or node not in self.graph.back_sources[entry]:
+        p = parse_instance(name)
+        entry = self.graph.loop_of.get(p.node)
+        if p.item is not None or entry is None or p.node not in self.graph.back_sources[entry]:
             return None
-        sources = [instance_name(s, it) for s in self.graph.back_sources[entry]]
+        its = self._its(p)
+        sources = [self._at(s, its) for s in self.graph.back_sources[entry]]
         if any(statuses[s] not in FINISHED_NODE for s in sources):
             return None
         if not any(statuses[s] == NodeStatus.SUCCEEDED for s in sources):
             return None   # every way back was skipped: the loop ends here
-        nxt = instance_name(entry, it + 1)
-        if nxt in self.index:
+        nxt = (*its[:-1], its[-1] + 1)
+        if self._at(entry, nxt) in self.index:
             return None
-        return entry, it + 1
+        return entry, nxt
 
-    def add_iteration(self, entry: str, iteration: int) -> list[str]:
-        """Create the members of a loop's iteration that do not exist yet; returns the new names."""
-        return self._insert([n for m in self._members[entry] if (n := instance_name(m, iteration)) not in self.index],
-                            ordered=True)
+    def add_iteration(self, entry: str, its: tuple[int, ...]) -> list[str]:
+        """Create the members of a loop's iteration ``its`` (with the iterations of the loops
+        around it) that do not exist yet, loops inside it at their first iteration; returns
+        the new names."""
+        new = []
+        for m in self._members[entry]:
+            deeper = len(self._path[m]) - len(its)
+            n = self._at(m, its + (0,) * deeper if deeper else its)
+            if n not in self.index:
+                new.append(n)
+        return self._insert(new, ordered=True)
 
     def complete_iterations(self) -> list[str]:
         """Create the members an existing loop iteration lacks; returns the new names. A run
@@ -272,13 +324,14 @@ class Instances:
         member the iterations it inherited never had."""
         if not self.dynamic:
             return []
-        return [n for entry in self._members for inst in list(self._of.get(entry, ()))
-                for n in self.add_iteration(entry, parse_instance(inst).iteration)]
+        return [n for (node, _), insts in list(self._of.items()) if node in self._members
+                for inst in list(insts) for n in self.add_iteration(node, self._its(parse_instance(inst)))]
 
     def add_items(self, group: str, count: int) -> list[str]:
         """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones."""
-        node, it, _ = parse_instance(group)
-        return self._insert([n for i in range(count) if (n := instance_name(node, it, i)) not in self.index])
+        p = parse_instance(group)
+        return self._insert([n for i in range(count)
+                             if (n := instance_name(p.node, p.iteration, i, p.outer)) not in self.index])
 
     def _insert(self, names: list[str], ordered: bool = False) -> list[str]:
         if not names:
@@ -311,7 +364,7 @@ class Instances:
                 self.index[n] = i   # type: ignore[index]
         for n in names:
             self._note(n)
-        node, it, item = parse_instance(names[0])
-        if item is not None:
-            self._items[instance_name(node, it)].sort(key=self.graph.key)
+        p = parse_instance(names[0])
+        if p.item is not None:
+            self._items[instance_name(p.node, p.iteration, None, p.outer)].sort(key=self.graph.key)
         return names

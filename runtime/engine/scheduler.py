@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph
-from ..graph.instances import instance_name, parse_instance
 from .instances import Instances, as_instances
 
 N = NodeStatus
@@ -65,8 +64,7 @@ def entered(inst: Instances, statuses: Mapping[str, NodeStatus], node: str) -> b
     root = inst.spec(node).subgraph_root
     if root is None:
         return False
-    name = parse_instance(node)
-    return dependency_verdict(inst, statuses, instance_name(root, name.iteration)) != "skip"
+    return dependency_verdict(inst, statuses, inst.first_of(node, root)) != "skip"
 
 
 def frontier(graph: Instances | ExecutableGraph, statuses: Mapping[str, NodeStatus],

@@ -106,7 +106,7 @@ class Graph:
                 max_iterations=spec.max_iterations, map_over=spec.map_over, view=spec.view or view, scoped=True,
                 subgraph_root=f"{name}/{spec.subgraph_root}" if spec.subgraph_root else None))
         last = [f"{name}/{n}" for n in child.order if not child.children(n) and not child.loop_of.get(n)]
-        last += [f"{name}/{n}" for n in child.order if child.loop_of.get(n) == n]   # a loop ends the subgraph
+        last += [f"{name}/{n}" for n in child.order if child.loop_path.get(n, ())[:1] == (n,)]   # a loop ends the subgraph
         root = next(n for n in child.order if not child.forward_deps(n))
         self._decls.append(NodeDecl(name=name, fn=subgraph_done, after=tuple(dict.fromkeys(last)),
                                     retry=NO_RETRY, location=f"{where} (its end)",

@@ -1,7 +1,7 @@
 """Cycles, loops and the canonical order of a graph's nodes.
 
 A cycle is legal when it is a loop: one entry bounded by ``max_iterations``, a
-``when=`` that can end it, nothing nested inside. The canonical order keeps a loop's
+``when=`` that can end it, and inside it only loops by the same rule. The canonical order keeps a loop's
 members together, so an instance's place in the fold (``instances.instance_key``)
 extends the dependency order.
 """
@@ -90,11 +90,13 @@ def _cycle_path(comp: set[str], deps: dict[str, list[str]]) -> list[str]:
         seen.add(node)
 
 
-def check_loop(comp: set[str], cycle: list[str], deps: dict[str, list[str]],
-                decls: Mapping[str, NodeDecl], loops: dict[str, list[str]]) -> Problem | None:
-    """A cycle is a loop when exactly one member bounds it (``max_iterations``: the node
-    each iteration starts at), some member decides with ``when=`` whether it goes on,
-    and without the edges back to its entry the rest is acyclic (no nested loops)."""
+def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str]],
+               decls: Mapping[str, NodeDecl], loops: dict[str, list[str]]) -> Problem | None:
+    """A cycle is a loop when one member bounds it (``max_iterations``: the node each
+    iteration starts at), some member decides with ``when=`` whether it goes on, and
+    without the edges back to its entry what is left is acyclic or made of loops inside
+    it, each a loop by the same rule. A loop found is added to ``loops`` (entry ->
+    members, an outer loop's members including those of the loops inside it)."""
     where = f"node {cycle[0]!r}"
     shown = " → ".join([*cycle, cycle[0]])
     if not any(decls[n].when is not None for n in comp):
@@ -104,36 +106,67 @@ def check_loop(comp: set[str], cycle: list[str], deps: dict[str, list[str]],
     if not entries:
         return Problem(where, f"cycle: {shown} has no iteration bound: set max_iterations on the node "
                               "each iteration starts at")
-    if len(entries) > 1:
-        return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}: "
-                              "set it on the node each iteration starts at only (nested loops are not supported)")
-    entry = entries[0]
-    forward = {n: [d for d in deps[n] if d in comp and not (n == entry)] for n in comp}
-    inner = cycles(forward)
-    if inner:
-        path = " → ".join([*inner[0][1], inner[0][1][0]])
-        return Problem(where, f"cycle: {shown}: {path} is a second cycle inside it; nested loops are not supported")
-    if any(decls[n].map_over is not None for n in (entry,)):
+    starts = {e: _inside(e, comp, deps) for e in entries}
+    outer = [e for e, on in starts.items() if all(x in on for x in entries if x != e)]
+    if len(outer) > 1:   # prefer the entry no way back to which comes from inside another loop
+        outer = [e for e in outer if not any(d in starts[e] for d in deps[e] if d in comp)] or outer
+    if len(outer) != 1:
+        return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}: set it on "
+                              "the node each iteration starts at only (a loop inside another is a cycle of its "
+                              "own, which the outer loop's entry is not on)")
+    entry = outer[0]
+    if decls[entry].map_over is not None:
         return Problem(f"node {entry!r}", "a map worker cannot be the entry of a loop")
+    forward = _without_back_edges(entry, comp, deps)
+    found: dict[str, list[str]] = {}
+    for inner, inner_cycle in cycles(forward):
+        problem = check_loop(inner, inner_cycle, forward, decls, found)
+        if problem is not None:
+            return problem
+    nested = {m: e for e, ms in found.items() for m in ms}
+    for source in sorted(d for d in deps[entry] if d in nested):
+        return Problem(f"node {entry!r}", f"cycle: {shown}: {source!r} leads back to {entry!r} from inside the loop "
+                                          f"of {nested[source]!r}; an inner loop ends within an iteration of the "
+                                          f"outer one: lead back from a node after it")
+    loops.update(found)
     loops[entry] = sorted(comp)
     return None
 
 
-def canonical_order(deps: dict[str, list[str]], loops: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+def _without_back_edges(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """The dependencies among a loop's members, without the edges back to its entry."""
+    return {n: [d for d in deps[n] if d in comp] if n != entry else [] for n in comp}
+
+
+def _inside(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]]) -> set[str]:
+    """The members of ``comp`` on a cycle once the edges back to ``entry`` are gone: those
+    of the loops inside the loop ``entry`` would start. It starts the loop when every other
+    bounded member is among them (the loops they bound lie inside)."""
+    return set().union(*(c for c, _ in cycles(_without_back_edges(entry, comp, deps))))
+
+
+def canonical_order(deps: Mapping[str, Sequence[str]], loops: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """Topological order with ties broken by node id, so it is the same for any
     declaration order of the same structure. A loop is one block, named by its entry,
-    whose members follow each other (without the edges back to its entry)."""
-    loops = loops or {}
-    block = {m: e for e, ms in loops.items() for m in ms}
+    whose members follow each other (without the edges back to its entry), and so is a
+    loop inside it, within its block."""
+    return _order(deps, {e: set(ms) for e, ms in (loops or {}).items()})
+
+
+def _order(deps: Mapping[str, Sequence[str]], loops: Mapping[str, set[str]]) -> list[str]:
+    """``loops``: those among the nodes of ``deps``."""
+    top = {e: ms for e, ms in loops.items() if not any(ms < other for other in loops.values())}
+    block = {m: e for e, ms in top.items() for m in ms}
     blocks: dict[str, set[str]] = {}
     for n, ds in deps.items():
         b = block.get(n, n)
-        blocks.setdefault(b, set()).update(block.get(d, d) for d in ds if block.get(d, d) != b)
+        blocks.setdefault(b, set()).update(block.get(d, d) for d in ds if d in deps and block.get(d, d) != b)
     order: list[str] = []
     for b in _kahn(blocks):
-        if b in loops:
-            members = set(loops[b])
-            order.extend(_kahn({m: {d for d in deps[m] if d in members and m != b} for m in members}))
+        if b in top:
+            members = top[b]
+            inside = {e: ms for e, ms in loops.items() if ms < members}
+            order.extend(_order(_without_back_edges(b, members, deps), inside))
         else:
             order.append(b)
     return order

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ..core.errors import ErrorClass
-from .instances import InstanceKey, canonical_instances, instance_key
+from .instances import InstanceKey, canonical_instances, instance_key, loop_blocks, loop_paths
 from .reducers import BUILTIN, Reducer, last_value, reducers_for
 
 
@@ -133,7 +133,7 @@ class ExecutableGraph:
     """
 
     __slots__ = ("name", "state_model", "nodes", "order", "index", "reducers", "version", "ref",
-                 "loops", "loop_of", "back_sources", "block", "_ancestors", "_children", "_frozen")
+                 "loops", "loop_of", "loop_path", "back_sources", "block", "_ancestors", "_children", "_frozen")
 
     def __init__(self, name: str, state_model: type[BaseModel], nodes: Sequence[NodeSpec],
                  order: Sequence[str], loops: Mapping[str, Sequence[str]] | None = None):
@@ -146,13 +146,15 @@ class ExecutableGraph:
         self.reducers: Mapping[str, Reducer] = reducers_for(state_model)
         #: loops by entry node (the node with max_iterations): their members in canonical order
         self.loops: Mapping[str, tuple[str, ...]] = {e: tuple(m) for e, m in (loops or {}).items()}
-        self.loop_of: Mapping[str, str] = {m: e for e, ms in self.loops.items() for m in ms}
+        #: the loops around a node, outermost first (an inner loop's members are its outer one's too)
+        self.loop_path: Mapping[str, tuple[str, ...]] = loop_paths(self.loops)
+        #: the innermost loop a node is in
+        self.loop_of: Mapping[str, str] = {m: path[-1] for m, path in self.loop_path.items()}
         #: the loop members an entry runs again after (its back-edges)
         self.back_sources: Mapping[str, tuple[str, ...]] = {
             e: tuple(d for d in self.nodes[e].after if d in ms) for e, ms in self.loops.items()}
-        #: where a node's block starts in the order (a loop's members are one block)
-        self.block: Mapping[str, int] = {m: min(self.index[x] for x in ms)
-                                         for ms in self.loops.values() for m in ms}
+        #: where the blocks of the loops around a node start in the order, outermost first
+        self.block: Mapping[str, tuple[int, ...]] = loop_blocks(self.index, self.loops)
         children: dict[str, list[str]] = {n: [] for n in self.order}
         for n in nodes:
             for d in self.forward_deps(n.name):
@@ -175,6 +177,7 @@ class ExecutableGraph:
         self._ancestors = MappingProxyType(self._ancestors)
         self.loops = MappingProxyType(dict(self.loops))
         self.loop_of = MappingProxyType(dict(self.loop_of))
+        self.loop_path = MappingProxyType(dict(self.loop_path))
         self.back_sources = MappingProxyType(dict(self.back_sources))
         self.block = MappingProxyType(dict(self.block))
         self._frozen = True
@@ -259,7 +262,7 @@ class FoldShape:
     order: tuple[str, ...]
     index: Mapping[str, int]
     reducers: Mapping[str, Reducer]
-    block: Mapping[str, int] = field(default_factory=dict)
+    block: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def key(self, instance: str) -> InstanceKey:
         return instance_key(self.index, self.block, instance)
@@ -276,6 +279,6 @@ class FoldShape:
             return None   # a custom reducer: only its code can fold
         index = {n: i for i, n in enumerate(order)}
         loops = desc.get("loops") or {}
-        block = {m: min(index.get(x, 0) for x in ms) for ms in loops.values() for m in ms} if isinstance(loops, dict) else {}
+        block = loop_blocks(index, loops) if isinstance(loops, dict) else {}
         return cls(str(desc.get("name", "?")), tuple(map(str, order)), index,
                    {f: BUILTIN[n] for f, n in named.items()}, block)

@@ -203,9 +203,9 @@ def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus
     as any finished node does."""
     redo: set[str] = set()
     for name in statuses:
-        node, it, item = parse_instance(name)
+        node, it, item, outer = parse_instance(name)
         field = graph.nodes[node].map_over if item is not None and node in graph.nodes else None
-        group = instance_name(node, it)
+        group = instance_name(node, it, None, outer)
         if field is None or item is None or statuses.get(group) in COMPLETED_NODE:
             continue
         old, new = base.get(field), patched.get(field)
@@ -213,7 +213,7 @@ def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus
                 and old[item] == new[item]):
             redo.add(group)
     return {n: st for n, st in statuses.items()
-            if (p := parse_instance(n)).item is None or instance_name(p.node, p.iteration) not in redo}
+            if (p := parse_instance(n)).item is None or instance_name(p.node, p.iteration, None, p.outer) not in redo}
 
 
 def _name_code(options: dict[str, JSON], source: Run, graph: ExecutableGraph | None) -> None:

@@ -71,7 +71,7 @@ def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
 
 
 def _group_record(graph: ExecutableGraph, name: str) -> bool:
-    node, _, item = parse_instance(name)
+    node, _, item, _ = parse_instance(name)
     return item is None and node in graph.nodes and graph.nodes[node].map_over is not None
 
 

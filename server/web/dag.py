@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from runtime.core.states import NodeStatus
-from runtime.graph.instances import base_node
+from runtime.graph.instances import base_node, loop_paths
 
 #: siblings with the same dependencies and dependents beyond this are one group node
 FOLD_AT = 12
@@ -58,7 +58,7 @@ def dot_source(description: Mapping[str, object]) -> tuple[str, dict[str, str], 
     spec = {str(n["name"]): n for n in nodes}
     loops_raw = description.get("loops") or {}
     loops = {str(e): [str(m) for m in ms] for e, ms in loops_raw.items()} if isinstance(loops_raw, dict) else {}
-    loop_of = {m: e for e, ms in loops.items() for m in ms}
+    loop_of = {m: path[-1] for m, path in loop_paths(loops).items()}   # the innermost loop
     groups = _folds(order, after)
     ids: dict[str, str] = {}
     for gid, members in groups.items():

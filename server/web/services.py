@@ -201,10 +201,11 @@ def node_instances(rt: Runtime, page: RunPage, node: str) -> list[dict[str, Any]
     return out
 
 
-def _instance_order(name: str) -> tuple[int, int]:
-    """Iteration, then item (a map's group record first): the order instances fold in."""
-    it, item = parse_instance(name)[1:]
-    return it, -1 if item is None else item
+def _instance_order(name: str) -> tuple[tuple[int, ...], int, int]:
+    """Iteration (of the loops around an inner loop first), then item (a map's group record
+    first): the order instances fold in."""
+    _, it, item, outer = parse_instance(name)
+    return outer, it, -1 if item is None else item
 
 
 def node_source(rt: Runtime, run: Run, node: str) -> str:

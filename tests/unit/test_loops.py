@@ -179,9 +179,11 @@ def test_cycles_that_are_not_loops_are_refused_with_the_cycle_named() -> None:
 def test_instance_names_parse_and_order_canonically() -> None:
     graph = react().compile()
     assert graph.order == ("prep", "model", "tool", "finish")
-    assert parse_instance("model#12") == ("model", 12, None)
-    assert parse_instance("work#2[7]") == ("work", 2, 7)
-    assert parse_instance("sub/inner") == ("sub/inner", 0, None)
+    assert parse_instance("model#12") == ("model", 12, None, ())
+    assert parse_instance("work#2[7]") == ("work", 2, 7, ())
+    assert parse_instance("sub/inner") == ("sub/inner", 0, None, ())
+    assert parse_instance("step#1.0") == ("step", 0, None, (1,))      # a loop inside another
+    assert parse_instance("work#0.2[3]") == ("work", 2, 3, (0,))
     names = ["finish", "tool#1", "model#2", "model", "tool", "model#1", "prep"]
     assert graph.canonical(names) == ["prep", "model", "tool", "model#1", "tool#1", "model#2", "finish"]
 
