@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph, NodeSpec
-from ..graph.instances import InstanceName, base_node, instance_name, iterations, parse_instance
+from ..graph.instances import base_node, instance_name, iterations, parse_instance
+from .placement import Placement
 
 #: a dependency as the scheduler weighs it: the instances whose statuses count, and
 #: whether more may still appear (a loop seen from outside it that has not ended)
@@ -66,29 +67,11 @@ class Instances:
         #: after it that wait for its end
         self._members = {e: tuple(sorted(ms, key=g.index.__getitem__)) for e, ms in g.loops.items()}
         self._exits = {e: [c for m in ms for c in g.children(m) if c not in ms] for e, ms in g.loops.items()}
+        self._where = Placement(g, self._exits)
+        self._its, self._at, self._common = self._where.its, self._where.at, self._where.common
+        self._after, self._reach = self._where.after, self._where.reach
         for n in self.order:
             self._note(n)
-
-    def _its(self, name: InstanceName) -> tuple[int, ...]:
-        """The iteration of each loop around the instance, outermost first."""
-        path = self._path.get(name.node)
-        if not path:
-            return ()
-        return (name.iteration,) if len(path) == 1 else iterations(name, len(path))
-
-    def _at(self, node: str, its: tuple[int, ...]) -> str:
-        """The instance of ``node`` at ``its`` (one iteration per loop around it)."""
-        if not its:
-            return node
-        return instance_name(node, its[-1]) if len(its) == 1 else instance_name(node, its[-1], None, its[:-1])
-
-    def _common(self, node: str, other: str) -> int:
-        """How many loops, from the outermost, are around both nodes."""
-        a, b = self._path.get(node, ()), self._path.get(other, ())
-        k = 0
-        while k < len(a) and k < len(b) and a[k] == b[k]:
-            k += 1
-        return k
 
     def _seen_from(self, node: str, its: tuple[int, ...], other: str) -> str:
         """The instance of ``other`` that an instance of ``node`` at ``its`` leads to: the one
@@ -97,7 +80,7 @@ class Instances:
         k = self._common(node, other)
         path = self._path.get(other, ())
         if len(path) == k:
-            return self._at(other, its[:k])
+            return self._at(other, its[:k]) if k else other
         if len(path) == k + 1:
             return self._of[(other, its[:k])][-1]
         return [x for x in self._in[(path[k], its[:k])] if base_node(x) == other][-1]
@@ -114,12 +97,20 @@ class Instances:
     def _note(self, name: str) -> None:
         p = parse_instance(name)
         node, item = p.node, p.item
-        its = self._its(p)
         if item is None:
+            path = self._path.get(node)
+            if not path:
+                self._of.setdefault((node, ()), []).append(name)
+                return
+            its = self._its(p)
             self._of.setdefault((node, its[:-1]), []).append(name)
         else:
             self._items.setdefault(instance_name(node, p.iteration, None, p.outer), []).append(name)
-        for k, entry in enumerate(self._path.get(node, ())):
+            path = self._path.get(node)
+            if not path:
+                return
+            its = iterations(p, len(path))   # an item's own, not kept: items are many
+        for k, entry in enumerate(path):
             self._in.setdefault((entry, its[:k]), []).append(name)
 
     def on_shift(self, listener: Callable[[int, int], None]) -> None:
@@ -190,16 +181,14 @@ class Instances:
             for s in g.back_sources[node]:   # at the loop's own level (the graph checks it)
                 out += self._with_items(self._at(s, before))
             return out
-        for d in g.forward_deps(node):
-            k = self._common(node, d)
-            path = self._path.get(d, ())
-            if len(path) == k:
-                out += self._with_items(self._at(d, its[:k]))
+        for d, k, depth in self._after(node):
+            if depth == k:
+                out += self._with_items(self._at(d, its[:k]) if k else d)
             else:
                 # after a loop (it waits for the loop's end): every instance of every member
                 # there, not only those that lead to ``d``. The last iteration's members after
                 # ``d`` ran before the loop ended, and their writes are the loop's too.
-                out += self._in[(path[k], its[:k])]
+                out += self._in[(self._path[d][k], its[:k])]
         return out
 
     def fixed_deps(self, name: str) -> tuple[str, ...] | None:
@@ -222,7 +211,7 @@ class Instances:
             return False
         if g.loop_of.get(p.node) == p.node and p.iteration >= 1:
             return False
-        return any(len(self._path.get(d, ())) > self._common(p.node, d) for d in g.forward_deps(p.node))
+        return any(depth > k for _, k, depth in self._after(p.node))
 
     def dep_groups(self, name: str, statuses: Mapping[str, NodeStatus]) -> list[DepGroup]:
         g = self.graph
@@ -231,19 +220,18 @@ class Instances:
         p = parse_instance(name)
         if p.item is not None:
             return []   # its group record waited for the dependencies already
-        node, its = p.node, self._its(p)
-        if g.loop_of.get(node) == node and p.iteration >= 1:
+        node = p.node
+        its = self._its(p) if node in self._path else ()
+        if p.iteration >= 1 and g.loop_of.get(node) == node:
             before = (*its[:-1], p.iteration - 1)
             return [((self._at(s, before),), False) for s in g.back_sources[node]]
         out: list[DepGroup] = []
-        for d in g.forward_deps(node):
-            k = self._common(node, d)
-            path = self._path.get(d, ())
-            if len(path) == k:
-                out.append(((self._at(d, its[:k]),), False))
+        for d, k, depth in self._after(node):
+            if depth == k:
+                out.append(((self._at(d, its[:k]) if k else d,), False))
                 continue
-            loop, around = path[k], its[:k]
-            mine = (self._of[(d, around)] if len(path) == k + 1 else
+            loop, around = self._path[d][k], its[:k] if k else ()
+            mine = (self._of[(d, around)] if depth == k + 1 else
                     [x for x in self._in[(loop, around)] if base_node(x) == d and "[" not in x])
             out.append((mine, not self.loop_ended(loop, around, statuses)))
         return out
@@ -269,12 +257,15 @@ class Instances:
         p = parse_instance(name)
         if p.item is not None:
             return []
-        node, its = p.node, self._its(p)
-        out = [self._seen_from(node, its, c) for c in g.children(node)]
+        node = p.node
         path = self._path.get(node, ())
-        # nodes after a loop around it wait for that loop's end, whichever member ends last
-        for entry in path:
-            out += [self._seen_from(node, its, x) for x in self._exits[entry]]
+        its = self._its(p) if path else ()
+        out = []
+        for c, k, depth in self._reach(node):
+            if depth == k:
+                out.append(self._at(c, its[:k]) if k else c)
+            else:   # entering a loop from outside it
+                out.append(self._seen_from(node, its, c))
         if path:
             entry = path[-1]
             if node in g.back_sources[entry]:

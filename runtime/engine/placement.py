@@ -1,0 +1,83 @@
+"""Where a node instance stands among the loops around it, and which instance of another
+node it meets: the same iterations of the loops around both.
+
+Pure, one per run (asked several times per step, so every answer is remembered; they
+depend on the graph and on names only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..graph import ExecutableGraph
+from ..graph.instances import InstanceName, instance_name, iterations
+
+
+class Placement:
+    def __init__(self, graph: ExecutableGraph, exits: Mapping[str, Sequence[str]]):
+        self._graph = graph
+        self._path = graph.loop_path
+        self._exits = exits   # a loop's entry -> the nodes after it, that wait for its end
+        self._its_of: dict[InstanceName, tuple[int, ...]] = {}
+        self._names: dict[tuple[str, tuple[int, ...]], str] = {}
+        self._shared: dict[tuple[str, str], int] = {}
+        self._reaches: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        self._afters: dict[str, tuple[tuple[str, int, int], ...]] = {}
+
+    def its(self, name: InstanceName) -> tuple[int, ...]:
+        """The iteration of each loop around the instance, outermost first."""
+        try:
+            return self._its_of[name]
+        except KeyError:
+            path = self._path.get(name.node)
+            its = () if not path else (name.iteration,) if len(path) == 1 else iterations(name, len(path))
+            self._its_of[name] = its
+            return its
+
+    def at(self, node: str, its: tuple[int, ...]) -> str:
+        """The instance of ``node`` at ``its`` (one iteration per loop around it)."""
+        if not its:
+            return node
+        try:
+            return self._names[node, its]
+        except KeyError:
+            name = self._names[node, its] = (instance_name(node, its[-1]) if len(its) == 1 else
+                                             instance_name(node, its[-1], None, its[:-1]))
+            return name
+
+    def common(self, node: str, other: str) -> int:
+        """How many loops, from the outermost, are around both nodes."""
+        try:
+            return self._shared[node, other]
+        except KeyError:
+            a, b = self._path.get(node, ()), self._path.get(other, ())
+            k = 0
+            while k < len(a) and k < len(b) and a[k] == b[k]:
+                k += 1
+            self._shared[node, other] = k
+            return k
+
+    def after(self, node: str) -> tuple[tuple[str, int, int], ...]:
+        """``node``'s dependencies without the edges back to it, each with the loops around
+        both and around it (more: it waits from outside for a loop to end)."""
+        try:
+            return self._afters[node]
+        except KeyError:
+            after = self._afters[node] = tuple(
+                (d, self.common(node, d), len(self._path.get(d, ()))) for d in self._graph.forward_deps(node))
+            return after
+
+    def reach(self, node: str) -> tuple[tuple[str, int, int], ...]:
+        """The nodes whose instances may become due once one of ``node`` settles: its
+        children, and those after each loop around it (they wait for the loop's end,
+        whichever member ends last); each with the loops around both and around it."""
+        try:
+            return self._reaches[node]
+        except KeyError:
+            found = list(self._graph.children(node))
+            for entry in self._path.get(node, ()):
+                found += self._exits[entry]
+            reach = self._reaches[node] = tuple(
+                (c, self.common(node, c), len(self._path.get(c, ()))) for c in dict.fromkeys(found))
+            return reach
+
