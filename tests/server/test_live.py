@@ -201,3 +201,46 @@ def test_loops_and_maps_show_their_iteration_and_item_counts_beside_the_graph(tm
         assert "<strong>model</strong>: 1 iteration (1 succeeded)" in first
     finally:
         rt.close()
+
+
+def test_a_loop_inside_a_loop_shows_every_instance_of_its_nodes_in_fold_order(tmp_path: Path) -> None:
+    import re
+
+    from pydantic import BaseModel
+
+    class Turns(BaseModel):
+        outer: int = 0
+        inner: int = 0
+
+    g = Graph("nested", Turns)
+
+    @g.node(after=["again"], max_iterations=3)
+    def begin(s: Turns) -> dict[str, Any]:
+        return {"outer": s.outer + 1, "inner": 0}
+
+    @g.node(after=["begin", "more"], max_iterations=3)
+    def step(s: Turns) -> dict[str, Any]:
+        return {"inner": s.inner + 1}
+
+    @g.node(after=["step"], when=lambda s: s.inner < 2)
+    def more(s: Turns) -> None:
+        return None
+
+    @g.node(after=["step"], when=lambda s: s.outer < 2)
+    def again(s: Turns) -> None:
+        return None
+
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
+    try:
+        run = asyncio.run(rt.start(g, {}))
+        with TestClient(create_app(rt)) as client:
+            page = client.get(f"/runs/{run.id}").text
+            assert "<strong>step</strong>: 4 iterations (4 succeeded)" in page
+            assert "<strong>begin</strong>: 2 iterations (2 succeeded)" in page
+            drawer = client.get(f"/runs/{run.id}?node=step").text
+            shown = re.findall(r'<details class="instance" open><summary>([^ <]+) ', drawer)
+            assert shown == ["step", "step#0.1", "step#1.0", "step#1.1"]
+            one = client.get(f"/runs/{run.id}?node=step%231.0").text
+            assert re.findall(r'<details class="instance" open><summary>([^ <]+) ', one) == ["step#1.0"]
+    finally:
+        rt.close()
