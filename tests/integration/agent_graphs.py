@@ -12,6 +12,11 @@ everywhere and a run started in one process can be resumed in another.
 * ``react`` / ``react_short``: a ReAct agent, model → tool → model …, whose tool performs
   the counted effect ``search`` with ``request={"i": k}`` once per tool call until
   ``target`` calls were made; ``react_short`` allows fewer iterations than it needs.
+* ``supervisor``: nested loops, a supervisor loop (``plan`` → ``agent`` → ``review`` →
+  ``again`` ⇢ ``plan``) whose body is the subgraph ``agent``, a ReAct sub-agent (``model``
+  ⇄ ``tool``) making ``calls[r - 1]`` calls of ``search`` with ``request={"round": r, "i":
+  k}`` in round r; its instances are ``agent/tool#<round - 1>.<k>``. Its bound
+  (``SUB_AGENT_MAX_ITERATIONS``) counts per round.
 
 Every call of an effect function appends a line to ``<workdir>/effects.log`` and every
 node execution one to ``<workdir>/nodes.log``, so a repeated side effect or re-executed
@@ -258,7 +263,8 @@ class AgentState(BaseModel):
 def search(workdir: str, tool: str) -> Callable[[Any], str]:
     def fn(info: Any) -> str:
         i = info.request["i"]
-        result = f"result-{i}"
+        # a sub-agent's call names its round: ``result-<round>.<i>``
+        result = f"result-{info.request['round']}.{i}" if "round" in info.request else f"result-{i}"
         log(workdir, "effects.log", {"key": info.key, "request": info.request, "node": tool,
                                      "result": result, "pid": os.getpid()})
         reached(workdir, f"{tool}:in_effect")   # killed here, the effect is in doubt
@@ -305,9 +311,92 @@ def _react_graph(name: str, max_iterations: int) -> Graph:
     return g
 
 
+# ---------------------------------------------------------------- a supervisor calling a ReAct sub-agent
+
+class SupervisorState(BaseModel):
+    workdir: str
+    calls: list[int]          # the tool calls the sub-agent makes in each round
+    round: int = 0            # rounds begun (1-based once begun)
+    messages: Annotated[list[dict[str, Any]], append] = []
+    answer: str | None = None
+
+
+class SubAgentState(BaseModel):
+    """The sub-agent's view of ``SupervisorState``."""
+
+    workdir: str
+    calls: list[int]
+    round: int = 0
+    messages: Annotated[list[dict[str, Any]], append] = []
+
+
+def _sub_agent(inner_bound: int) -> Graph:
+    """model ⇄ tool, a loop of its own: the model asks for ``calls[round - 1]`` tool calls
+    in its round, each tool call the counted effect ``search`` with
+    ``request={"round": r, "i": k}``."""
+    g = Graph("sub_agent", state=SubAgentState)
+
+    @g.node(after=["tool"], max_iterations=inner_bound)
+    async def model(state: SubAgentState, ctx: NodeContext) -> dict:
+        executed(state.workdir, ctx)
+        await areached(state.workdir, ctx.node)
+        r = state.round
+        made = sum(1 for m in state.messages if m["role"] == "tool" and m["round"] == r)
+        if made < state.calls[r - 1]:
+            return {"messages": [{"role": "assistant", "round": r, "call": {"round": r, "i": made}}]}
+        return {"messages": [{"role": "assistant", "round": r, "content": f"round {r}: made {made} calls"}]}
+
+    @g.node(after=["model"], when=_calls_pending)
+    def tool(state: SubAgentState, ctx: NodeContext) -> dict:
+        executed(state.workdir, ctx)
+        request = state.messages[-1]["call"]
+        reached(state.workdir, f"{ctx.node}:before_effect")
+        result = ctx.effect("search", search(state.workdir, ctx.node), request=request)
+        reached(state.workdir, f"{ctx.node}:after_effect")
+        return {"messages": [{"role": "tool", "round": request["round"], "i": request["i"], "content": result}]}
+
+    return g
+
+
+def _supervisor_graph(name: str, rounds: int, inner_bound: int) -> Graph:
+    """plan (outer entry) → agent (the sub-agent's loop) → review → again ⇢ plan; finish
+    once ``again`` is skipped after the last round of ``calls``."""
+    g = Graph(name, state=SupervisorState)
+
+    @g.node(after=["again"], max_iterations=rounds)
+    def plan(state: SupervisorState, ctx: NodeContext) -> dict:
+        executed(state.workdir, ctx)
+        r = state.round + 1
+        return {"round": r, "messages": [
+            {"role": "user", "round": r, "content": f"round {r}: call the tool {state.calls[r - 1]} times"}]}
+
+    g.subgraph("agent", _sub_agent(inner_bound), after=["plan"])
+
+    @g.node(after=["agent"])
+    def review(state: SupervisorState, ctx: NodeContext) -> dict:
+        executed(state.workdir, ctx)
+        r = state.round
+        return {"messages": [{"role": "supervisor", "round": r, "content": f"reviewed round {r}"}]}
+
+    @g.node(after=["review"], when=lambda s: s.round < len(s.calls))
+    def again(state: SupervisorState, ctx: NodeContext) -> dict:
+        executed(state.workdir, ctx)
+        return {}
+
+    @g.node(after=["plan"])
+    def finish(state: SupervisorState, ctx: NodeContext) -> dict:
+        executed(state.workdir, ctx)
+        made = sum(1 for m in state.messages if m["role"] == "tool")
+        return {"answer": f"{made} calls in {state.round} rounds"}
+
+    return g
+
+
 REACT_TARGET = 50          # tool calls the agent makes: 51 model iterations
 SHORT_TARGET = 10
 SHORT_MAX_ITERATIONS = 5   # fewer than the SHORT_TARGET + 1 the short agent needs
+SUPERVISOR_ROUNDS = 3      # the supervisor's bound: rounds of the outer loop
+SUB_AGENT_MAX_ITERATIONS = 5   # the sub-agent's bound, per round: 4 tool calls in a round at most
 
 GRAPHS: dict[str, Graph] = {
     "map_async": _map_graph("async"),
@@ -316,6 +405,7 @@ GRAPHS: dict[str, Graph] = {
     "loop_sync": _loop_graph("sync"),
     "react": _react_graph("agent_react", REACT_TARGET + 1),
     "react_short": _react_graph("agent_react_short", SHORT_MAX_ITERATIONS),
+    "supervisor": _supervisor_graph("agent_supervisor", SUPERVISOR_ROUNDS, SUB_AGENT_MAX_ITERATIONS),
 }
 
 
