@@ -586,19 +586,26 @@ async def _in_doubt_answer(scene: Scene, run_id: str) -> tuple[str, dict[str, An
     return intr.node, {"action": "result", "result": made[0]["result"]}
 
 
-@pytest.mark.parametrize("seed", [11, 2026])
-async def test_react_loop_sigkilled_at_random_points_completes_with_every_effect_once(scenes, seed: int) -> None:
-    scene = scenes("react")
-    points = kill_points(seed)
+@dataclass
+class Survived:
+    run: Run                 # as the last resume, in this process, left it
+    killed: list[Killed]     # the processes SIGKILLed, in order
+    in_doubt: list[str]      # tool instances whose effect was answered after a death inside it
+    paused: list[int]        # processes whose resume paused on such an effect
+
+
+async def killed_at_each_then_finished(scene: Scene, points: Sequence[str], start_input: str) -> Survived:
+    """Start a run in a worker killed at ``points[0]``, resume it in a new worker killed at
+    each next point (answering an effect left in doubt with what the outside world has),
+    then resume it in this process until it ends."""
     run_id: str | None = None
     killed: list[Killed] = []
-    in_doubt: list[str] = []           # tool instances whose effect was answered after a death inside it
-    paused: list[int] = []             # processes whose resume paused on such an effect
+    in_doubt: list[str] = []
+    paused: list[int] = []
     answer: list[Any] = []
-
     for point in points:
         while True:   # a resume that finds an effect in doubt pauses: answer it, then go on
-            args = ["start", scene.input(target=TARGET)] if run_id is None else ["resume", run_id, *answer]
+            args = ["start", start_input] if run_id is None else ["resume", run_id, *answer]
             answer = []
             outcome = scene.worker([], point, *args)
             if run_id is None:
@@ -613,16 +620,25 @@ async def test_react_loop_sigkilled_at_random_points_completes_with_every_effect
         killed.append(outcome)
         _assert_died_at(scene, run_id, outcome)
     assert run_id is not None
-    assert [k.point for k in killed] == points
-    assert len({k.pid for k in killed}) == KILLS
+    assert [k.point for k in killed] == list(points)
+    assert len({k.pid for k in killed}) == len(points)
 
-    # the last resume, in this process
     run = await scene.resume(run_id, *(json.loads(a) for a in answer))
     if run.status == RunStatus.INTERRUPTED:
         paused.append(os.getpid())
         node, reply = await _in_doubt_answer(scene, run_id)
         in_doubt.append(node)
         run = await scene.resume(run_id, reply)
+    return Survived(run, killed, in_doubt, paused)
+
+
+@pytest.mark.parametrize("seed", [11, 2026])
+async def test_react_loop_sigkilled_at_random_points_completes_with_every_effect_once(scenes, seed: int) -> None:
+    scene = scenes("react")
+    points = kill_points(seed)
+    survived = await killed_at_each_then_finished(scene, points, scene.input(target=TARGET))
+    run, run_id, killed, in_doubt, paused = (survived.run, survived.run.id, survived.killed,
+                                              survived.in_doubt, survived.paused)
 
     rt = scene.rt
     assert run.id == run_id and run.kind == RunKind.MAIN

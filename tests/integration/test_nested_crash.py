@@ -16,8 +16,6 @@ The processes and checks are those of ``test_agent_crash``.
 
 from __future__ import annotations
 
-import json
-import os
 import random
 from collections import Counter
 from typing import Any
@@ -27,10 +25,8 @@ import pytest
 from harness_checks import assert_instance_trace_consistent
 from test_agent_crash import (  # noqa: F401  (scenes: the fixture)
     PHASES,
-    Killed,
-    _assert_died_at,
-    _in_doubt_answer,
     assert_trace_consistent,
+    killed_at_each_then_finished,
     run_events,
     scenes,
 )
@@ -105,39 +101,9 @@ async def test_supervisor_with_sub_agent_sigkilled_in_every_round_completes_with
         scenes, seed: int) -> None:
     scene = scenes("supervisor")
     points = kill_points(seed)
-    run_id: str | None = None
-    killed: list[Killed] = []
-    in_doubt: list[str] = []           # tool instances whose effect was answered after a death inside it
-    paused: list[int] = []             # processes whose resume paused on such an effect
-    answer: list[Any] = []
-
-    for point in points:
-        while True:   # a resume that finds an effect in doubt pauses: answer it, then go on
-            args = ["start", scene.input(calls=CALLS)] if run_id is None else ["resume", run_id, *answer]
-            answer = []
-            outcome = scene.worker([], point, *args)
-            if run_id is None:
-                run_id = scene.only_run_id()
-            if isinstance(outcome, Killed):
-                break
-            assert outcome.out["status"] == "interrupted", outcome.out
-            paused.append(outcome.pid)
-            node, reply = await _in_doubt_answer(scene, run_id)
-            in_doubt.append(node)
-            answer = [json.dumps(reply)]
-        killed.append(outcome)
-        _assert_died_at(scene, run_id, outcome)
-    assert run_id is not None
-    assert [k.point for k in killed] == points
-    assert len({k.pid for k in killed}) == KILLS
-
-    # the last resume, in this process
-    run = await scene.resume(run_id, *(json.loads(a) for a in answer))
-    if run.status == RunStatus.INTERRUPTED:
-        paused.append(os.getpid())
-        node, reply = await _in_doubt_answer(scene, run_id)
-        in_doubt.append(node)
-        run = await scene.resume(run_id, reply)
+    survived = await killed_at_each_then_finished(scene, points, scene.input(calls=CALLS))
+    run, run_id, killed, in_doubt, paused = (survived.run, survived.run.id, survived.killed,
+                                              survived.in_doubt, survived.paused)
 
     rt = scene.rt
     assert run.id == run_id and run.kind == RunKind.MAIN
