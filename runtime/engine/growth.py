@@ -53,7 +53,8 @@ class Growth:
         bound = self.graph.nodes[entry].max_iterations or 0
         if its[-1] >= bound:
             # a loop inside another is bounded in each iteration of the outer one
-            where = f" (in iteration {'.'.join(map(str, its[:-1]))} of the loop around it)" if len(its) > 1 else ""
+            where = ("" if len(its) == 1 else f" (in iteration {its[0]} of the loop around it)" if len(its) == 2 else
+                     f" (in iterations {'.'.join(map(str, its[:-1]))} of the loops around it)")
             self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
                             f"loop {entry!r} reached max_iterations={bound}{where}: {node!r} led back to it again")
             return

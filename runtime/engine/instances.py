@@ -55,6 +55,8 @@ class Instances:
         #: (a map's group records), in order of creation
         self._of: dict[tuple[str, tuple[int, ...]], list[str]] = {}
         self._items: dict[str, list[str]] = {}    # a map's group record -> its items, in order
+        #: (node, the iterations of loops around it but one at least) -> its instances there
+        self._deep: dict[tuple[str, tuple[int, ...]], list[str]] = {}
         #: (loop entry, the iterations of the loops around it) -> every instance of its
         #: members there, items included, in order of creation
         self._in: dict[tuple[str, tuple[int, ...]], list[str]] = {}
@@ -83,7 +85,7 @@ class Instances:
             return self._at(other, its[:k]) if k else other
         if len(path) == k + 1:
             return self._of[(other, its[:k])][-1]
-        return [x for x in self._in[(path[k], its[:k])] if base_node(x) == other][-1]
+        return self._deep[(other, its[:k])][-1]
 
     def first_of(self, name: str, node: str) -> str:
         """The instance of ``node`` in the iterations of the loops around both it and
@@ -104,6 +106,8 @@ class Instances:
                 return
             its = self._its(p)
             self._of.setdefault((node, its[:-1]), []).append(name)
+            for k in range(len(path) - 1):   # seen from outside a loop that holds its own
+                self._deep.setdefault((node, its[:k]), []).append(name)
         else:
             self._items.setdefault(instance_name(node, p.iteration, None, p.outer), []).append(name)
             path = self._path.get(node)
@@ -231,8 +235,7 @@ class Instances:
                 out.append(((self._at(d, its[:k]) if k else d,), False))
                 continue
             loop, around = self._path[d][k], its[:k] if k else ()
-            mine = (self._of[(d, around)] if depth == k + 1 else
-                    [x for x in self._in[(loop, around)] if base_node(x) == d and "[" not in x])
+            mine = self._of[(d, around)] if depth == k + 1 else self._deep[(d, around)]
             out.append((mine, not self.loop_ended(loop, around, statuses)))
         return out
 

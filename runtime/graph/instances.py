@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
-_NAME = re.compile(r"(?P<node>[^#\[\]]+)(?:#(?P<it>\d+(?:\.\d+)*))?(?:\[(?P<item>\d+)\])?")
+_NUMBER = r"(?:0|[1-9]\d*)"
+_NAME = re.compile(rf"(?P<node>[^#\[\]]+)(?:#(?P<it>{_NUMBER}(?:\.{_NUMBER})*))?(?:\[(?P<item>{_NUMBER})\])?")
 
 
 class InstanceName(NamedTuple):
@@ -42,6 +43,8 @@ def parse_instance(name: str) -> InstanceName:
     if "." not in it:
         return InstanceName(m.group("node"), int(it), found) if it[0] != "0" else InstanceName(name)
     *outer, inner = (int(x) for x in it.split("."))
+    if not inner and not any(outer):
+        return InstanceName(name)   # not a name ``instance_name`` writes: the plain name is
     return InstanceName(m.group("node"), inner, found, tuple(outer))
 
 

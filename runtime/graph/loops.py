@@ -106,14 +106,13 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
     if not entries:
         return Problem(where, f"cycle: {shown} has no iteration bound: set max_iterations on the node "
                               "each iteration starts at")
-    starts = {e: _inside(e, comp, deps) for e in entries}
-    outer = [e for e, on in starts.items() if all(x in on for x in entries if x != e)]
-    if len(outer) > 1:   # prefer the entry no way back to which comes from inside another loop
-        outer = [e for e in outer if not any(d in starts[e] for d in deps[e] if d in comp)] or outer
+    outer = [e for e in entries if _holds(e, comp, deps, entries)]
     if len(outer) != 1:
-        return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}: set it on "
-                              "the node each iteration starts at only (a loop inside another is a cycle of its "
-                              "own, which the outer loop's entry is not on)")
+        how = ("either could hold the other's loop" if outer else "neither holds the other's loop")
+        return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}, and {how}: "
+                              "set it on the node each iteration starts at only, or nest the loops (without "
+                              "the edges back to the outer entry, an inner loop is a cycle of its own, entered "
+                              "from the outer loop's body, whose edges back to the outer entry come from after it)")
     entry = outer[0]
     if decls[entry].map_over is not None:
         return Problem(f"node {entry!r}", "a map worker cannot be the entry of a loop")
@@ -124,6 +123,13 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
         if problem is not None:
             return problem
     nested = {m: e for e, ms in found.items() for m in ms}
+    if found:   # name the outer loop by a cycle through its entry, not one of the inner loops
+        where, shown = f"node {entry!r}", " → ".join([*_through(entry, comp, deps), entry])
+    if not any(decls[n].when is not None for n in comp if n not in nested or n in found):
+        holding = sorted({nested[n] for n in comp if decls[n].when is not None})
+        return Problem(where, f"cycle: {shown} has no exit of its own: its when= conditions are inside the loop "
+                              f"of {', '.join(map(repr, holding))}, and end only that loop; give one of the outer "
+                              "loop's nodes (or an inner loop's entry) a when= condition")
     for source in sorted(d for d in deps[entry] if d in nested):
         return Problem(f"node {entry!r}", f"cycle: {shown}: {source!r} leads back to {entry!r} from inside the loop "
                                           f"of {nested[source]!r}; an inner loop ends within an iteration of the "
@@ -138,11 +144,33 @@ def _without_back_edges(entry: str, comp: set[str], deps: Mapping[str, Sequence[
     return {n: [d for d in deps[n] if d in comp] if n != entry else [] for n in comp}
 
 
-def _inside(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]]) -> set[str]:
-    """The members of ``comp`` on a cycle once the edges back to ``entry`` are gone: those
-    of the loops inside the loop ``entry`` would start. It starts the loop when every other
-    bounded member is among them (the loops they bound lie inside)."""
-    return set().union(*(c for c, _ in cycles(_without_back_edges(entry, comp, deps))))
+def _through(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]]) -> list[str]:
+    """A shortest cycle through ``entry`` within ``comp``, read in execution order."""
+    came: dict[str, str] = {}
+    queue = [entry]
+    for node in queue:
+        for child in sorted(n for n in comp if node in deps.get(n, ())):
+            if child == entry:
+                path = [node]
+                while path[-1] != entry:
+                    path.append(came[path[-1]])
+                return path[::-1]
+            if child not in came:
+                came[child] = node
+                queue.append(child)
+    return [entry]
+
+
+def _holds(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]], entries: list[str]) -> bool:
+    """Whether ``entry`` can start the loop of ``comp`` with the loops the other bounded
+    members start inside it: without the edges back to ``entry``, each of them is on a
+    cycle, and each such cycle is entered from the rest of the outer loop's body (one of
+    its entries depends on a member off the cycle)."""
+    inner = [c for c, _ in cycles(_without_back_edges(entry, comp, deps))]
+    if not all(any(x in c for c in inner) for x in entries if x != entry):
+        return False
+    return all(any(d in comp and d not in c for x in entries if x in c for d in deps[x])
+               for c in inner if any(x in c for x in entries))
 
 
 def canonical_order(deps: Mapping[str, Sequence[str]], loops: Mapping[str, Sequence[str]] | None = None) -> list[str]:

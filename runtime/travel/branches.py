@@ -33,7 +33,7 @@ from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..engine.decisions import with_limits
 from ..engine.deps import EngineDeps
 from ..graph import ExecutableGraph
-from ..graph.instances import instance_name, parse_instance
+from ..graph.instances import base_node, instance_name, loop_paths, parse_instance
 from ..graph.reducers import fold
 from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
 from ..history.lineage import continued_chain, writes_lineage
@@ -155,6 +155,8 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     except ValidationError as e:
         raise InvalidRequest(f"the recorded input does not fit {compiled.state_model.__name__} of the "
                              f"graph given: {e.errors()[0]['msg']}") from None
+    if compiled.version != base_run.graph_version:
+        _refuse_moved_loops(deps, base_run, compiled, cp.node_states)
     statuses = branch_statuses(cp.node_states, compiled)
     options: dict[str, JSON] = {"effects": EffectsMode.MOCK.value, "mocks": mocks_json, "compare": True,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
@@ -214,6 +216,26 @@ def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus
             redo.add(group)
     return {n: st for n, st in statuses.items()
             if (p := parse_instance(n)).item is None or instance_name(p.node, p.iteration, None, p.outer) not in redo}
+
+
+def _refuse_moved_loops(deps: EngineDeps, recorded: Run, graph: ExecutableGraph,
+                        node_states: Mapping[str, NodeStatus]) -> None:
+    """Refuse to replay new code whose loops hold a node differently from the code that
+    recorded its instances: a name such as ``X#1`` says which iteration of which loop it
+    was, and under other loops it would stand for another instance."""
+    desc = deps.store.graph_description(recorded.graph_version) or {}
+    raw = desc.get("loops")
+    before = loop_paths({str(e): [str(m) for m in ms] for e, ms in raw.items() if isinstance(ms, list)}
+                        if isinstance(raw, dict) else {})
+    for name in node_states:
+        node = base_node(name)
+        if "#" in name and node in graph.nodes and before.get(node, ()) != graph.loop_path.get(node, ()):
+            def loops(path: tuple[str, ...]) -> str:
+                return " inside ".join(map(repr, reversed(path))) if path else "no loop"
+            raise InvalidRequest(
+                f"the graph given runs {node!r} in {loops(graph.loop_path.get(node, ()))}, and the recording "
+                f"ran it in {loops(before.get(node, ()))}: its recorded instance {name!r} has no place in the new "
+                f"graph; replay from a checkpoint before {node!r} ran in a loop iteration, or from the run's start")
 
 
 def _name_code(options: dict[str, JSON], source: Run, graph: ExecutableGraph | None) -> None:

@@ -17,8 +17,8 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel
 
-from runtime import (EffectStatus, ErrorClass, Graph, GraphError, NodeStatus, RunKind, RunStatus, Runtime,
-                     append)
+from runtime import (EffectStatus, ErrorClass, Graph, GraphError, InvalidRequest, NodeStatus, RunKind, RunStatus,
+                     Runtime, append)
 from runtime.store.base import CheckpointStore
 
 from integration.harness_checks import assert_instance_trace_consistent
@@ -532,3 +532,113 @@ def test_an_inner_cycle_without_a_when_is_refused_as_having_no_exit() -> None:
         nested_shape("no_inner_exit", inner_when=False).compile()
     text = str(e.value)
     assert "has no exit" in text and "worker_more" in text
+
+
+def branching(name: str, *, jump_back_from_inside: bool = False) -> Graph:
+    """O (outer entry) → pre → [X ⇄ x_more] → tail → again ⇢ O, with ``side`` beside the
+    inner loop in the outer body (O → side → tail)."""
+    g = Graph(name, S)
+
+    def line(label: str) -> Any:
+        return lambda s: {"log": [label]}
+
+    g.add_node("O", line("O"), after=["again", "x_more"] if jump_back_from_inside else ["again"], max_iterations=3)
+    g.add_node("pre", line("pre"), after=["O"])
+    g.add_node("X", line("X"), after=["pre", "x_more"], max_iterations=3)
+    g.add_node("x_more", noop, after=["X"], when=lambda s: s.log.count("X") % 2 == 1)
+    g.add_node("side", line("side"), after=["O"])
+    g.add_node("tail", line("tail"), after=["X", "side"])
+    g.add_node("again", noop, after=["tail"], when=lambda s: s.log.count("O") < 2)
+    return g
+
+
+async def test_an_inner_loop_after_a_step_with_a_branch_beside_it_is_nested_in_the_outer_loop(rt: Runtime) -> None:
+    graph = branching("branching").compile()
+    assert graph.loop_path["X"] == ("O", "X") and graph.loop_path["side"] == ("O",)
+    run = await rt.start(graph, {})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    final = (await rt.history(run.id))[-1]
+    assert (await rt.state_at(final.id)).log == ["O", "pre", "X", "X", "side", "tail"] * 2   # canonical order
+    assert final.node_states["X#1.1"] == NodeStatus.SUCCEEDED and "X#1.2" not in final.node_states
+
+
+def test_an_edge_back_from_inside_the_inner_loop_is_refused_even_with_a_branch_beside_it() -> None:
+    """With ``side``, X could be read as the outer loop's entry too: refused, not guessed."""
+    with pytest.raises(GraphError) as e:
+        branching("ambiguous", jump_back_from_inside=True).compile()
+    text = str(e.value)
+    assert "'O'" in text and "'X'" in text and "either could hold the other's loop" in text
+
+
+def test_an_outer_loop_whose_only_exits_are_inside_its_inner_loop_is_refused() -> None:
+    g = Graph("no_outer_exit")
+    g.add_node("O", noop, after=["again"], max_iterations=3)
+    g.add_node("I", noop, after=["O", "imore"], max_iterations=3)
+    g.add_node("imore", noop, after=["I"], when=lambda s: True)
+    g.add_node("tail", noop, after=["I"])
+    g.add_node("again", noop, after=["tail"])
+    with pytest.raises(GraphError) as e:
+        g.compile()
+    text = str(e.value)
+    assert "O → I → tail → again → O has no exit of its own" in text and "inside the loop of 'I'" in text
+
+
+async def test_a_node_after_the_outer_loop_may_wait_on_a_node_of_the_inner_loop(rt: Runtime) -> None:
+    g = nested([])
+    g.add_node("post", lambda s: {"log": [f"post after {len(s.log)}"]}, after=["step"])
+    run = await rt.start(g, {"plan": [2, 3]})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    log = (await final_state(rt, run.id)).log
+    # it waited for the outer loop's end and saw all its writes (not finish's, a sibling)
+    assert log[:-1] == expected_log([2, 3]) and log[-1] == f"post after {len(log) - 2}"
+
+
+def flat(calls: list[str]) -> Graph:
+    """``nested``'s outer loop with one ``step`` per outer iteration, no loop inside."""
+    g = Graph("nested", S)
+
+    @g.node(after=["again"], max_iterations=4)
+    def begin(s: S) -> dict[str, Any]:
+        return {"outer": s.outer + 1, "inner": 0, "log": [f"begin {s.outer + 1}"]}
+
+    @g.node(after=["begin"])
+    def step(s: S, ctx: Any) -> dict[str, Any]:
+        reply = ctx.effect("tool", lambda: recorded(calls, ctx.node, f"step {s.outer}.1"),
+                           request={"outer": s.outer, "inner": 1})
+        return {"inner": 1, "log": [reply]}
+
+    @g.node(after=["step"])
+    def tally(s: S) -> dict[str, Any]:
+        return {"log": [f"tally {s.outer} after {s.inner}"]}
+
+    @g.node(after=["tally"], when=lambda s: s.outer < len(s.plan))
+    def again(s: S) -> None:
+        return None
+
+    @g.node(after=["begin"])
+    def finish(s: S) -> dict[str, Any]:
+        return {"log": [f"finish after {s.outer}"]}
+
+    return g
+
+
+async def test_a_replay_of_code_that_nests_a_node_in_another_loop_is_refused_from_a_later_iteration(
+        rt: Runtime) -> None:
+    """``step#1`` (outer iteration 1) would read as inner iteration 1 of outer iteration 0
+    under the nested code: refused before anything is created. From the run's start,
+    where no instance names an iteration, the new code replays."""
+    calls: list[str] = []
+    run = await rt.start(flat(calls), {"plan": [1, 1]})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    later = next(cp for cp in await rt.history(run.id) if "step#1" in cp.nodes)
+    runs_before = len(await rt.runs())
+    with pytest.raises(InvalidRequest) as e:
+        await rt.replay(later.id, graph=nested(calls))
+    assert "'step'" in str(e.value) and "'step#1'" in str(e.value) and "'begin'" in str(e.value)
+    assert len(await rt.runs()) == runs_before
+    whole = await rt.replay(run.id, graph=nested(calls))
+    # step (0, 0) is served the recorded effect; step#1.0 is an instance the recording never
+    # had, so its effect is asked about rather than run
+    assert whole.run.status == RunStatus.INTERRUPTED and len(calls) == 2
+    [question] = await rt.interrupts(whole.run.id)
+    assert question.node == "step#1.0"
