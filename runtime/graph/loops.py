@@ -106,9 +106,12 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
     if not entries:
         return Problem(where, f"cycle: {shown} has no iteration bound: set max_iterations on the node "
                               "each iteration starts at")
-    outer = [e for e in entries if _holds(e, comp, deps, entries)]
+    holding = [e for e in entries if _holds(e, comp, deps, entries)]
+    # of those, the readings where every way back to the outer entry comes from outside
+    # the loops inside it; when none is, the first is checked to say what is wrong with it
+    outer = [e for e in holding if not _back_from_inside(e, comp, deps)] or holding[:1]
     if len(outer) != 1:
-        how = ("either could hold the other's loop" if outer else "neither holds the other's loop")
+        how = ("more than one could hold the others' loops" if outer else "none holds the others' loops")
         return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}, and {how}: "
                               "set it on the node each iteration starts at only, or nest the loops (without "
                               "the edges back to the outer entry, an inner loop is a cycle of its own, entered "
@@ -122,7 +125,8 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
         problem = check_loop(inner, inner_cycle, forward, decls, found)
         if problem is not None:
             return problem
-    nested = {m: e for e, ms in found.items() for m in ms}
+    # each member's innermost loop: smaller loops, inside larger ones, written last
+    nested = {m: e for e, ms in sorted(found.items(), key=lambda f: -len(f[1])) for m in ms}
     if found:   # name the outer loop by a cycle through its entry, not one of the inner loops
         where, shown = f"node {entry!r}", " → ".join([*_through(entry, comp, deps), entry])
     if not any(decls[n].when is not None for n in comp if n not in nested or n in found):
@@ -159,6 +163,12 @@ def _through(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]]) -> l
                 came[child] = node
                 queue.append(child)
     return [entry]
+
+
+def _back_from_inside(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]]) -> bool:
+    """Whether a way back to ``entry`` would come from inside a loop it holds."""
+    inner = set().union(*(c for c, _ in cycles(_without_back_edges(entry, comp, deps))))
+    return any(d in inner for d in deps[entry] if d in comp)
 
 
 def _holds(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]], entries: list[str]) -> bool:

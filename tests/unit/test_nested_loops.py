@@ -562,12 +562,56 @@ async def test_an_inner_loop_after_a_step_with_a_branch_beside_it_is_nested_in_t
     assert final.node_states["X#1.1"] == NodeStatus.SUCCEEDED and "X#1.2" not in final.node_states
 
 
-def test_an_edge_back_from_inside_the_inner_loop_is_refused_even_with_a_branch_beside_it() -> None:
-    """With ``side``, X could be read as the outer loop's entry too: refused, not guessed."""
+def test_the_one_reading_where_no_way_back_comes_from_inside_an_inner_loop_is_taken() -> None:
+    """With an edge from x_more back to O, O cannot hold X's loop (a way back to O would
+    come from inside it); X can hold O's, whose loop O → side → tail → again is entered from
+    x_more. Without ``side`` no reading fits, and the way back from inside is named."""
+    graph = branching("x_holds_o", jump_back_from_inside=True).compile()
+    assert graph.loop_path["O"] == ("X", "O") and graph.loop_path["x_more"] == ("X",)
+    g = Graph("no_reading")
+    g.add_node("O", noop, after=["again", "x_more"], max_iterations=3)
+    g.add_node("X", noop, after=["O", "x_more"], max_iterations=3)
+    g.add_node("x_more", noop, after=["X"], when=lambda s: True)
+    g.add_node("again", noop, after=["X"], when=lambda s: True)
     with pytest.raises(GraphError) as e:
-        branching("ambiguous", jump_back_from_inside=True).compile()
-    text = str(e.value)
-    assert "'O'" in text and "'X'" in text and "either could hold the other's loop" in text
+        g.compile()
+    assert "'x_more' leads back to 'O' from inside the loop of 'X'" in str(e.value)
+
+
+class Deep(BaseModel):
+    log: Annotated[list[str], append] = []
+    a: int = 0
+    b: int = 0
+    c: int = 0
+
+
+def three_deep() -> Graph:
+    """A ⊃ B ⊃ C, each going round twice; ``again_a`` waits on B's loop (as a subgraph's end
+    waits on its child's outer entry)."""
+    inner = Graph("inner", Deep)
+    inner.add_node("B", lambda s: {"b": s.b + 1, "c": 0, "log": [f"B{s.a}.{s.b + 1}"]},
+                   after=["again_b"], max_iterations=3)
+    inner.add_node("C", lambda s: {"c": s.c + 1, "log": [f"C{s.a}.{s.b}.{s.c + 1}"]},
+                   after=["B", "more_c"], max_iterations=3)
+    inner.add_node("more_c", noop, after=["C"], when=lambda s: s.c < 2)
+    inner.add_node("again_b", noop, after=["C"], when=lambda s: s.b < 2)
+    g = Graph("three_deep", Deep)
+    g.add_node("A", lambda s: {"a": s.a + 1, "b": 0, "log": [f"A{s.a + 1}"]}, after=["again_a"], max_iterations=3)
+    g.subgraph("sub", inner, after=["A"])
+    g.add_node("again_a", noop, after=["sub"], when=lambda s: s.a < 2)
+    return g
+
+
+async def test_a_subgraph_holding_two_loops_inside_a_loop_is_three_loops_deep(rt: Runtime) -> None:
+    graph = three_deep().compile()
+    assert graph.loop_path["sub/C"] == ("A", "sub/B", "sub/C")
+    run = await rt.start(graph, {})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    final = (await rt.history(run.id))[-1]
+    assert (await rt.state_at(final.id)).log == [
+        "A1", "B1.1", "C1.1.1", "C1.1.2", "B1.2", "C1.2.1", "C1.2.2",
+        "A2", "B2.1", "C2.1.1", "C2.1.2", "B2.2", "C2.2.1", "C2.2.2"]
+    assert final.node_states["sub/C#1.1.1"] == NodeStatus.SUCCEEDED and "sub/C#1.1.2" not in final.node_states
 
 
 def test_an_outer_loop_whose_only_exits_are_inside_its_inner_loop_is_refused() -> None:
