@@ -93,7 +93,7 @@ class Instances:
         if not self.dynamic:
             return node
         k = self._common(parse_instance(name).node, node)
-        its = self._its(parse_instance(name))[:k]
+        its = self._its(name)[:k]
         return self._at(node, its + (0,) * (len(self._path.get(node, ())) - k))
 
     def _note(self, name: str) -> None:
@@ -104,7 +104,7 @@ class Instances:
             if not path:
                 self._of.setdefault((node, ()), []).append(name)
                 return
-            its = self._its(p)
+            its = self._its(name)
             self._of.setdefault((node, its[:-1]), []).append(name)
             for k in range(len(path) - 1):   # seen from outside a loop that holds its own
                 self._deep.setdefault((node, its[:k]), []).append(name)
@@ -179,7 +179,7 @@ class Instances:
         if p.item is not None:   # a map's item depends on what its group record does
             return self._dep_instances(instance_name(p.node, p.iteration, None, p.outer))
         g, node, out = self.graph, p.node, []
-        its = self._its(p)
+        its = self._its(name)
         if g.loop_of.get(node) == node and p.iteration >= 1:
             before = (*its[:-1], p.iteration - 1)
             for s in g.back_sources[node]:   # at the loop's own level (the graph checks it)
@@ -225,7 +225,7 @@ class Instances:
         if p.item is not None:
             return []   # its group record waited for the dependencies already
         node = p.node
-        its = self._its(p) if node in self._path else ()
+        its = self._its(name) if node in self._path else ()
         if p.iteration >= 1 and g.loop_of.get(node) == node:
             before = (*its[:-1], p.iteration - 1)
             return [((self._at(s, before),), False) for s in g.back_sources[node]]
@@ -262,7 +262,7 @@ class Instances:
             return []
         node = p.node
         path = self._path.get(node, ())
-        its = self._its(p) if path else ()
+        its = self._its(name) if path else ()
         out = []
         for c, k, depth in self._reach(node):
             if depth == k:
@@ -289,7 +289,7 @@ class Instances:
         entry = self.graph.loop_of.get(p.node)
         if p.item is not None or entry is None or p.node not in self.graph.back_sources[entry]:
             return None
-        its = self._its(p)
+        its = self._its(name)
         sources = [self._at(s, its) for s in self.graph.back_sources[entry]]
         if any(statuses[s] not in FINISHED_NODE for s in sources):
             return None
@@ -319,7 +319,7 @@ class Instances:
         if not self.dynamic:
             return []
         return [n for (node, _), insts in list(self._of.items()) if node in self._members
-                for inst in list(insts) for n in self.add_iteration(node, self._its(parse_instance(inst)))]
+                for inst in list(insts) for n in self.add_iteration(node, self._its(inst))]
 
     def add_items(self, group: str, count: int) -> list[str]:
         """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..graph import ExecutableGraph
-from ..graph.instances import InstanceName, instance_name, iterations
+from ..graph.instances import instance_name, iterations, parse_instance
 
 
 class Placement:
@@ -18,19 +18,20 @@ class Placement:
         self._graph = graph
         self._path = graph.loop_path
         self._exits = exits   # a loop's entry -> the nodes after it, that wait for its end
-        self._its_of: dict[InstanceName, tuple[int, ...]] = {}
+        self._its_of: dict[str, tuple[int, ...]] = {}
         self._names: dict[tuple[str, tuple[int, ...]], str] = {}
         self._shared: dict[tuple[str, str], int] = {}
         self._reaches: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._afters: dict[str, tuple[tuple[str, int, int], ...]] = {}
 
-    def its(self, name: InstanceName) -> tuple[int, ...]:
+    def its(self, name: str) -> tuple[int, ...]:
         """The iteration of each loop around the instance, outermost first."""
         try:
             return self._its_of[name]
         except KeyError:
-            path = self._path.get(name.node)
-            its = () if not path else (name.iteration,) if len(path) == 1 else iterations(name, len(path))
+            p = parse_instance(name)
+            path = self._path.get(p.node)
+            its = () if not path else (p.iteration,) if len(path) == 1 else iterations(p, len(path))
             self._its_of[name] = its
             return its
 
