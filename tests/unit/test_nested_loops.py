@@ -49,7 +49,7 @@ def recorded(calls: list[str] | None, instance: str, result: str) -> str:
 
 def nested(calls: list[str] | None = None, *, outer_bound: int = 4, inner_bound: int = 3,
            fail_once: set[str] | None = None, ask_at: str | None = None, changed_at: str | None = None,
-           side_delay: float | None = None) -> Graph:
+           side_delay: float | None = None, inner_loop: bool = True) -> Graph:
     """begin (outer entry) → [step (inner entry) ⇄ more] → tally → again ⇢ begin; finish.
 
     Outer iteration o (1-based in the state) runs ``plan[o - 1]`` inner iterations; each
@@ -57,14 +57,16 @@ def nested(calls: list[str] | None = None, *, outer_bound: int = 4, inner_bound:
     ``fail_once``: those instances fail after their effect, the first time; ``ask_at``:
     that instance asks a question after its effect; ``changed_at``: that instance logs
     something else (a code change); ``side_delay``: a node ``side`` beside the inner loop
-    in the outer body, taking that long."""
+    in the outer body, taking that long; ``inner_loop=False``: one ``step`` per outer
+    iteration, no loop inside."""
     g = Graph("nested", S)
 
     @g.node(after=["again"], max_iterations=outer_bound)
     def begin(s: S) -> dict[str, Any]:
         return {"outer": s.outer + 1, "inner": 0, "log": [f"begin {s.outer + 1}"]}
 
-    @g.node(after=["begin", "more"], max_iterations=inner_bound)
+    @g.node(after=["begin", "more"] if inner_loop else ["begin"],
+            max_iterations=inner_bound if inner_loop else None)
     def step(s: S, ctx: Any) -> dict[str, Any]:
         n = s.inner + 1
         reply = ctx.effect("tool", lambda: recorded(calls, ctx.node, f"step {s.outer}.{n}"),
@@ -79,9 +81,10 @@ def nested(calls: list[str] | None = None, *, outer_bound: int = 4, inner_bound:
             reply = "changed"
         return {"inner": n, "log": [reply]}
 
-    @g.node(after=["step"], when=lambda s: s.inner < s.plan[s.outer - 1])
-    def more(s: S) -> None:
-        return None
+    if inner_loop:
+        @g.node(after=["step"], when=lambda s: s.inner < s.plan[s.outer - 1])
+        def more(s: S) -> None:
+            return None
 
     @g.node(after=["step"])
     def tally(s: S) -> dict[str, Any]:
@@ -637,42 +640,13 @@ async def test_a_node_after_the_outer_loop_may_wait_on_a_node_of_the_inner_loop(
     assert log[:-1] == expected_log([2, 3]) and log[-1] == f"post after {len(log) - 2}"
 
 
-def flat(calls: list[str]) -> Graph:
-    """``nested``'s outer loop with one ``step`` per outer iteration, no loop inside."""
-    g = Graph("nested", S)
-
-    @g.node(after=["again"], max_iterations=4)
-    def begin(s: S) -> dict[str, Any]:
-        return {"outer": s.outer + 1, "inner": 0, "log": [f"begin {s.outer + 1}"]}
-
-    @g.node(after=["begin"])
-    def step(s: S, ctx: Any) -> dict[str, Any]:
-        reply = ctx.effect("tool", lambda: recorded(calls, ctx.node, f"step {s.outer}.1"),
-                           request={"outer": s.outer, "inner": 1})
-        return {"inner": 1, "log": [reply]}
-
-    @g.node(after=["step"])
-    def tally(s: S) -> dict[str, Any]:
-        return {"log": [f"tally {s.outer} after {s.inner}"]}
-
-    @g.node(after=["tally"], when=lambda s: s.outer < len(s.plan))
-    def again(s: S) -> None:
-        return None
-
-    @g.node(after=["begin"])
-    def finish(s: S) -> dict[str, Any]:
-        return {"log": [f"finish after {s.outer}"]}
-
-    return g
-
-
 async def test_a_replay_of_code_that_nests_a_node_in_another_loop_is_refused_from_a_later_iteration(
         rt: Runtime) -> None:
     """``step#1`` (outer iteration 1) would read as inner iteration 1 of outer iteration 0
     under the nested code: refused before anything is created. From the run's start,
     where no instance names an iteration, the new code replays."""
     calls: list[str] = []
-    run = await rt.start(flat(calls), {"plan": [1, 1]})
+    run = await rt.start(nested(calls, inner_loop=False), {"plan": [1, 1]})
     assert run.status == RunStatus.SUCCEEDED, run.error
     later = next(cp for cp in await rt.history(run.id) if "step#1" in cp.nodes)
     runs_before = len(await rt.runs())
