@@ -597,7 +597,8 @@ class Survived:
 async def killed_at_each_then_finished(scene: Scene, points: Sequence[str], start_input: str) -> Survived:
     """Start a run in a worker killed at ``points[0]``, resume it in a new worker killed at
     each next point (answering an effect left in doubt with what the outside world has),
-    then resume it in this process until it ends."""
+    then resume it in this process until it ends: the same run, succeeded, with only the
+    effects whose process died inside them answered as in doubt."""
     run_id: str | None = None
     killed: list[Killed] = []
     in_doubt: list[str] = []
@@ -629,6 +630,12 @@ async def killed_at_each_then_finished(scene: Scene, points: Sequence[str], star
         node, reply = await _in_doubt_answer(scene, run_id)
         in_doubt.append(node)
         run = await scene.resume(run_id, reply)
+    # the same run came through every death and ended well
+    assert run.id == run_id and run.kind == RunKind.MAIN
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert scene.rt.store.child_runs(run_id) == []
+    # a death inside the effect, and only that, left it in doubt
+    assert in_doubt == [p.split(":")[0] for p in points if p.endswith(":in_effect")]
     return Survived(run, killed, in_doubt, paused)
 
 
@@ -637,15 +644,9 @@ async def test_react_loop_sigkilled_at_random_points_completes_with_every_effect
     scene = scenes("react")
     points = kill_points(seed)
     survived = await killed_at_each_then_finished(scene, points, scene.input(target=TARGET))
-    run, run_id, killed, in_doubt, paused = (survived.run, survived.run.id, survived.killed,
-                                              survived.in_doubt, survived.paused)
+    run, run_id, killed, paused = survived.run, survived.run.id, survived.killed, survived.paused
 
     rt = scene.rt
-    assert run.id == run_id and run.kind == RunKind.MAIN
-    assert run.status == RunStatus.SUCCEEDED, run.error
-    assert rt.store.child_runs(run_id) == []
-    # a death inside the effect, and only that, left it in doubt
-    assert in_doubt == [p.split(":")[0] for p in points if p.endswith(":in_effect")]
 
     # every tool effect happened exactly once, in call order, by the tool instance of its call
     effects = scene.log("effects.log")
