@@ -130,9 +130,9 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
     if found:   # name the outer loop by a cycle through its entry, not one of the inner loops
         where, shown = f"node {entry!r}", " → ".join([*_through(entry, comp, deps), entry])
     if not any(decls[n].when is not None for n in comp if n not in nested or n in found):
-        holding = sorted({nested[n] for n in comp if decls[n].when is not None})
+        deciding = sorted({nested[n] for n in comp if decls[n].when is not None})
         return Problem(where, f"cycle: {shown} has no exit of its own: its when= conditions are inside the loop "
-                              f"of {', '.join(map(repr, holding))}, and end only that loop; give one of the outer "
+                              f"of {', '.join(map(repr, deciding))}, and end only that loop; give one of the outer "
                               "loop's nodes (or an inner loop's entry) a when= condition")
     for source in sorted(d for d in deps[entry] if d in nested):
         return Problem(f"node {entry!r}", f"cycle: {shown}: {source!r} leads back to {entry!r} from inside the loop "
