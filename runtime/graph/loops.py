@@ -107,9 +107,16 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
         return Problem(where, f"cycle: {shown} has no iteration bound: set max_iterations on the node "
                               "each iteration starts at")
     holding = [e for e in entries if _holds(e, comp, deps, entries)]
-    # of those, the readings where every way back to the outer entry comes from outside
-    # the loops inside it; when none is, the first is checked to say what is wrong with it
-    outer = [e for e in holding if not _back_from_inside(e, comp, deps)] or holding[:1]
+    # the readings where every way back to the outer entry comes from outside the loops
+    # inside it, and each of those loops is entered at its bounded nodes only
+    clean = [e for e in holding if not _back_from_inside(e, comp, deps)]
+    outer = [e for e in clean if _entered_at_entries(e, comp, deps, entries)]
+    if not outer and len(holding) == 1:
+        outer = holding   # the one reading: checked below, which names what is wrong with it
+    elif not outer:
+        # a reading with a way back from inside an inner loop is what was meant, when the
+        # others pass only by entering their inner loops beside the entry: say what is wrong
+        outer = [e for e in holding if e not in clean][:1]
     if len(outer) != 1:
         how = ("more than one could hold the others' loops" if outer else "none holds the others' loops")
         return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}, and {how}: "
@@ -129,11 +136,14 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
     nested = {m: e for e, ms in sorted(found.items(), key=lambda f: -len(f[1])) for m in ms}
     if found:   # name the outer loop by a cycle through its entry, not one of the inner loops
         where, shown = f"node {entry!r}", " → ".join([*_through(entry, comp, deps), entry])
-    if not any(decls[n].when is not None for n in comp if n not in nested or n in found):
+    # a subgraph's first node skipped leaves the subgraph entered: it does not end a loop around it
+    roots = {d.subgraph_root for d in decls.values() if d.subgraph_root}
+    if not any(decls[n].when is not None for n in comp if n not in nested or (n in found and n not in roots)):
         deciding = sorted({nested[n] for n in comp if decls[n].when is not None})
         return Problem(where, f"cycle: {shown} has no exit of its own: its when= conditions are inside the loop "
                               f"of {', '.join(map(repr, deciding))}, and end only that loop; give one of the outer "
-                              "loop's nodes (or an inner loop's entry) a when= condition")
+                              "loop's nodes a when= condition (an inner loop's entry will do, unless it starts "
+                              "a subgraph: a subgraph once entered always ends)")
     for source in sorted(d for d in deps[entry] if d in nested):
         return Problem(f"node {entry!r}", f"cycle: {shown}: {source!r} leads back to {entry!r} from inside the loop "
                                           f"of {nested[source]!r}; an inner loop ends within an iteration of the "
@@ -169,6 +179,17 @@ def _back_from_inside(entry: str, comp: set[str], deps: Mapping[str, Sequence[st
     """Whether a way back to ``entry`` would come from inside a loop it holds."""
     inner = set().union(*(c for c, _ in cycles(_without_back_edges(entry, comp, deps))))
     return any(d in inner for d in deps[entry] if d in comp)
+
+
+def _entered_at_entries(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]],
+                        entries: list[str]) -> bool:
+    """Whether, without the edges back to ``entry``, the loops inside are entered from the
+    rest of the body at their bounded nodes only."""
+    for c, _ in cycles(_without_back_edges(entry, comp, deps)):
+        for m in c:
+            if m not in entries and any(d in comp and d not in c for d in deps[m]):
+                return False
+    return True
 
 
 def _holds(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]], entries: list[str]) -> bool:

@@ -565,20 +565,47 @@ async def test_an_inner_loop_after_a_step_with_a_branch_beside_it_is_nested_in_t
     assert final.node_states["X#1.1"] == NodeStatus.SUCCEEDED and "X#1.2" not in final.node_states
 
 
-def test_the_one_reading_where_no_way_back_comes_from_inside_an_inner_loop_is_taken() -> None:
-    """With an edge from x_more back to O, O cannot hold X's loop (a way back to O would
-    come from inside it); X can hold O's, whose loop O → side → tail → again is entered from
-    x_more. Without ``side`` no reading fits, and the way back from inside is named."""
-    graph = branching("x_holds_o", jump_back_from_inside=True).compile()
-    assert graph.loop_path["O"] == ("X", "O") and graph.loop_path["x_more"] == ("X",)
-    g = Graph("no_reading")
-    g.add_node("O", noop, after=["again", "x_more"], max_iterations=3)
-    g.add_node("X", noop, after=["O", "x_more"], max_iterations=3)
-    g.add_node("x_more", noop, after=["X"], when=lambda s: True)
-    g.add_node("again", noop, after=["X"], when=lambda s: True)
+@pytest.mark.parametrize("side", [False, True])
+def test_an_edge_back_from_inside_the_inner_loop_is_refused_with_or_without_a_branch_beside_it(side: bool) -> None:
+    """x_more leads back to O from inside X's loop. With ``side`` beside the inner loop, X
+    could be read as the outer entry, holding a loop O → side → tail → again entered at tail
+    from X, beside its entry O: that reading is not taken either, and the way back from
+    inside is named."""
+    g = branching("jump", jump_back_from_inside=True)
+    if not side:
+        g = Graph("jump_alone", S)
+        g.add_node("O", noop, after=["again", "x_more"], max_iterations=3)
+        g.add_node("pre", noop, after=["O"])
+        g.add_node("X", noop, after=["pre", "x_more"], max_iterations=3)
+        g.add_node("x_more", noop, after=["X"], when=lambda s: True)
+        g.add_node("tail", noop, after=["X"])
+        g.add_node("again", noop, after=["tail"], when=lambda s: True)
     with pytest.raises(GraphError) as e:
         g.compile()
     assert "'x_more' leads back to 'O' from inside the loop of 'X'" in str(e.value)
+
+
+def test_a_condition_on_a_sub_agents_first_node_is_no_exit_of_the_loop_around_it() -> None:
+    """Skipped, the sub-agent's first node leaves the subgraph entered and ended: the
+    supervisor would go round until its bound. The same condition on an inner entry
+    declared in the parent ends the outer loop, and compiles."""
+    child = Graph("react", S)
+    child.add_node("step", noop, after=["more"], max_iterations=3, when=lambda s: True)
+    child.add_node("more", noop, after=["step"], when=lambda s: True)
+    g = Graph("supervise", S)
+    g.add_node("sup", noop, after=["route"], max_iterations=4)
+    g.subgraph("agent", child, after=["sup"])
+    g.add_node("route", noop, after=["agent"])
+    with pytest.raises(GraphError) as e:
+        g.compile()
+    assert "has no exit of its own" in str(e.value) and "unless it starts a subgraph" in str(e.value)
+
+    flat = Graph("supervise_flat", S)
+    flat.add_node("sup", noop, after=["route"], max_iterations=4)
+    flat.add_node("step", noop, after=["sup", "more"], max_iterations=3, when=lambda s: True)
+    flat.add_node("more", noop, after=["step"], when=lambda s: True)
+    flat.add_node("route", noop, after=["step"])
+    assert flat.compile().loop_path["step"] == ("sup", "step")
 
 
 class Deep(BaseModel):
