@@ -13,7 +13,7 @@ from ..core.errors import ErrorClass, InvalidWrites
 from ..core.jsonvalues import JSON
 from ..core.states import FINISHED_NODE, NodeEvent, NodeStatus, StopKind
 from ..graph import ExecutableGraph
-from ..graph.instances import instance_name, parse_instance
+from ..graph.instances import group_of, parse_instance
 from .folding import StateFold
 from .instances import Instances
 from .recorder import Recorder
@@ -45,7 +45,7 @@ class Growth:
         """What settling ``node`` creates: a map's end, or its loop's next iteration."""
         name = parse_instance(node)
         if name.item is not None:
-            self._close_map(instance_name(name.node, name.iteration, None, name.outer))
+            self._close_map(group_of(name))
         nxt = self.inst.next_iteration(node, self.rec.statuses)
         if nxt is None:
             return

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph, NodeSpec
-from ..graph.instances import base_node, instance_name, iterations, parse_instance
+from ..graph.instances import base_node, group_of, instance_name, iterations, parse_instance
 from .placement import Placement
 
 #: a dependency as the scheduler weighs it: the instances whose statuses count, and
@@ -51,12 +51,10 @@ class Instances:
         self._keys = [graph.key(n) for n in self.order]
         self._anc: dict[str, int] = {}
         self._path = graph.loop_path
-        #: (node, the iterations of the loops around its innermost one) -> its instances
-        #: (a map's group records), in order of creation
+        #: (node, the iterations of the outermost k loops around it, for every k below how
+        #: many there are) -> its instances there (a map's group records), in order of creation
         self._of: dict[tuple[str, tuple[int, ...]], list[str]] = {}
         self._items: dict[str, list[str]] = {}    # a map's group record -> its items, in order
-        #: (node, the iterations of loops around it but one at least) -> its instances there
-        self._deep: dict[tuple[str, tuple[int, ...]], list[str]] = {}
         #: (loop entry, the iterations of the loops around it) -> every instance of its
         #: members there, items included, in order of creation
         self._in: dict[tuple[str, tuple[int, ...]], list[str]] = {}
@@ -83,9 +81,7 @@ class Instances:
         path = self._path.get(other, ())
         if len(path) == k:
             return self._at(other, its[:k]) if k else other
-        if len(path) == k + 1:
-            return self._of[(other, its[:k])][-1]
-        return self._deep[(other, its[:k])][-1]
+        return self._of[(other, its[:k])][-1]
 
     def first_of(self, name: str, node: str) -> str:
         """The instance of ``node`` in the iterations of the loops around both it and
@@ -105,11 +101,10 @@ class Instances:
                 self._of.setdefault((node, ()), []).append(name)
                 return
             its = self._its(name)
-            self._of.setdefault((node, its[:-1]), []).append(name)
-            for k in range(len(path) - 1):   # seen from outside a loop that holds its own
-                self._deep.setdefault((node, its[:k]), []).append(name)
+            for k in range(len(path)):   # seen from outside each loop around it
+                self._of.setdefault((node, its[:k]), []).append(name)
         else:
-            self._items.setdefault(instance_name(node, p.iteration, None, p.outer), []).append(name)
+            self._items.setdefault(group_of(p), []).append(name)
             path = self._path.get(node)
             if not path:
                 return
@@ -150,7 +145,7 @@ class Instances:
             return found
         p = parse_instance(name)
         if p.item is not None:   # a map's items fold what their group record folds (see _dep_instances)
-            found = self._anc[name] = self.ancestor_mask(instance_name(p.node, p.iteration, None, p.outer))
+            found = self._anc[name] = self.ancestor_mask(group_of(p))
             return found
         stack = [name]
         while stack:   # iterative: a long loop would exhaust the stack of a recursion
@@ -177,7 +172,7 @@ class Instances:
     def _dep_instances(self, name: str) -> list[str]:
         p = parse_instance(name)
         if p.item is not None:   # a map's item depends on what its group record does
-            return self._dep_instances(instance_name(p.node, p.iteration, None, p.outer))
+            return self._dep_instances(group_of(p))
         g, node, out = self.graph, p.node, []
         its = self._its(name)
         if g.loop_of.get(node) == node and p.iteration >= 1:
@@ -235,8 +230,7 @@ class Instances:
                 out.append(((self._at(d, its[:k]) if k else d,), False))
                 continue
             loop, around = self._path[d][k], its[:k] if k else ()
-            mine = self._of[(d, around)] if depth == k + 1 else self._deep[(d, around)]
-            out.append((mine, not self.loop_ended(loop, around, statuses)))
+            out.append((self._of[(d, around)], not self.loop_ended(loop, around, statuses)))
         return out
 
     def loop_ended(self, entry: str, around: tuple[int, ...], statuses: Mapping[str, NodeStatus]) -> bool:
@@ -318,7 +312,8 @@ class Instances:
         member the iterations it inherited never had."""
         if not self.dynamic:
             return []
-        return [n for (node, _), insts in list(self._of.items()) if node in self._members
+        return [n for (node, around), insts in list(self._of.items())
+                if node in self._members and len(around) == len(self._path[node]) - 1   # each instance once
                 for inst in list(insts) for n in self.add_iteration(node, self._its(inst))]
 
     def add_items(self, group: str, count: int) -> list[str]:
@@ -360,5 +355,5 @@ class Instances:
             self._note(n)
         p = parse_instance(names[0])
         if p.item is not None:
-            self._items[instance_name(p.node, p.iteration, None, p.outer)].sort(key=self.graph.key)
+            self._items[group_of(p)].sort(key=self.graph.key)
         return names

@@ -58,6 +58,11 @@ def instance_name(node: str, iteration: int = 0, item: int | None = None, outer:
     return name if item is None else f"{name}[{item}]"
 
 
+def group_of(name: InstanceName) -> str:
+    """The map's group record an item belongs to (the instance itself, without its item)."""
+    return instance_name(name.node, name.iteration, None, name.outer)
+
+
 def iterations(name: InstanceName, depth: int) -> tuple[int, ...]:
     """The iteration of each loop around an instance, outermost first, for a node ``depth``
     loops deep (a name leaves out the leading zeros of the plain name)."""

@@ -33,7 +33,7 @@ from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..engine.decisions import with_limits
 from ..engine.deps import EngineDeps
 from ..graph import ExecutableGraph
-from ..graph.instances import base_node, instance_name, loop_paths, parse_instance
+from ..graph.instances import base_node, group_of, loop_paths, parse_instance
 from ..graph.reducers import fold
 from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
 from ..history.lineage import continued_chain, writes_lineage
@@ -205,9 +205,10 @@ def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus
     as any finished node does."""
     redo: set[str] = set()
     for name in statuses:
-        node, it, item, outer = parse_instance(name)
+        parsed = parse_instance(name)
+        node, item = parsed.node, parsed.item
         field = graph.nodes[node].map_over if item is not None and node in graph.nodes else None
-        group = instance_name(node, it, None, outer)
+        group = group_of(parsed)
         if field is None or item is None or statuses.get(group) in COMPLETED_NODE:
             continue
         old, new = base.get(field), patched.get(field)
@@ -215,7 +216,7 @@ def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus
                 and old[item] == new[item]):
             redo.add(group)
     return {n: st for n, st in statuses.items()
-            if (p := parse_instance(n)).item is None or instance_name(p.node, p.iteration, None, p.outer) not in redo}
+            if (p := parse_instance(n)).item is None or group_of(p) not in redo}
 
 
 def _refuse_moved_loops(deps: EngineDeps, recorded: Run, graph: ExecutableGraph,
