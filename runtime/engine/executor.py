@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -74,3 +74,90 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
         if scope.deadline is not None and (scope.remaining() or 0) <= 0:
             # a sync node keeps its thread after a timeout; stop it from doing more
             scope.abandoned = True
+
+
+#: how an attempt ended as its task reports it: an ``Outcome``, None when it was
+#: cancelled, or an exception that is the engine's own fault (node errors are outcomes)
+Ended = Outcome | BaseException | None
+
+
+class InFlight:
+    """A run's attempts in flight, one task each. A task reports how its attempt ended as
+    its own last step (not through a done callback), so an attempt that never waits is
+    ready to collect after a single turn of the event loop (``settle``)."""
+
+    def __init__(self, pool: Executor, wake: Callable[[], None]):
+        self._pool, self._wake = pool, wake
+        self.tasks: dict[asyncio.Task[None], AttemptScope] = {}
+        self._done: list[tuple[asyncio.Task[None], Ended]] = []
+        self._launched = False   # since the last ``settle``
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def has_done(self) -> bool:
+        return bool(self._done)
+
+    def launch(self, spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
+               extra: Mapping[str, Any] | None) -> None:
+        task = asyncio.get_running_loop().create_task(self._attempt(spec, state, ctx, scope, extra))
+        self.tasks[task] = scope
+        self._launched = True
+
+    async def settle(self) -> bool:
+        """Give attempts launched since the last call one turn of the event loop (the tasks
+        take their first step before this one resumes); whether any has ended."""
+        if self._launched and not self._done:
+            self._launched = False
+            await asyncio.sleep(0)
+        return bool(self._done)
+
+    async def _attempt(self, spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
+                       extra: Mapping[str, Any] | None) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            ended: Ended = await execute_attempt(spec, state, ctx, scope, self._pool, extra)
+        except asyncio.CancelledError:
+            self._report(task, None)
+            raise
+        except Exception as e:
+            ended = e
+        if task.cancelling():   # cancelled after its last wait: it ends as a cancelled attempt does
+            ended = None
+        self._report(task, ended)
+
+    def _report(self, task: asyncio.Task[None], ended: Ended) -> None:
+        self._done.append((task, ended))
+        self._wake()
+
+    def cancel_all(self) -> None:
+        """Cancel every attempt; each is reported once it ends."""
+        for task, scope in self.tasks.items():
+            scope.abandoned = True
+            task.cancel()
+            # a task cancelled before its first step never runs ``_attempt``: reported here
+            task.add_done_callback(self._cancelled_unstarted)
+
+    def _cancelled_unstarted(self, task: asyncio.Task[None]) -> None:
+        if task in self.tasks and not any(t is task for t, _ in self._done):
+            self._report(task, None)
+
+    def take_done(self, position: Callable[[str], int]) -> list[tuple[AttemptScope, Ended]]:
+        """The attempts that ended since the last call, in canonical order (``position``
+        of their node), no longer in flight."""
+        done, self._done = self._done, []
+        if len(done) > 1:
+            done.sort(key=lambda d: position(self.tasks[d[0]].node))
+        return [(self.tasks.pop(task), ended) for task, ended in done]
+
+    def abandon_all(self) -> list[AttemptScope]:
+        """Cancel every attempt and forget it (its driver records how each ended)."""
+        scopes = []
+        for task, scope in self.tasks.items():
+            scope.abandoned = True
+            task.cancel()
+            scopes.append(scope)
+        self.tasks.clear()
+        self._done.clear()
+        return scopes

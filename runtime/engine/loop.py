@@ -33,7 +33,7 @@ from . import scheduler
 from .context import NodeContext
 from .decisions import on_failure
 from .deps import EngineDeps
-from .executor import Outcome, OutcomeKind, execute_attempt
+from .executor import InFlight, OutcomeKind
 from .folding import StateFold, view_of
 from .growth import Growth
 from .outcomes import Outcomes
@@ -65,13 +65,12 @@ class RunLoop(Outcomes, Growth):
         self._attempt_no: dict[str, int] = dict(attempts)
         self._failures: dict[str, int] = dict(failures)
         self._retry_at: dict[str, float] = {}
-        self._in_flight: dict[asyncio.Future[Outcome], AttemptScope] = {}
+        self._in_flight = InFlight(deps.env.pool, self.wake)
         self._candidates: set[str] = set(self.inst.order)
         #: due and checked (dependencies, when=), waiting for a free slot: not examined again
         self._queued: list[str] = []
         self._stop: Stop | None = None
         self._next_poll = 0.0
-        self._done: list[asyncio.Future[Outcome]] = []   # finished attempts not yet collected
         self._waiter = Waiter()
         self.host.wake = self.wake
         self._starved = False
@@ -198,14 +197,11 @@ class RunLoop(Outcomes, Growth):
         error): end the run here rather than leave it RUNNING until its lease expires."""
         cancel = why.kind == StopKind.CANCEL
         try:
-            for task, scope in list(self._in_flight.items()):
-                scope.abandoned = True
-                task.cancel()
+            for scope in self._in_flight.abandon_all():
                 self.deps.slots.release(self)
                 self.rec.attempt(scope, N.CANCELLED if cancel else N.FAILED, ErrorClass(why.error["class"]),
                                  why.error["message"], "abandoned with the run")
                 self._node(scope.node, NodeEvent.CANCEL if cancel else NodeEvent.FAIL)
-            self._in_flight.clear()
             self._stop = why
             finish_run(self.rec, self.host, self.deps.store, self._stop)
             self.rec.flush(durable=True)
@@ -215,9 +211,7 @@ class RunLoop(Outcomes, Growth):
 
     def _stop_in_flight(self) -> None:
         """Cancel every running attempt; their outcomes arrive through ``_collect``."""
-        for task, scope in self._in_flight.items():
-            scope.abandoned = True
-            task.cancel()
+        self._in_flight.cancel_all()
 
     def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
         if self.rec.node(node, event, attempt, **data):  # settled: its children may be ready
@@ -312,16 +306,13 @@ class RunLoop(Outcomes, Growth):
         scope = AttemptScope(run_id=self.run_id, node=node, attempt=attempt, deadline=deadline,
                              clock=self.env.clock.time, started_at=now)
         self._node(node, NodeEvent.START, attempt=attempt)
-        loop = asyncio.get_running_loop()
-        ctx = NodeContext(self.host, scope, loop)
-        task = loop.create_task(execute_attempt(spec, state, ctx, scope, self.env.pool, extra))
-        task.add_done_callback(self._on_done)
-        self._in_flight[task] = scope
+        ctx = NodeContext(self.host, scope, asyncio.get_running_loop())
+        self._in_flight.launch(spec, state, ctx, scope, extra)
         self.deps.slots.acquire()
         return True
 
     async def _wait(self) -> None:
-        if self._done:
+        if await self._in_flight.settle():
             return
         now = self.rec.now()
         timeouts = [self.env.heartbeat]
@@ -357,25 +348,18 @@ class RunLoop(Outcomes, Growth):
 
     # ------------------------------------------------------------------ outcomes
 
-    def _on_done(self, task: asyncio.Future[Outcome]) -> None:
-        self._done.append(task)
-        self.wake()
-
     def _collect(self) -> None:
-        done, self._done = self._done, []
-        if len(done) > 1:
-            done.sort(key=lambda t: self.inst.index[self._in_flight[t].node])
-        for task in done:
-            scope = self._in_flight.pop(task)
+        for scope, outcome in self._in_flight.take_done(self.inst.index.__getitem__):
             self.deps.slots.release(self)
-            if task.cancelled():
+            if isinstance(outcome, BaseException):
+                raise outcome
+            if outcome is None:
                 if self._stop is not None and self._stop.kind == StopKind.FAIL:
                     # stopped by the run's deadline or a limit, not by a person
                     self._record_failure(scope, StopError(self._stop.error))
                 else:
                     self._record_cancelled(scope)
                 continue
-            outcome = task.result()
             if outcome.kind == OutcomeKind.SUCCEEDED:
                 self._record_success(scope, outcome)
             elif outcome.kind == OutcomeKind.INTERRUPTED:

@@ -143,6 +143,31 @@ async def test_cancelling_the_caller_of_start_ends_the_run_cancelled(rt: Runtime
     assert (await rt.history(run.id))[-1].node_states["slow"] == "cancelled"
 
 
+async def test_a_cancel_reaches_a_node_launched_in_the_same_turn_before_it_ever_ran(rt: Runtime):
+    # ``first`` runs before ``second`` (launched with it) has taken its first step, and
+    # cancels the run: ``second`` is cancelled before any of its code ran, and the run
+    # still ends (an attempt that never started is reported as cancelled, not lost)
+    g = Graph("g", state=S)
+    ran: list[str] = []
+
+    @g.node()
+    async def first(state, ctx):
+        ran.append("first")
+        await rt.cancel(ctx.run_id, "stop now", wait=0)
+
+    @g.node()
+    async def second(state):
+        ran.append("second")
+
+    run = await asyncio.wait_for(rt.start(g, {}), 5)
+    assert run.status == RunStatus.CANCELLED and run.error["message"] == "stop now"
+    assert ran == ["first"]
+    states = (await rt.history(run.id))[-1].node_states
+    assert states == {"first": "cancelled", "second": "cancelled"}
+    attempts = {a.node: a.status for a in await rt.attempts(run.id)}
+    assert attempts == {"first": "cancelled", "second": "cancelled"}
+
+
 async def test_node_code_cannot_swallow_an_interrupt(rt: Runtime):
     g = Graph("g", state=S)
 
