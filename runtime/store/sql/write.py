@@ -36,7 +36,7 @@ from sqlalchemy.exc import IntegrityError
 from ...core.errors import InvalidRequest, LeaseLost, NotFound
 from ...core.jsonvalues import JSON as JSONValue
 from ...core.records import Batch, Checkpoint, Run, RunKind
-from ...core.states import RunStatus
+from ...core.states import NodeStatus, RunStatus
 from . import nul
 from .read import Reader, run_record
 from .schema import TABLES, VERSIONS
@@ -291,12 +291,14 @@ class Writer:
             last = (cp.seq - 1, prev) if prev is not None else None
         # full rows only where no delta base is known (a run's first checkpoint, a new
         # process): periodic full rows would grow with nodes × checkpoints
+        # statuses as plain strings: the JSON encoder reads an enum member's value through
+        # a Python-level property, once per status
         if last is None or last[0] != cp.seq - 1:
-            full, stored = True, dict(states)
+            full, stored = True, {n: _PLAIN[s] for n, s in states.items()}
         elif cp.changed is not None:
-            full, stored = False, {n: states[n] for n in cp.changed}
+            full, stored = False, {n: _PLAIN[states[n]] for n in cp.changed}
         else:
-            full, stored = False, {n: s for n, s in states.items() if last[1].get(n) != s}
+            full, stored = False, {n: _PLAIN[s] for n, s in states.items() if last[1].get(n) != s}
         self._last_states[cp.run_id] = (cp.seq, states)
         return (cp.id, pk, cp.seq, cp.parent_id, dumps(list(cp.nodes)), dumps(stored), full,
                 None if cp.snapshot is None else dumps(dict(cp.snapshot)), cp.event_seq, cp.created_at, cp.source)
@@ -349,6 +351,10 @@ class Writer:
                         cur.execute(self._describe, [self._dumps(dict(description)), version])
             except self._integrity_errors:
                 pass  # another process saved this version first
+
+
+#: each status's plain string (a status read back from the database is one already)
+_PLAIN: dict[str, str] = {**{s: s.value for s in NodeStatus}, **{s.value: s.value for s in NodeStatus}}
 
 
 def _run_state(run: Run) -> dict[str, Any]:
