@@ -27,7 +27,7 @@ from pydantic_core import from_json, to_json
 from ..core.errors import InvalidWrites, WriteConflict
 from ..core.jsonvalues import JSON
 from ..graph.instances import base_node
-from ..graph.reducers import FieldPlan, field_plan, fold
+from ..graph.reducers import FieldPlan, append, copy_model, field_plan, fold
 from ..graph import ExecutableGraph
 from .instances import Instances, as_instances, shift_mask
 
@@ -38,10 +38,20 @@ KEPT_STATES = 8
 
 @dataclass(slots=True)
 class _Folded:
-    """The state of one set of succeeded nodes: JSON, and validated once someone asked."""
+    """The state of one set of succeeded nodes: JSON, and validated once someone asked.
+
+    Or, while ``appended`` is set, only the recipe for it: a node's state before its
+    writes (validated), its writes, all to ``append`` fields, and their validated items.
+    A map's items each keep such a state, and their descendants see all of them at
+    once, so most are never read: folded when read (``_ready``), not when checked."""
 
     json: dict[str, JSON]
     model: BaseModel | None = None
+    appended: tuple[_Folded, dict[str, JSON], dict[str, list[Any]]] | None = None
+
+
+#: the JSON of a state not folded yet (see ``_Folded.appended``); never read as it is
+_UNFOLDED: dict[str, JSON] = {}
 
 
 class StateFold:
@@ -69,6 +79,7 @@ class StateFold:
         self._views = {n: spec.view for n, spec in graph.nodes.items() if spec.view is not None}
         # a field missing from the input gets its default on every validation: the whole-state path does that
         self._plan = plan if plan is not None and set(graph.state_model.model_fields) <= set(run_input) else None
+        self._scratch_model: BaseModel | None = None
         for n, w in writes.items():
             self.add(n, w)
 
@@ -133,9 +144,10 @@ class StateFold:
         for kept, folded in self._kept.items():
             rest = mask ^ kept
             if (kept & mask == kept and rest >> kept.bit_length() << kept.bit_length() == rest
-                    and kept.bit_length() > best.bit_length() and (folded.model is not None or not validated)):
+                    and kept.bit_length() > best.bit_length()
+                    and (folded.model is not None or folded.appended is not None or not validated)):
                 best, found = kept, folded
-        return best, found
+        return best, _ready(found)
 
     def _beyond(self, mask: int, base: int) -> list[str]:
         """The nodes of ``mask`` after ``base``'s last one, canonical order."""
@@ -153,7 +165,7 @@ class StateFold:
         folded = self._kept.get(mask)
         if folded is not None:
             self._kept.move_to_end(mask)
-            return folded
+            return _ready(folded)
         base, start = self._base(mask, validated=False)
         items = [(n, w) for n in self._beyond(mask, base) if (w := self.writes[n])]
         # nodes that wrote nothing leave the state as it was: the same object serves
@@ -215,6 +227,9 @@ class StateFold:
         # a JSON round trip: the stored writes share nothing with objects the node keeps
         raw = _to_json_bytes(dict(value), node)
         writes: dict[str, JSON] = from_json(raw)
+        if self._plan is not None and self._plan.appends.issuperset(writes) and own is model:
+            if self._appended(node, writes):
+                return writes, len(raw)
         for field in writes:
             prev = self._unordered_writer(field, node)
             if prev is not None:
@@ -245,6 +260,34 @@ class StateFold:
             if self.graph.reducer(field).conflicts and field in dumped:
                 writes[field] = dumped[field]
         return writes, len(raw)
+
+    def _appended(self, node: str, writes: dict[str, JSON]) -> bool:
+        """Check writes to ``append`` fields only (the usual ones of a map's items and of a
+        loop's messages): validate the appended items alone, and leave the state after
+        the node to be folded when someone reads it. Nothing to fold can fail (see
+        ``FieldPlan.appends``), and no two writers of these fields conflict. False when
+        an item does not validate: the whole-state path then names it."""
+        plan = self._plan
+        assert plan is not None
+        mask = self.inst.ancestor_mask(node) & self._done_mask
+        base = self._state(mask)
+        try:
+            self._validated(mask, base)
+            items = {f: plan.items(self._scratch(base), f, w) for f, w in writes.items()}
+        except ValidationError:
+            return False
+        # no writes: the state after the node is the one before it (as for None)
+        after = _Folded(_UNFOLDED, None, (base, writes, items)) if writes else base
+        self._after = (node, writes, mask | 1 << self.inst.index[node], after)
+        return True
+
+    def _scratch(self, base: _Folded) -> BaseModel:
+        """A model validating single fields for ``FieldPlan.items`` (no validator of a
+        planned model sees other fields, so which values it holds does not matter)."""
+        if self._scratch_model is None:
+            assert base.model is not None and self._plan is not None
+            self._scratch_model = self._plan.copy(base.model)
+        return self._scratch_model
 
     def _check_fields(self, plan: FieldPlan, validated: BaseModel, writes: dict[str, JSON],
                       folded: dict[str, JSON]) -> BaseModel:
@@ -289,6 +332,26 @@ class StateFold:
             return None
         low = unordered & -unordered
         return self.inst.order[low.bit_length() - 1]
+
+
+def _ready(folded: _Folded) -> _Folded:
+    """``folded`` with its JSON and model, folding what ``_Folded.appended`` left to do:
+    the same fold and the same values ``_check_fields`` gives."""
+    if folded.appended is None:
+        return folded
+    base, writes, items = folded.appended
+    assert base.model is not None
+    folded.json = {**base.json}
+    for field, update in writes.items():   # what ``fold`` does with ``append``, which cannot fail here
+        folded.json[field] = append(base.json.get(field), update)
+    model = copy_model(base.model)
+    values = model.__dict__
+    for field, new in items.items():
+        values[field] = [*values[field], *new]
+        model.__pydantic_fields_set__.add(field)
+    folded.model = model
+    folded.appended = None
+    return folded
 
 
 def view_of(state: BaseModel, view: type[BaseModel] | None) -> BaseModel:

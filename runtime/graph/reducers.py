@@ -150,17 +150,8 @@ class FieldPlan:
     appends: frozenset[str]
 
     def copy(self, state: BaseModel) -> BaseModel:
-        """A shallow copy of a validated state, as ``copy.copy`` makes it. A planned model
-        has no private attributes, so this skips pydantic's probe for them (a failed
-        attribute lookup, the costliest part of a copy)."""
-        cls = type(state)
-        out = cls.__new__(cls)
-        extra = state.__pydantic_extra__
-        _setattr(out, "__dict__", dict(state.__dict__))
-        _setattr(out, "__pydantic_extra__", None if extra is None else dict(extra))
-        _setattr(out, "__pydantic_fields_set__", set(state.__pydantic_fields_set__))
-        _setattr(out, "__pydantic_private__", None)
-        return out
+        """A shallow copy of a validated state (see ``copy_model``)."""
+        return copy_model(state)
 
     def assign(self, state: BaseModel, field: str, value: JSON) -> None:
         """Validate ``value`` into ``state.field`` in place (``ValidationError`` if it does not fit)."""
@@ -172,6 +163,14 @@ class FieldPlan:
         before = state.__dict__[field]
         self.assign(state, field, update if isinstance(update, list) else [update])
         state.__dict__[field] = [*before, *state.__dict__[field]]
+
+    def items(self, scratch: BaseModel, field: str, update: JSON) -> list[Any]:
+        """The items ``update`` appends to ``field`` (an ``appends`` field), validated: what
+        ``extend`` adds to the list (``ValidationError`` if one does not fit). ``scratch``
+        is any model of this plan's, changed: a field validates alone (see ``field_plan``)."""
+        self.assign(scratch, field, update if isinstance(update, list) else [update])
+        new: list[Any] = scratch.__dict__[field]
+        return new
 
     def for_node(self, validated: BaseModel, state: Mapping[str, JSON]) -> BaseModel:
         """A copy of ``validated`` (the validation of ``state``) that shares nothing a
@@ -189,6 +188,20 @@ class FieldPlan:
             for key in extra:
                 extra[key] = _fresh(extra[key])
         return out
+
+
+def copy_model(state: BaseModel) -> BaseModel:
+    """A shallow copy of a validated state of a planned model, as ``copy.copy`` makes it.
+    A planned model has no private attributes, so this skips pydantic's probe for them
+    (a failed attribute lookup, the costliest part of a copy)."""
+    cls = type(state)
+    out = cls.__new__(cls)
+    extra = state.__pydantic_extra__
+    _setattr(out, "__dict__", dict(state.__dict__))
+    _setattr(out, "__pydantic_extra__", None if extra is None else dict(extra))
+    _setattr(out, "__pydantic_fields_set__", set(state.__pydantic_fields_set__))
+    _setattr(out, "__pydantic_private__", None)
+    return out
 
 
 def field_plan(model: type[BaseModel]) -> FieldPlan | None:
