@@ -102,11 +102,12 @@ class StateFold:
     def input_model(self, node: str) -> BaseModel:
         """The node's input state as a model of its own: nothing a node changes in place
         reaches other nodes or the store."""
-        mask = self._input_mask(node)
+        mask = self.inst.ancestor_mask(node) & self._done_mask
         folded = self._state(mask)
         if self._plan is not None:
             try:
-                return self._plan.for_node(self._validated(mask, folded), folded.json)
+                validated = folded.model if folded.model is not None else self._validated(mask, folded)
+                return self._plan.for_node(validated, folded.json)
             except ValidationError:
                 pass  # the whole-state validation below raises the error as it always reads
         return self.graph.state_model.model_validate_json(to_json(folded.json))
@@ -218,14 +219,19 @@ class StateFold:
         # a subgraph's node writes the fields of its own state model (a view of this one) only
         own = (self._views.get(base_node(node)) or model) if self._views else model
         fields = self._fields if own is model else own.model_fields
-        unknown = [k for k in value if k not in fields]
+        # a dict's keys are compared as a set (no loop in Python); the names only on an error
+        known = type(value) is dict and value.keys() <= fields.keys()
+        unknown = [] if known else [k for k in value if k not in fields]
         # extra fields only where both the node's state and the run's take them
         if unknown and not (own.model_config.get("extra") == model.model_config.get("extra") == "allow"):
             unknown.sort()
             raise InvalidWrites(f"node {node!r} wrote unknown state field(s) {', '.join(map(repr, unknown))}; "
                                 f"fields are: {', '.join(own.model_fields)}")
         # a JSON round trip: the stored writes share nothing with objects the node keeps
-        raw = _to_json_bytes(dict(value), node)
+        try:
+            raw = to_json(value if type(value) is dict else dict(value))
+        except Exception as e:
+            raise InvalidWrites(f"writes of node {node!r} are not JSON-serialisable: {e}") from None
         writes: dict[str, JSON] = from_json(raw)
         if self._plan is not None and self._plan.appends.issuperset(writes) and own is model:
             if self._appended(node, writes):
@@ -271,9 +277,13 @@ class StateFold:
         assert plan is not None
         mask = self.inst.ancestor_mask(node) & self._done_mask
         base = self._state(mask)
+        items: dict[str, list[Any]] = {}
         try:
-            self._validated(mask, base)
-            items = {f: plan.items(self._scratch(base), f, w) for f, w in writes.items()}
+            if base.model is None:
+                self._validated(mask, base)
+            scratch = self._scratch_model if self._scratch_model is not None else self._scratch(base)
+            for field, update in writes.items():
+                items[field] = plan.items(scratch, field, update)
         except ValidationError:
             return False
         # no writes: the state after the node is the one before it (as for None)
@@ -284,9 +294,8 @@ class StateFold:
     def _scratch(self, base: _Folded) -> BaseModel:
         """A model validating single fields for ``FieldPlan.items`` (no validator of a
         planned model sees other fields, so which values it holds does not matter)."""
-        if self._scratch_model is None:
-            assert base.model is not None and self._plan is not None
-            self._scratch_model = self._plan.copy(base.model)
+        assert base.model is not None
+        self._scratch_model = copy_model(base.model)
         return self._scratch_model
 
     def _check_fields(self, plan: FieldPlan, validated: BaseModel, writes: dict[str, JSON],
@@ -362,9 +371,3 @@ def view_of(state: BaseModel, view: type[BaseModel] | None) -> BaseModel:
     values = {f: getattr(state, f) for f in view.model_fields if hasattr(state, f)}
     return view.model_construct(_fields_set=set(values), **values)
 
-
-def _to_json_bytes(value: Any, node: str) -> bytes:
-    try:
-        return to_json(value)
-    except Exception as e:
-        raise InvalidWrites(f"writes of node {node!r} are not JSON-serialisable: {e}") from None

@@ -168,14 +168,15 @@ class FieldPlan:
         """The items ``update`` appends to ``field`` (an ``appends`` field), validated: what
         ``extend`` adds to the list (``ValidationError`` if one does not fit). ``scratch``
         is any model of this plan's, changed: a field validates alone (see ``field_plan``)."""
-        self.assign(scratch, field, update if isinstance(update, list) else [update])
+        self.model.__pydantic_validator__.validate_assignment(scratch, field, update if isinstance(update, list)
+                                                              else [update])
         new: list[Any] = scratch.__dict__[field]
         return new
 
     def for_node(self, validated: BaseModel, state: Mapping[str, JSON]) -> BaseModel:
         """A copy of ``validated`` (the validation of ``state``) that shares nothing a
         node could change in place with it or with ``state``."""
-        out = self.copy(validated)
+        out = copy_model(validated)
         values = out.__dict__
         for field, copier in self.copies:
             values[field] = copier(values[field])
@@ -183,7 +184,7 @@ class FieldPlan:
             self.assign(out, field, state[field])
         for field in self.refresh:
             self.assign(out, field, _fresh(state[field]))
-        extra = out.model_extra
+        extra = out.__pydantic_extra__   # not ``model_extra``: a property, a call
         if extra:
             for key in extra:
                 extra[key] = _fresh(extra[key])
