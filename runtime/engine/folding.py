@@ -228,8 +228,14 @@ class StateFold:
             raise InvalidWrites(f"node {node!r} wrote unknown state field(s) {', '.join(map(repr, unknown))}; "
                                 f"fields are: {', '.join(own.model_fields)}")
         # a JSON round trip: the stored writes share nothing with objects the node keeps
+        if type(value) is not dict:
+            try:
+                value = dict(value)
+            except Exception as e:
+                raise InvalidWrites(f"node {node!r} returned a mapping whose items cannot be read: "
+                                    f"{type(e).__name__}: {e}") from None
         try:
-            raw = to_json(value if type(value) is dict else dict(value))
+            raw = to_json(value)
         except Exception as e:
             raise InvalidWrites(f"writes of node {node!r} are not JSON-serialisable: {e}") from None
         writes: dict[str, JSON] = from_json(raw)

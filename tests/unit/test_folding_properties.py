@@ -375,3 +375,46 @@ def test_field_by_field_fold_matches_when_a_join_input_does_not_validate(data: s
 @given(data=st.data())
 def test_a_model_with_cross_field_validation_folds_whole_states_alike(data: st.DataObject):
     walk(Checked, data)
+
+
+# ---------------------------------------------------------------- writes to append fields only
+# (checked item by item, the state after them folded when read): item validators that are
+# not idempotent, nested models with extra fields, ``Any`` items, dicts of lists, extra fields
+
+class Inner(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    a: int = 0
+    tags: list[str] = []
+
+
+class Items(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    log: Annotated[list[Annotated[int, AfterValidator(lambda v: v + 1)]], append] = []
+    objs: Annotated[list[Inner], append] = []
+    anys: Annotated[list[Any], append] = []
+    dd: Annotated[list[dict[str, list[int]]], append] = []
+    n: int = 0
+
+
+INNER = st.fixed_dictionaries({}, optional={"a": st.integers(-3, 3) | st.just("2") | st.just("x"),
+                                            "tags": st.lists(TEXT, max_size=2), "z": JSONS})
+WRITES[Items] = {
+    "log": st.lists(st.integers(-3, 3) | st.just("3") | st.just("x"), max_size=3) | st.integers(-3, 3),
+    "objs": st.lists(INNER, max_size=2) | INNER,
+    "anys": st.lists(JSONS, max_size=2) | JSONS,
+    "dd": st.lists(st.dictionaries(TEXT, st.lists(st.integers(-2, 2) | st.just("1"), max_size=2), max_size=2),
+                   max_size=2),
+    "n": st.integers(-3, 3) | st.just("2"),
+    "x": JSONS,
+}
+
+
+def test_the_model_takes_the_append_path():
+    plan = field_plan(Items)
+    assert plan is not None and plan.appends == {"log", "objs", "anys", "dd"}
+
+
+@settings(SETTINGS, max_examples=300)
+@given(data=st.data())
+def test_append_only_writes_fold_as_the_whole_state_fold(data: st.DataObject):
+    walk(Items, data)
