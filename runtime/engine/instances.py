@@ -22,6 +22,9 @@ from .placement import Placement
 #: a dependency as the scheduler weighs it: the instances whose statuses count, and
 #: whether more may still appear (a loop seen from outside it that has not ended)
 DepGroup = tuple[Sequence[str], bool]
+#: a dependency as remembered: its instances (a live list when they may still grow) and
+#: the loop whose end they wait for, None when they are fixed
+_Plan = tuple[Sequence[str], tuple[str, tuple[int, ...]] | None]
 
 
 def shift_mask(mask: int, at: int, count: int) -> int:
@@ -59,9 +62,10 @@ class Instances:
         #: members there, items included, in order of creation
         self._in: dict[tuple[str, tuple[int, ...]], list[str]] = {}
         self._ended: set[tuple[str, tuple[int, ...]]] = set()   # loops known to have ended there
-        #: an instance's dependencies when they are fixed instances (None: it waits on a
-        #: loop from outside it, whose instances are still growing): asked on every step
-        self._fixed: dict[str, tuple[str, ...] | None] = {}
+        #: an instance's dependencies, asked on every step: (them when they are fixed
+        #: instances, else None; each group as the instances whose statuses count and the
+        #: loop seen from outside, with the iterations around it, whose end it waits for)
+        self._deps: dict[str, tuple[tuple[str, ...] | None, tuple[_Plan, ...]]] = {}
         g = graph
         #: a loop's members (those of loops inside it too) in canonical order, and the nodes
         #: after it that wait for its end
@@ -192,46 +196,58 @@ class Instances:
 
     def fixed_deps(self, name: str) -> tuple[str, ...] | None:
         """The instances ``name`` depends on, when no more can appear (see ``dep_groups``)."""
-        try:
-            return self._fixed[name]
-        except KeyError:
-            pass
-        # dep_groups reads statuses only for a loop seen from outside, the case excluded here
-        groups = self.dep_groups(name, {}) if not self._waits_on_loop(name) else None
-        fixed = None if groups is None else tuple(d for members, _ in groups for d in members)
-        self._fixed[name] = fixed
-        return fixed
+        return self._planned(name)[0]
 
-    def _waits_on_loop(self, name: str) -> bool:
-        """Whether ``name`` depends on a loop from outside it."""
-        g = self.graph
-        p = parse_instance(name)
-        if p.item is not None:
-            return False
-        if g.loop_of.get(p.node) == p.node and p.iteration >= 1:
-            return False
-        return any(depth > k for _, k, depth in self._after(p.node))
+    def current_deps(self, name: str, statuses: Mapping[str, NodeStatus]) -> Sequence[str] | None:
+        """The instances ``name`` depends on as the scheduler weighs them (``dep_groups``
+        flattened), or None while one of its groups may still grow: asked on every step, so
+        from what is remembered of ``name`` rather than rebuilt."""
+        try:
+            fixed, plan = self._deps[name]
+        except KeyError:
+            fixed, plan = self._planned(name)
+        if fixed is not None:
+            return fixed
+        still_open = False
+        for _, where in plan:   # every loop is asked, as dep_groups does (it remembers those ended)
+            if where is not None and not self.loop_ended(where[0], where[1], statuses):
+                still_open = True
+        if still_open:
+            return None
+        return [d for members, _ in plan for d in members]
 
     def dep_groups(self, name: str, statuses: Mapping[str, NodeStatus]) -> list[DepGroup]:
-        g = self.graph
         if not self.dynamic:
-            return [((d,), False) for d in g.nodes[name].after]
+            return [((d,), False) for d in self.graph.nodes[name].after]
+        return [(members, where is not None and not self.loop_ended(where[0], where[1], statuses))
+                for members, where in self._planned(name)[1]]
+
+    def _planned(self, name: str) -> tuple[tuple[str, ...] | None, tuple[_Plan, ...]]:
+        """``name``'s dependencies as remembered (see ``_deps``). They depend on names only:
+        a loop's instances seen from outside it are kept as the list that grows with it."""
+        found = self._deps.get(name)
+        if found is not None:
+            return found
+        g = self.graph
         p = parse_instance(name)
-        if p.item is not None:
-            return []   # its group record waited for the dependencies already
-        node = p.node
-        its = self._its(name) if node in self._path else ()
-        if p.iteration >= 1 and g.loop_of.get(node) == node:
-            before = (*its[:-1], p.iteration - 1)
-            return [((self._at(s, before),), False) for s in g.back_sources[node]]
-        out: list[DepGroup] = []
-        for d, k, depth in self._after(node):
-            if depth == k:
-                out.append(((self._at(d, its[:k]) if k else d,), False))
-                continue
-            loop, around = self._path[d][k], its[:k] if k else ()
-            out.append((self._of[(d, around)], not self.loop_ended(loop, around, statuses)))
-        return out
+        plan: list[_Plan] = []
+        if p.item is None:   # else its group record waited for the dependencies already
+            node = p.node
+            its = self._its(name) if node in self._path else ()
+            if p.iteration >= 1 and g.loop_of.get(node) == node:
+                before = (*its[:-1], p.iteration - 1)
+                plan = [((self._at(s, before),), None) for s in g.back_sources[node]]
+            else:
+                for d, k, depth in self._after(node):
+                    if depth == k:
+                        plan.append(((self._at(d, its[:k]) if k else d,), None))
+                        continue
+                    loop, around = self._path[d][k], its[:k] if k else ()
+                    plan.append((self._of[(d, around)], (loop, around)))
+        fixed = None if any(where is not None for _, where in plan) else tuple(
+            d for members, _ in plan for d in members)
+        found = self._deps[name] = (fixed, tuple(plan))
+        return found
 
     def loop_ended(self, entry: str, around: tuple[int, ...], statuses: Mapping[str, NodeStatus]) -> bool:
         """Whether no instance of the loop will run any more in the iterations ``around``

@@ -31,16 +31,11 @@ def dependency_verdict(inst: Instances, statuses: Mapping[str, NodeStatus], node
     on a loop from outside it counts once the loop has ended, with every instance of
     that node (one succeeded: it succeeded).
     """
-    deps: Sequence[str]
+    deps: Sequence[str] | None
     if inst.dynamic:
-        fixed = inst.fixed_deps(node)
-        if fixed is not None:
-            deps = fixed
-        else:
-            groups = inst.dep_groups(node, statuses)
-            if any(still_open for _, still_open in groups):
-                return "wait"
-            deps = [d for members, _ in groups for d in members]
+        deps = inst.current_deps(node, statuses)
+        if deps is None:   # a loop it waits for from outside may still grow
+            return "wait"
     else:   # one instance per node: its dependencies as declared
         deps = inst.graph.nodes[node].after
     if not deps:
@@ -80,7 +75,8 @@ def frontier(graph: Instances | ExecutableGraph, statuses: Mapping[str, NodeStat
     if candidates is None:
         nodes: Iterable[str] = inst.order
     else:
-        nodes = set(candidates)
+        # a set already (as the run loop passes them): no copy needed to drop duplicates
+        nodes = candidates if isinstance(candidates, (set, frozenset)) else set(candidates)
         if len(nodes) > 1:
             nodes = sorted(nodes, key=inst.index.__getitem__)
     for node in nodes:
