@@ -49,6 +49,9 @@ from .scope import AttemptScope
 
 log = logging.getLogger(__name__)
 
+#: each node transition's event type (``EventType.of_node``, without the call)
+_OF_NODE = {e: EventType.of_node(e) for e in NodeEvent}
+
 SNAPSHOT_EVERY = 200
 SNAPSHOT_MIN_BYTES = 4096
 
@@ -97,7 +100,11 @@ class Recorder:
         status = next_node_status(self.statuses[node], event)
         self.statuses[node] = status
         self._changed.add(node)
-        self.emit(EventType.of_node(event), node, attempt, **data)  # the status follows from the table
+        # ``emit``, inlined: a transition is recorded several times a step. The event's type
+        # says which (the status follows from the table); ``data`` is this call's own dict
+        self.seq += 1
+        self.batch.events.append(TraceEvent(self.run.id, self.seq, self.now(), _OF_NODE[event], node, attempt,
+                                            data))
         if status in SETTLED_NODE:
             self._dirty = True
             return True
@@ -138,7 +145,7 @@ class Recorder:
         before = parent.node_states
         changed = [n for n in self._changed if before.get(n) != self.statuses[n]]
         self._changed = set()
-        return tuple(self.inst.canonical(changed))
+        return tuple(self.inst.canonical(changed) if len(changed) > 1 else changed)
 
     def checkpoint_if_dirty(self) -> None:
         if not self._dirty:
