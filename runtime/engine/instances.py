@@ -71,6 +71,9 @@ class Instances:
         #: after it that wait for its end
         self._members = {e: tuple(sorted(ms, key=g.index.__getitem__)) for e, ms in g.loops.items()}
         self._exits = {e: [c for m in ms for c in g.children(m) if c not in ms] for e, ms in g.loops.items()}
+        #: a node that leads back to the entry of the loop it is in -> that entry (asked as
+        #: each instance settles: most lead nowhere)
+        self._leads_back = {s: e for e, srcs in g.back_sources.items() for s in srcs if g.loop_of.get(s) == e}
         self._where = Placement(g, self._exits)
         self._its, self._at, self._common = self._where.its, self._where.at, self._where.common
         self._after, self._reach = self._where.after, self._where.reach
@@ -281,7 +284,7 @@ class Instances:
                 out.append(self._seen_from(node, its, c))
         if path:
             entry = path[-1]
-            if node in g.back_sources[entry]:
+            if self._leads_back.get(node) == entry:
                 nxt = self._at(entry, (*its[:-1], p.iteration + 1))
                 if nxt in self.index:
                     out.append(nxt)   # created before this way back settled (a branch inherited it)
@@ -296,14 +299,17 @@ class Instances:
         if not self.dynamic:
             return None
         p = parse_instance(name)
-        entry = self.graph.loop_of.get(p.node)
-        if p.item is not None or entry is None or p.node not in self.graph.back_sources[entry]:
+        entry = self._leads_back.get(p.node)
+        if entry is None or p.item is not None:
             return None
         its = self._its(name)
-        sources = [self._at(s, its) for s in self.graph.back_sources[entry]]
-        if any(statuses[s] not in FINISHED_NODE for s in sources):
-            return None
-        if not any(statuses[s] == NodeStatus.SUCCEEDED for s in sources):
+        succeeded = False
+        for s in self.graph.back_sources[entry]:
+            status = statuses[self._at(s, its)]
+            if status not in FINISHED_NODE:
+                return None
+            succeeded = succeeded or status == NodeStatus.SUCCEEDED
+        if not succeeded:
             return None   # every way back was skipped: the loop ends here
         nxt = (*its[:-1], its[-1] + 1)
         if self._at(entry, nxt) in self.index:
