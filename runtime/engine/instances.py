@@ -341,8 +341,9 @@ class Instances:
     def add_items(self, group: str, count: int) -> list[str]:
         """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones."""
         p = parse_instance(group)
-        return self._insert([n for i in range(count)
-                             if (n := instance_name(p.node, p.iteration, i, p.outer)) not in self.index])
+        # in item order, which is canonical order: no sort needed
+        new = [n for i in range(count) if (n := instance_name(p.node, p.iteration, i, p.outer)) not in self.index]
+        return self._insert(new, ordered=True)
 
     def _insert(self, names: list[str], ordered: bool = False) -> list[str]:
         if not names:
@@ -377,5 +378,6 @@ class Instances:
             self._note(n)
         p = parse_instance(names[0])
         if p.item is not None:
-            self._items[group_of(p)].sort(key=self.graph.key)
+            # positions are in canonical order: sorting by them needs no key computed again
+            self._items[group_of(p)].sort(key=self.index.__getitem__)
         return names
