@@ -25,9 +25,11 @@ class FailureDecision:
 
 def on_failure(policy: RetryPolicy, cls: ErrorClass, failures: int, *, stopping: StopKind | None,
                deadline: float | None, now: float) -> FailureDecision:
-    """Whether a node's ``failures``-th failure of class ``cls`` is retried, and why."""
+    """Whether a node's ``failures``-th failure of class ``cls`` is retried, and why.
+    A run that is pausing for an answer still retries: the retry waits out its backoff
+    after the resume, as it would have had it failed a moment before the pause."""
     retryable = cls in policy.retry_on
-    if (stopping is None and retryable and failures < policy.max_attempts
+    if (stopping in (None, StopKind.INTERRUPT) and retryable and failures < policy.max_attempts
             and (deadline is None or now < deadline)):
         delay = policy.delay(failures)
         return FailureDecision(True, delay,

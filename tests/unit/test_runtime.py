@@ -687,6 +687,33 @@ async def test_a_pause_does_not_wait_for_a_sibling_backoff_and_the_retry_runs_af
     assert run.status == RunStatus.SUCCEEDED and tries == [1, 2]
 
 
+async def test_a_retryable_failure_that_arrives_while_the_run_pauses_is_retried_after_resume(rt: Runtime):
+    # the other order of the test above: the pause is recorded first, then the sibling
+    # fails; a pause is no reason to give up a retry, so the run pauses, not fails
+    g = Graph("g", state=S)
+    tries = []
+
+    @g.node(retry=RetryPolicy(max_attempts=2, initial_interval=0.05))
+    async def flaky(state, ctx):
+        tries.append(ctx.attempt)
+        if ctx.attempt == 1:
+            await asyncio.sleep(0.05)
+            raise TransientError("later")
+        return {"n": 1}
+
+    @g.node()
+    async def ask(state, ctx):
+        return {"value": await ctx.interrupt("go?")}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.INTERRUPTED
+    assert await node_status(rt, run.id, "flaky") == NodeStatus.RETRYING
+    attempt = [a for a in await rt.attempts(run.id) if a.node == "flaky"]
+    assert [a.decision for a in attempt] == ["retry in 0.05s (failure 1 of at most 2)"]
+    run = await rt.resume(run.id, "yes")
+    assert run.status == RunStatus.SUCCEEDED and tries == [1, 2]
+
+
 async def test_a_failure_does_not_wait_for_a_sibling_backoff(rt: Runtime):
     g = Graph("g", state=S)
 
