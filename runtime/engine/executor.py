@@ -95,9 +95,6 @@ class InFlight:
     def __len__(self) -> int:
         return len(self.tasks)
 
-    def has_done(self) -> bool:
-        return bool(self._done)
-
     def launch(self, spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
                extra: Mapping[str, Any] | None) -> None:
         task = asyncio.get_running_loop().create_task(self._attempt(spec, state, ctx, scope, extra))

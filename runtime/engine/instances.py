@@ -19,9 +19,6 @@ from ..graph import ExecutableGraph, NodeSpec
 from ..graph.instances import base_node, group_of, instance_name, iterations, parse_instance
 from .placement import Placement
 
-#: a dependency as the scheduler weighs it: the instances whose statuses count, and
-#: whether more may still appear (a loop seen from outside it that has not ended)
-DepGroup = tuple[Sequence[str], bool]
 #: a dependency as remembered: its instances (a live list when they may still grow) and
 #: the loop whose end they wait for, None when they are fixed
 _Plan = tuple[Sequence[str], tuple[str, tuple[int, ...]] | None]
@@ -197,14 +194,10 @@ class Instances:
                 out += self._in[(self._path[d][k], its[:k])]
         return out
 
-    def fixed_deps(self, name: str) -> tuple[str, ...] | None:
-        """The instances ``name`` depends on, when no more can appear (see ``dep_groups``)."""
-        return self._planned(name)[0]
-
     def current_deps(self, name: str, statuses: Mapping[str, NodeStatus]) -> Sequence[str] | None:
-        """The instances ``name`` depends on as the scheduler weighs them (``dep_groups``
-        flattened), or None while one of its groups may still grow: asked on every step, so
-        from what is remembered of ``name`` rather than rebuilt."""
+        """The instances ``name`` depends on, whose statuses decide whether it may run, or
+        None while a loop it waits for from outside may still grow (a loop's instances count
+        once it has ended). Asked on every step, so read from what is remembered of ``name``."""
         try:
             fixed, plan = self._deps[name]
         except KeyError:
@@ -212,18 +205,12 @@ class Instances:
         if fixed is not None:
             return fixed
         still_open = False
-        for _, where in plan:   # every loop is asked, as dep_groups does (it remembers those ended)
+        for _, where in plan:   # every loop is asked: ``loop_ended`` remembers those that ended
             if where is not None and not self.loop_ended(where[0], where[1], statuses):
                 still_open = True
         if still_open:
             return None
         return [d for members, _ in plan for d in members]
-
-    def dep_groups(self, name: str, statuses: Mapping[str, NodeStatus]) -> list[DepGroup]:
-        if not self.dynamic:
-            return [((d,), False) for d in self.graph.nodes[name].after]
-        return [(members, where is not None and not self.loop_ended(where[0], where[1], statuses))
-                for members, where in self._planned(name)[1]]
 
     def _planned(self, name: str) -> tuple[tuple[str, ...] | None, tuple[_Plan, ...]]:
         """``name``'s dependencies as remembered (see ``_deps``). They depend on names only:
