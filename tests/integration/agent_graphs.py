@@ -272,6 +272,17 @@ def search(workdir: str, tool: str) -> Callable[[Any], str]:
     return fn
 
 
+def searched(workdir: str, messages: list[dict[str, Any]], ctx: NodeContext) -> tuple[dict[str, Any], Any]:
+    """A tool instance's work: the call the model's last message asks for, and the result
+    of the ``search`` effect for it (with the crash points before and after the effect)."""
+    executed(workdir, ctx)
+    request = messages[-1]["call"]
+    reached(workdir, f"{ctx.node}:before_effect")
+    result = ctx.effect("search", search(workdir, ctx.node), request=request)
+    reached(workdir, f"{ctx.node}:after_effect")
+    return request, result
+
+
 def _calls_pending(state: AgentState) -> bool:
     return "call" in state.messages[-1]
 
@@ -296,11 +307,7 @@ def _react_graph(name: str, max_iterations: int) -> Graph:
 
     @g.node(after=["model"], when=_calls_pending)
     def tool(state: AgentState, ctx: NodeContext) -> dict:
-        executed(state.workdir, ctx)
-        request = state.messages[-1]["call"]
-        reached(state.workdir, f"{ctx.node}:before_effect")
-        result = ctx.effect("search", search(state.workdir, ctx.node), request=request)
-        reached(state.workdir, f"{ctx.node}:after_effect")
+        request, result = searched(state.workdir, state.messages, ctx)
         return {"messages": [{"role": "tool", "i": request["i"], "content": result}]}
 
     @g.node(after=["model"])
@@ -348,11 +355,7 @@ def _sub_agent(inner_bound: int) -> Graph:
 
     @g.node(after=["model"], when=_calls_pending)
     def tool(state: SubAgentState, ctx: NodeContext) -> dict:
-        executed(state.workdir, ctx)
-        request = state.messages[-1]["call"]
-        reached(state.workdir, f"{ctx.node}:before_effect")
-        result = ctx.effect("search", search(state.workdir, ctx.node), request=request)
-        reached(state.workdir, f"{ctx.node}:after_effect")
+        request, result = searched(state.workdir, state.messages, ctx)
         return {"messages": [{"role": "tool", "round": request["round"], "i": request["i"], "content": result}]}
 
     return g

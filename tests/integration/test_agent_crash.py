@@ -594,6 +594,19 @@ class Survived:
     paused: list[int]        # processes whose resume paused on such an effect
 
 
+def recovered_from_each_death(scene: Scene, events: Sequence[TraceEvent], survived: Survived,
+                              kills: int) -> tuple[dict[str, list[int]], set[str]]:
+    """Check that each of ``kills`` deaths was recovered and that an instance ran again only
+    after a process running it died (or paused on an effect in doubt); the processes each
+    instance ran in, and the instances recovery found running."""
+    assert run_events(events).count("run.recover") == kills
+    pids = scene.executions()
+    ended_early = {k.pid for k in survived.killed} | set(survived.paused)
+    for node, ps in pids.items():
+        assert set(ps[:-1]) <= ended_early, (node, ps)
+    return pids, {e.node for e in events if e.type == "node.lost"}
+
+
 async def killed_at_each_then_finished(scene: Scene, points: Sequence[str], start_input: str) -> Survived:
     """Start a run in a worker killed at ``points[0]``, resume it in a new worker killed at
     each next point (answering an effect left in doubt with what the outside world has),
@@ -644,7 +657,7 @@ async def test_react_loop_sigkilled_at_random_points_completes_with_every_effect
     scene = scenes("react")
     points = kill_points(seed)
     survived = await killed_at_each_then_finished(scene, points, scene.input(target=TARGET))
-    run, run_id, killed, paused = survived.run, survived.run.id, survived.killed, survived.paused
+    run, run_id, killed = survived.run, survived.run.id, survived.killed
 
     rt = scene.rt
 
@@ -677,14 +690,8 @@ async def test_react_loop_sigkilled_at_random_points_completes_with_every_effect
     assert folded == succeeded
     assert len(cps) > len(models)
 
-    # each death was recovered; an instance ran again only after a process running it died
-    # (or paused on the in-doubt effect), and what recovery found running was run again
-    assert run_events(events).count("run.recover") == KILLS
-    pids = scene.executions()
-    ended_early = {k.pid for k in killed} | set(paused)
-    for node, ps in pids.items():
-        assert set(ps[:-1]) <= ended_early, (node, ps)
-    lost = {e.node for e in events if e.type == "node.lost"}
+    # what recovery found running was run again
+    pids, lost = recovered_from_each_death(scene, events, survived, KILLS)
     assert lost and all(len(pids[n]) >= 2 for n in lost), lost
     for k in killed:   # the instance each process hung in ran in it first, and again after it died
         ps = pids[k.point.split(":")[0]]

@@ -27,7 +27,7 @@ from test_agent_crash import (  # noqa: F401  (scenes: the fixture)
     PHASES,
     assert_trace_consistent,
     killed_at_each_then_finished,
-    run_events,
+    recovered_from_each_death,
     scenes,
 )
 
@@ -102,7 +102,7 @@ async def test_supervisor_with_sub_agent_sigkilled_in_every_round_completes_with
     scene = scenes("supervisor")
     points = kill_points(seed)
     survived = await killed_at_each_then_finished(scene, points, scene.input(calls=CALLS))
-    run, run_id, killed, paused = survived.run, survived.run.id, survived.killed, survived.paused
+    run, run_id, killed = survived.run, survived.run.id, survived.killed
 
     rt = scene.rt
 
@@ -140,14 +140,8 @@ async def test_supervisor_with_sub_agent_sigkilled_in_every_round_completes_with
     folded = Counter(n for cp in cps for n in cp.nodes)
     assert folded == succeeded
 
-    # each death was recovered; an instance ran again only after a process running it died
-    # (or paused on the in-doubt effect), and what recovery found running was run again
-    assert run_events(events).count("run.recover") == KILLS
-    pids = scene.executions()
-    ended_early = {k.pid for k in killed} | set(paused)
-    for node, ps in pids.items():
-        assert set(ps[:-1]) <= ended_early, (node, ps)
-    lost = {e.node for e in events if e.type == "node.lost"}
+    # what recovery found running was run again
+    pids, lost = recovered_from_each_death(scene, events, survived, KILLS)
     assert lost and all(len(pids[n]) >= 2 for n in lost if n in pids), lost
     assert all(base_node(n) == "agent" for n in lost - set(pids)), lost   # a subgraph's own node logs nothing
     # a death inside an effect always shows as its instance lost: everything before the call was committed
