@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from .frozen import fast_init
 from .jsonvalues import JSON
 from .states import NodeEvent, NodeStatus, RunEvent, RunStatus
 
@@ -166,6 +167,7 @@ class CheckpointSource(StrEnum):
                                    # state with the turn's input applied (stored as a delta)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Run:
     id: str
@@ -200,6 +202,7 @@ class Run:
         return replace(self, **changes)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The run's state after folding some node outcomes: one row per step, never updated."""
@@ -219,6 +222,7 @@ class Checkpoint:
     changed: tuple[str, ...] | None = field(default=None, compare=False)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CheckpointSummary:
     """What a timeline shows of a checkpoint, without its node states or state."""
@@ -232,6 +236,7 @@ class CheckpointSummary:
     event_seq: int = 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PendingWrite:
     """A node attempt's outcome, recorded against the head checkpoint when it ended."""
@@ -245,6 +250,7 @@ class PendingWrite:
     created_at: float
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NodeAttempt:
     run_id: str
@@ -258,6 +264,7 @@ class NodeAttempt:
     decision: str | None = None   # what the runtime did about the outcome, in words
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
     """One step of one effect: STARTED before the call, then its outcome."""
@@ -279,6 +286,7 @@ class JournalEntry:
     compensate: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Interrupt:
     id: str
@@ -294,6 +302,7 @@ class Interrupt:
     answered_at: float | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TraceEvent:
     run_id: str

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ..core.frozen import fast_init
 from ..core.errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
 from ..graph import NodeSpec
 from .context import NodeContext
@@ -25,6 +26,7 @@ class OutcomeKind(StrEnum):
     INTERRUPTED = "interrupted"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     kind: OutcomeKind
