@@ -8,12 +8,23 @@ with no outcome as in doubt (stops, unless told to retry it with the same key).
 Mocked effects never touched the outside world and are never compensated.
 
 Compensating takes the run's lease, so two callers cannot compensate one run at once.
+
+A cancelled caller (its task cancelled, a timeout) still records an undo that finished,
+then the cancel goes on. An async undo is interrupted by the cancel: unless it returned,
+it stays in doubt. A sync undo's thread cannot be stopped: the lease is kept until the
+thread ends and its outcome is recorded then, unless the lease was taken over meanwhile
+(it had expired) or the event loop closed first; it then stays in doubt.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from ..core.errors import InvalidRequest, LeaseLost
 from ..core.jsonvalues import JSON, to_json
@@ -33,6 +44,8 @@ from ..history.lineage import continuations, continued_chain
 from .deps import EngineDeps
 from .effects import EffectInfo, call_effect_fn
 from .leases import lease_expired
+
+log = logging.getLogger(__name__)
 
 
 class StepStatus(StrEnum):
@@ -110,65 +123,100 @@ async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False
     if run.id in busy_runs or (run.lease_owner is not None and not lease_expired(run, env, driven_here=driven)):
         raise InvalidRequest(busy)
     busy_runs.add(run.id)
+    writer: _Recorder | None = None
     try:
         try:
             run = store.acquire_lease(run.id, env.owner, env.now() + env.lease_ttl, run.fence)
         except LeaseLost:
             raise InvalidRequest(busy) from None
+        writer = _Recorder(deps, run, on_release=lambda: busy_runs.discard(run.id))
         # read after taking the lease: what an earlier caller recorded is all there
         effects, undo = compensable(store.journal(list(reversed(continued_chain(store, run)))))
         steps: list[CompensationStep] = []
-        writer = _Recorder(deps, run)
-        try:
-            for e in reversed(effects):  # newest first: later effects may depend on earlier ones
-                step = await _one(deps, writer, e, undo.get((e.node, e.name, e.occurrence)), retry_in_doubt)
-                steps.append(step)
-                if step.status not in _DONE:
-                    break  # keep the order: nothing older is undone while a newer one is not
-        finally:
-            writer.release()
+        for e in reversed(effects):  # newest first: later effects may depend on earlier ones
+            step = await _one(deps, writer, e, undo.get((e.node, e.name, e.occurrence)), retry_in_doubt)
+            steps.append(step)
+            if step.status not in _DONE:
+                break  # keep the order: nothing older is undone while a newer one is not
     finally:
-        busy_runs.discard(run.id)
+        if writer is None:
+            busy_runs.discard(run.id)
+        else:
+            writer.release()  # deferred while an undo's thread outlives a cancel
     return CompensationReport(run_id, steps)
+
+
+def _step(e: JournalEntry, status: StepStatus, error: str | None = None) -> CompensationStep:
+    return CompensationStep(e.run_id, e.node, e.name, e.occurrence, e.key, status, error)
 
 
 async def _one(deps: EngineDeps, w: _Recorder, e: JournalEntry, last: JournalEntry | None,
                retry_in_doubt: bool) -> CompensationStep:
-    def step(status: StepStatus, error: str | None = None) -> CompensationStep:
-        return CompensationStep(e.run_id, e.node, e.name, e.occurrence, e.key, status, error)
-
     if last is not None and last.status == EffectStatus.COMPENSATED:
-        return step(StepStatus.ALREADY)
+        return _step(e, StepStatus.ALREADY)
     if last is not None and last.status == EffectStatus.COMPENSATING and not retry_in_doubt:
-        return step(StepStatus.IN_DOUBT, "its compensation started and its outcome was never recorded; "
-                                "check it, then compensate again with retry_in_doubt=True")
+        return _step(e, StepStatus.IN_DOUBT, "its compensation started and its outcome was never recorded; "
+                     "check it, then compensate again with retry_in_doubt=True")
     fn = deps.compensations.functions.get(e.key)
     if fn is None and e.compensate and e.compensate != "<local>":
         try:
             fn = resolve_callable(e.compensate)
         except InvalidRequest as err:
-            return step(StepStatus.NOT_RUNNABLE, str(err))
+            return _step(e, StepStatus.NOT_RUNNABLE, str(err))
     if fn is None:
-        return step(StepStatus.NOT_RUNNABLE, "its compensation was a lambda, closure, bound method or partial of a "
-                                    "process that has ended; define compensations as module-level functions")
+        return _step(e, StepStatus.NOT_RUNNABLE, "its compensation was a lambda, closure, bound method or partial "
+                     "of a process that has ended; define compensations as module-level functions")
     w.record(e, EffectStatus.COMPENSATING)
     info = EffectInfo(key=e.key + ":undo", name=e.name, request=e.request, deadline=None,
                       attempt=e.attempt, result=e.result)
+    if inspect.iscoroutinefunction(fn):
+        # awaited here, so a cancel interrupts it; nothing runs between its return and the record
+        try:
+            result = await call_effect_fn(fn, info, None)
+        except Exception as err:
+            return _failed(w, e, err)
+        return _compensated(w, e, result)
+    # a thread: its result must not be lost when the caller is cancelled as it finishes
+    undo = asyncio.ensure_future(call_effect_fn(fn, info, None))
     try:
-        result = await call_effect_fn(fn, info, None)
+        await asyncio.wait({undo})
+    except asyncio.CancelledError:
+        if undo.done():
+            w.settle(e, undo)  # it finished: record that, then let the cancel go on
+        else:
+            w.outlive(e, undo)
+        raise
+    return _settled(w, e, undo)
+
+
+def _settled(w: _Recorder, e: JournalEntry, undo: asyncio.Future[Any]) -> CompensationStep:
+    """Record how a finished undo ended (a cancelled one raises: it stays in doubt)."""
+    try:
+        result = undo.result()
     except Exception as err:
-        message = f"{type(err).__name__}: {err}"
-        w.record(e, EffectStatus.COMPENSATION_FAILED, error=message)
-        return step(StepStatus.FAILED, message)
+        return _failed(w, e, err)
+    return _compensated(w, e, result)
+
+
+def _failed(w: _Recorder, e: JournalEntry, err: Exception) -> CompensationStep:
+    message = f"{type(err).__name__}: {err}"
+    w.record(e, EffectStatus.COMPENSATION_FAILED, error=message)
+    return _step(e, StepStatus.FAILED, message)
+
+
+def _compensated(w: _Recorder, e: JournalEntry, result: Any) -> CompensationStep:
     w.record(e, EffectStatus.COMPENSATED, result=to_json(result, "compensation result"))
-    return step(StepStatus.COMPENSATED)
+    return _step(e, StepStatus.COMPENSATED)
 
 
 class _Recorder:
     """Journal entries and trace events on the compensated run, each forced to disk."""
 
-    def __init__(self, deps: EngineDeps, run: Run):
+    def __init__(self, deps: EngineDeps, run: Run, on_release: Callable[[], None]):
         self.store, self.env, self.run = deps.store, deps.env, run
+        self.on_release = on_release
+        #: an undo's thread that went on after the caller was cancelled
+        self.outliving: asyncio.Future[Any] | None = None
 
     def record(self, e: JournalEntry, status: EffectStatus, *, result: JSON = None,
                error: str | None = None) -> None:
@@ -187,6 +235,40 @@ class _Recorder:
         self.store.commit(batch)
         publish(self.run.id, [event])
 
+    def settle(self, e: JournalEntry, undo: asyncio.Future[Any]) -> None:
+        """``_settled`` for an undo that ended after its caller was cancelled: what cannot be
+        recorded (no JSON form, the lease taken over, the undo itself cancelled) stays in doubt."""
+        try:
+            _settled(self, e, undo)
+        except LeaseLost:
+            log.info("run %s: compensation of %s ended after another process took the run over; "
+                     "left in doubt", self.run.id, e.name)
+        except (Exception, asyncio.CancelledError):
+            log.warning("run %s: the outcome of compensating %s was not recorded; left in doubt",
+                        self.run.id, e.name, exc_info=True)
+
+    def outlive(self, e: JournalEntry, undo: asyncio.Future[Any]) -> None:
+        """Record the undo's outcome when its thread ends, keeping the lease until then so
+        that no other caller starts that undo again meanwhile."""
+        self.outliving = undo
+
+        def ended(_: asyncio.Future[Any]) -> None:
+            self.outliving = None
+            self.settle(e, undo)
+            try:
+                self.release()
+            except LeaseLost:
+                pass  # taken over: the lease is the new holder's
+            except Exception:
+                log.warning("run %s: its compensation lease was not released", self.run.id, exc_info=True)
+
+        undo.add_done_callback(ended)
+
     def release(self) -> None:
-        self.run = self.run.evolve(lease_owner=None, lease_expires_at=None)
-        self.store.commit(Batch(run_id=self.run.id, fence=self.run.fence, run=self.run, durable=True))
+        if self.outliving is not None:
+            return  # ``outlive`` releases once the undo ends
+        try:
+            self.run = self.run.evolve(lease_owner=None, lease_expires_at=None)
+            self.store.commit(Batch(run_id=self.run.id, fence=self.run.fence, run=self.run, durable=True))
+        finally:
+            self.on_release()
