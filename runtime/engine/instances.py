@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph, NodeSpec
-from ..graph.instances import base_node, group_of, instance_name, iterations, parse_instance
+from ..graph.instances import InstanceKey, base_node, group_of, instance_name, iterations, key_at, parse_instance
 from .placement import Placement
 
 #: a dependency as remembered: its instances (a live list when they may still grow) and
@@ -307,13 +307,16 @@ class Instances:
         """Create the members of a loop's iteration ``its`` (with the iterations of the loops
         around it) that do not exist yet, loops inside it at their first iteration; returns
         the new names."""
-        new = []
+        new, keys = [], []
+        index, block = self.graph.index, self.graph.block
         for m in self._members[entry]:
             deeper = len(self._path[m]) - len(its)
-            n = self._at(m, its + (0,) * deeper if deeper else its)
+            at = its + (0,) * deeper if deeper else its
+            n = self._at(m, at)
             if n not in self.index:
                 new.append(n)
-        return self._insert(new, ordered=True)
+                keys.append(key_at(index, block, m, at))
+        return self._insert(new, ordered=True, keys=keys)
 
     def complete_iterations(self) -> list[str]:
         """Create the members an existing loop iteration lacks; returns the new names. A run
@@ -332,12 +335,14 @@ class Instances:
         new = [n for i in range(count) if (n := instance_name(p.node, p.iteration, i, p.outer)) not in self.index]
         return self._insert(new, ordered=True)
 
-    def _insert(self, names: list[str], ordered: bool = False) -> list[str]:
+    def _insert(self, names: list[str], ordered: bool = False, keys: list[InstanceKey] | None = None) -> list[str]:
+        """Give ``names`` their positions (``keys``: theirs, when the caller knows them)."""
         if not names:
             return []
         if not ordered:
             names = self.graph.canonical(names)   # new: they have no position yet
-        keys = [self.graph.key(n) for n in names]
+        if keys is None:
+            keys = [self.graph.key(n) for n in names]
         at = bisect_left(self._keys, keys[0])
         if at < len(self._keys) and self._keys[at] < keys[-1]:
             # some of a map's items exist already (taken over after a crash): one at a time

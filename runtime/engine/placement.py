@@ -44,6 +44,8 @@ class Placement:
         except KeyError:
             name = self._names[node, its] = (instance_name(node, its[-1]) if len(its) == 1 else
                                              instance_name(node, its[-1], None, its[:-1]))
+            if len(its) == len(self._path.get(node, ())):
+                self._its_of.setdefault(name, its)   # what ``its`` would parse out of the name
             return name
 
     def common(self, node: str, other: str) -> int:

@@ -104,6 +104,20 @@ def instance_key(index: Mapping[str, int], block: Mapping[str, tuple[int, ...]],
     return (*key, pos, last)
 
 
+def key_at(index: Mapping[str, int], block: Mapping[str, tuple[int, ...]], node: str,
+           its: tuple[int, ...]) -> InstanceKey:
+    """``instance_key`` of ``node``'s instance at ``its`` (one iteration per loop around it,
+    outermost first), without writing its name and parsing it again."""
+    pos = index.get(node, len(index))
+    blocks = block.get(node)
+    if not blocks:
+        return (pos, 0, pos, -1)
+    key: list[int] = []
+    for b, it in zip(blocks, its):
+        key += (b, it)
+    return (*key, pos, -1)
+
+
 def loop_blocks(index: Mapping[str, int], loops: Mapping[str, Iterable[str]]) -> dict[str, tuple[int, ...]]:
     """For each node in a loop: where each loop around it starts in the order, outermost
     first (a loop's members form one block; an inner loop's members, one inside it)."""
