@@ -15,8 +15,9 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    def time(self) -> float:
-        return time.time()
+    #: the C function itself, not a method calling it: the run loop asks the time several
+    #: times per node
+    time = staticmethod(time.time)
 
 
 class IdSource(Protocol):

@@ -340,9 +340,9 @@ class RunLoop(Outcomes, Growth):
         budget = self.host.budget_error()
         if budget is not None and supersedes(StopKind.FAIL, self._stop.kind if self._stop else None):
             self._stop = Stop(StopKind.FAIL, budget)
-        deadline = self.run.limits.get("deadline_at")
+        deadline = self.rec.run.limits.get("deadline_at")
         # a pausing run is not failed by its deadline: resuming it checks the deadline again
-        if deadline is not None and self.rec.now() >= deadline and self._stop is None:
+        if deadline is not None and now >= deadline and self._stop is None:
             self._stop_with(StopKind.FAIL, ErrorClass.DEADLINE, "run deadline exceeded")
             self._stop_in_flight()
 

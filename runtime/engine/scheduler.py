@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..core.frozen import fast_init
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph
 from .instances import Instances, as_instances
@@ -17,6 +18,7 @@ from .instances import Instances, as_instances
 N = NodeStatus
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Frontier:
     ready: tuple[str, ...]   # may start now, in canonical order
