@@ -12,11 +12,14 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from runtime import Runtime
 from runtime.core.errors import InvalidAnswer, InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import Interrupt, InterruptStatus, Run
 from runtime.core.states import RunStatus
+from runtime.engine.answers import validate_answer
 from runtime.engine.compensation import CompensationReport
 
 from .services import Conflict, complete, in_thread, start_in_background
@@ -73,6 +76,8 @@ async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str
         raise Conflict(f"run {run_id} is running; cancel it or wait for it to finish")
     if answers is not None and run.status != RunStatus.INTERRUPTED and not rt.orphaned(run):
         raise Conflict(f"run {run_id} is {run.status.value}, not waiting for answers: there is nothing to answer")
+    if answers:
+        await in_thread(check_answers, rt, run_id, answers)
     try:
         return await start_in_background(
             rt, rt.resume(run_id, answers=answers, answered_by=by if answers else None, **(limits or {})), tasks)
@@ -121,6 +126,7 @@ async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: 
     if found.status != InterruptStatus.PENDING:
         raise Conflict(f"interrupt {interrupt_id} is {found.status.value}: it cannot be answered again")
     answers = {interrupt_id: value, **{other: value for other in also}}
+    await in_thread(check_answers, rt, found.run_id, answers)
     try:
         return await start_in_background(
             rt, rt.resume(found.run_id, answers=answers, answered_by=by), tasks)
@@ -128,6 +134,42 @@ async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: 
         if "already answered" in str(e):
             raise Conflict(str(e)) from None
         raise
+
+
+def answer_problems(rt: Runtime, i: Interrupt, value: JSON) -> list[tuple[str, str]]:
+    """What is wrong with ``value`` as the answer to ``i``, as (field, message) pairs (the
+    field is "" for the answer as a whole); none when it would be accepted. Field by field
+    against the node's response model, then the runtime's own check."""
+    ref = i.payload.get("response_ref") if isinstance(i.payload, Mapping) else None
+    model = rt.graphs.model(ref) if isinstance(ref, str) and ref else None
+    if model is not None:
+        try:
+            model.model_validate(value)
+        except ValidationError as e:
+            return [(".".join(map(str, err["loc"])), str(err["msg"])) for err in e.errors(include_url=False)]
+    try:
+        validate_answer(rt.graphs, i, value)
+    except InvalidAnswer as e:
+        return [("", str(e))]
+    return []
+
+
+def problem_text(i: Interrupt, where: str, message: str) -> str:
+    """One bad answer in words: the question (its id and node) and the field."""
+    return f"interrupt {i.id} (node {i.node!r}{f', field {where!r}' if where else ''}): {message}"
+
+
+def check_answers(rt: Runtime, run_id: str, answers: Mapping[str, JSON]) -> None:
+    """Every answer to a pending question of the run checked before anything moves, so that
+    one refusal names every bad answer at once (``InvalidAnswer``); answers to questions that
+    are not pending are left to the runtime, which says why."""
+    pending = {i.id: i for i in rt.store.interrupts(run_id, InterruptStatus.PENDING)}
+    bad = {k: (pending[k], found) for k, v in answers.items()
+           if k in pending and (found := answer_problems(rt, pending[k], v))}
+    if bad:
+        head = "the answer is invalid" if len(answers) == 1 else f"{len(bad)} of {len(answers)} answers are invalid"
+        raise InvalidAnswer(f"{head}, and none was recorded: " + "; ".join(
+            problem_text(i, where, message) for i, found in bad.values() for where, message in found))
 
 
 async def export_thread(rt: Runtime, run_id: str) -> dict[str, JSON]:

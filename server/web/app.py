@@ -19,7 +19,7 @@ from litestar.static_files import create_static_files_router
 from runtime import Runtime
 from runtime.core.errors import GraphError, InvalidRequest, NotFound
 
-from . import api, approvals, commands, live, pages, threads
+from . import api, approvals, commands, live, pages, questions, threads
 from .auth import TokenMiddleware, check_bind
 from .render import STATIC, is_htmx, render
 from .services import Background, Conflict
@@ -55,7 +55,8 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None =
     """The debugger over ``runtime``. Off loopback a token is required (``token``)."""
     check_bind(host, token)
     app = Litestar(
-        route_handlers=[*pages.HANDLERS, *api.HANDLERS, *approvals.HANDLERS, *live.HANDLERS, *commands.HANDLERS,
+        route_handlers=[*pages.HANDLERS, *api.HANDLERS, *approvals.HANDLERS, *questions.HANDLERS,
+                        *live.HANDLERS, *commands.HANDLERS,
                         *threads.HANDLERS, create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[TokenMiddleware.define(token, host)],
         csrf_config=CSRFConfig(secret=csrf_secret or secrets.token_hex(32), exclude=["/api/", "/static/"],

@@ -4,10 +4,12 @@ The inbox lists pending interrupts across runs, newest first, filtered and paged
 the server and refreshed by polling. An interrupt's screen shows what it asks, the
 run and node instance that asked, the state the run paused at and — once answered —
 who answered and when (the trace's ``interrupt.answered`` event). Its form comes from
-the node's response model when it declared one (``forms``), from the documented
-answers for the runtime's own effect questions, else a JSON box. An answer is checked
-field by field, then against the model, before anything is written: a wrong one is
-shown back with its errors next to the fields and the run stays paused.
+the node's response model when it declared one (``forms``: an input per field, or one
+typed input for a model of a single value such as ``RootModel[float]``), from the
+documented answers for the runtime's own effect questions, else a JSON box. An answer
+is checked field by field, then against the model, before anything is written: a wrong
+one is shown back with its errors next to the fields and the run stays paused. A run
+waiting on several questions has them all on one form as well (``questions``).
 """
 
 from __future__ import annotations
@@ -121,13 +123,21 @@ async def inbox(request: Request[Any, Any, Any], run: ShortText = None, graph: S
 
 @dataclass(slots=True)
 class AnswerForm:
-    mode: str                      # "model" (a declared response model), "effect", or "json"
-    fields: list[forms.FormField]
+    mode: str                      # "model" (a declared response model), "value" (a model of one value,
+    fields: list[forms.FormField]  # like RootModel[float]), "effect", or "json"
     errors: list[str] = field(default_factory=list)
     prefilled: list[str] = field(default_factory=list)   # fields holding what the question proposed
 
 
-def answer_form(i: Interrupt) -> AnswerForm:
+def answer_form(i: Interrupt, scope: str = "") -> AnswerForm:
+    """The form that answers ``i``; ``scope`` names its inputs apart from other questions'
+    when one form answers several."""
+    form = _answer_form(i)
+    forms.scoped(form.fields, scope)
+    return form
+
+
+def _answer_form(i: Interrupt) -> AnswerForm:
     value = i.payload.get("value") if isinstance(i.payload, Mapping) else None
     choices = EFFECT_CHOICES.get(i.kind)
     if choices is not None:
@@ -140,6 +150,9 @@ def answer_form(i: Interrupt) -> AnswerForm:
     if isinstance(schema, Mapping) and forms.is_object_schema(schema):
         proposal = forms.proposed(value, schema)
         return AnswerForm("model", forms.build(schema, proposal), prefilled=list(proposal))
+    one = forms.value_field("answer", "Answer", schema) if isinstance(schema, Mapping) else None
+    if one is not None:
+        return AnswerForm("value", [one])
     return AnswerForm("json", [forms.json_field("answer", "Answer (JSON)",
                                                 help='any JSON value: "yes", true, {"approve": true}, null')])
 
@@ -220,8 +233,6 @@ def check_answer(rt: Runtime, i: Interrupt, form: AnswerForm, data: Mapping[str,
     """The answer the form describes, checked field by field and then against the
     node's model (when it can be imported here); errors go onto the form."""
     value, ok = forms.read(form.fields, data)
-    if form.mode == "json":
-        return value.get("answer"), ok
     if form.mode == "effect":
         action, result = form.fields
         if value.get("action") in WITH_RESULT:
@@ -231,15 +242,19 @@ def check_answer(rt: Runtime, i: Interrupt, form: AnswerForm, data: Mapping[str,
             result.error = None
             value.pop("result", None)
         return value, action.error is None and result.error is None
+    answer: JSON = value if form.mode == "model" else value.get("answer")
     ref = i.payload.get("response_ref") if isinstance(i.payload, Mapping) else None
     model = rt.graphs.model(ref) if ok and isinstance(ref, str) and ref else None
     if model is not None:
         try:
-            model.model_validate(value)
+            model.model_validate(answer)
         except ValidationError as e:
-            form.errors += forms.attach_errors(form.fields, forms.errors_of(e))
-            return value, False
-    return value, ok
+            found = forms.errors_of(e)
+            if form.mode != "model":   # the answer is one value: its errors are its one field's
+                found = [(("answer", *loc), msg) for loc, msg in found]
+            form.errors += forms.attach_errors(form.fields, found)
+            return answer, False
+    return answer, ok
 
 
 def same_as_shown(alike: Sequence[Interrupt], ticked: str | None) -> list[str]:

@@ -50,14 +50,15 @@ class FormField:
     checked: bool = False
     error: str | None = None
     children: list[FormField] = field(default_factory=list)
+    scope: str = ""                 # the question it answers, on a form that answers several
 
     @property
     def name(self) -> str:
-        return PREFIX + ".".join(self.path)
+        return (f"{self.scope}:" if self.scope else "") + PREFIX + ".".join(self.path)
 
     @property
     def id(self) -> str:
-        return "f-" + "-".join(self.path)
+        return (f"{self.scope}-" if self.scope else "") + "f-" + "-".join(self.path)
 
     def walk(self) -> list[FormField]:
         return [self, *(f for c in self.children for f in c.walk())]
@@ -180,6 +181,26 @@ def is_object_schema(schema: JSON) -> bool:
 def build(schema: Mapping[str, Any], values: Mapping[str, JSON] | None = None) -> list[FormField]:
     """The fields of an object schema, pre-filled with ``values`` (else the defaults)."""
     return _fields(_deref(schema, schema), schema, values or {}, (), 0)
+
+
+def value_field(name: str, label: str, schema: Mapping[str, Any]) -> FormField | None:
+    """One typed input for an answer that is a single value, not an object (a model like
+    ``RootModel[float]``): a checkbox, a number, a text or a choice; None when the schema
+    gives no such type (the answer is then typed as JSON)."""
+    f = _field((name,), schema, True, schema, (False, None), MAX_DEPTH)
+    if f.kind == "json":
+        return None
+    f.label = label
+    return f
+
+
+def scoped(fields: Sequence[FormField], scope: str) -> list[FormField]:
+    """The fields, named within ``scope`` (an interrupt's id) so that the inputs of
+    several questions can share one form."""
+    for top in fields:
+        for f in top.walk():
+            f.scope = scope
+    return list(fields)
 
 
 def proposed(payload: JSON, schema: Mapping[str, Any]) -> dict[str, JSON]:
