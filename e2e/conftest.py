@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,19 +74,15 @@ class Demo:
             time.sleep(0.05)
 
 
-@pytest.fixture(scope="session")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    folder = tmp_path_factory.mktemp("demo")
-    ids_file = folder / "ids.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+@contextmanager
+def harness_server(args: list[str], folder: Path, pythonpath: str = str(ROOT)) -> Iterator[str]:
+    """``harness ARGS --port 0`` as a subprocess, until the block ends: its base URL once it answers."""
+    env = {**os.environ, "PYTHONPATH": pythonpath}
     log = (folder / "server.log").open("w+", encoding="utf-8")   # a file: a chatty server never blocks on a pipe
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "demo", "--port", "0", "--dir", str(folder),
-                             "--write-ids", str(ids_file)],
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", *args, "--port", "0"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
     try:
-        url = _wait_for_url(proc, log)
-        ids = json.loads(ids_file.read_text()) if ids_file.exists() else {}
-        yield Demo(url, ids, folder)
+        yield _wait_for_url(proc, log)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -94,6 +91,31 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             proc.kill()
             proc.communicate()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    folder = tmp_path_factory.mktemp("demo")
+    ids_file = folder / "ids.json"
+    with harness_server(["demo", "--dir", str(folder), "--write-ids", str(ids_file)], folder) as url:
+        ids = json.loads(ids_file.read_text()) if ids_file.exists() else {}
+        yield Demo(url, ids, folder)
+
+
+@pytest.fixture
+def release(tmp_path: Path) -> Iterator[Demo]:
+    """A run of ``e2e/mixed_questions.py`` paused on four questions of different shapes
+    (made by ``harness run``), served by ``harness serve`` over its own store."""
+    db = f"sqlite:///{tmp_path / 'release.db'}"
+    pythonpath = os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent)])
+    made = subprocess.run([sys.executable, "-m", "server.cli", "run", "mixed_questions:graph", "--input", "{}",
+                           "--db", db, "--json"], cwd=ROOT, env={**os.environ, "PYTHONPATH": pythonpath},
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    run = json.loads(made.stdout)["run"]
+    assert run["status"] == "interrupted", run
+    with harness_server(["serve", "mixed_questions:graph", "--db", db], tmp_path, pythonpath) as url:
+        yield Demo(url, {"release": run["id"]}, tmp_path)
 
 
 def _wait_for_url(proc: subprocess.Popen[str], log: Any) -> str:

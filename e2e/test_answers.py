@@ -1,6 +1,6 @@
 """Answering the questions runs wait on, from the inbox: an unrecorded effect served with
-a mock, a typed approval through the form generated from its response model, and an
-answer the form refuses."""
+a mock, a typed approval through the form generated from its response model, an answer
+the form refuses, and four questions of different shapes answered on one page."""
 
 from __future__ import annotations
 
@@ -141,4 +141,60 @@ def test_approve_a_refund_through_its_form(page: Page, demo: Any, shot: Any) -> 
     decision_value = demo.api(f"/api/runs/{run_id}")["state"]["decision"]
     assert decision_value == {"decision": "approve", "amount": 990.0, "reason": "damaged",
                               "notify_customer": True, "note": "box arrived crushed"}
+    shot()
+
+
+def test_answer_questions_of_different_shapes_together(page: Page, release: Any, shot: Any) -> None:
+    run_id = release.ids["release"]
+    asked = {q["node"]: q["id"] for q in release.api(f"/api/interrupts?run_id={run_id}")["interrupts"]}
+    assert sorted(asked) == ["amount", "approve", "comment", "label"]
+    events_before = len(release.api(f"/api/runs/{run_id}/events?limit=1000")["events"])
+
+    # from one question's screen to the page that answers them all
+    page.goto(f"{release.url}/interrupts/{asked['label']}")
+    page.get_by_role("link", name="Answer all 4 open questions together").click()
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}/answers$"))
+    form = page.locator("#answers form")
+    expect(form.locator("fieldset.question-block")).to_have_count(4)
+    approve, name = form.locator(f"#{asked['approve']}-f-approve"), form.locator(f"#{asked['label']}-f-name")
+    amount, comment = form.locator(f"#{asked['amount']}-f-answer"), form.locator(f"#{asked['comment']}-f-answer")
+    # each question has the input its answer needs
+    expect(approve).to_have_attribute("type", "checkbox")
+    expect(name).to_have_attribute("type", "text")
+    expect(amount).to_have_attribute("type", "number")
+    expect(comment).to_have_js_property("tagName", "TEXTAREA")
+
+    # two bad answers among good ones: refused, each named with its question and field, nothing answered
+    form.evaluate("f => { f.noValidate = true }")
+    approve.check()
+    name.fill("v")
+    amount.fill("12.5")
+    comment.fill("{calm")
+    form.get_by_role("button", name="Answer all 4 and resume").click()
+    problems = page.locator("#answers .problems li")
+    expect(problems).to_have_count(2)
+    expect(problems.filter(has_text=asked["comment"])).to_contain_text("is not valid JSON")
+    expect(problems.filter(has_text=asked["label"])).to_contain_text("field name: must be at least 2 characters")
+    expect(page.locator(f'#answers [data-field="{asked["label"]}:f.name"] .field-error')).to_contain_text("2 characters")
+    # what was typed is kept, for every question
+    expect(page.locator(f"#answers #{asked['approve']}-f-approve")).to_be_checked()
+    expect(page.locator(f"#answers #{asked['amount']}-f-answer")).to_have_value("12.5")
+    expect(page.locator(f"#answers #{asked['label']}-f-name")).to_have_value("v")
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}/answers$"))
+    shot("-refused")
+    assert release.api(f"/api/runs/{run_id}")["run"]["status"] == "interrupted"
+    assert len(release.api(f"/api/interrupts?run_id={run_id}")["interrupts"]) == 4
+    assert len(release.api(f"/api/runs/{run_id}/events?limit=1000")["events"]) == events_before
+
+    # fixed, all four are answered in one go and the run resumes once
+    form = page.locator("#answers form")
+    form.locator(f"#{asked['label']}-f-name").fill("v2.1")
+    form.locator(f"#{asked['comment']}-f-answer").fill('{"tone": "calm"}')
+    form.get_by_role("button", name="Answer all 4 and resume").click()
+    answered(page, run_id)
+    state = release.api(f"/api/runs/{run_id}")["state"]
+    assert (state["approved"], state["name"], state["amount"], state["comment"]) == (True, "v2.1", 12.5, {"tone": "calm"})
+    events = release.api(f"/api/runs/{run_id}/events?limit=1000")["events"]
+    assert sum(1 for e in events if e["type"] == "run.resume") == 1
+    assert sorted(e["data"]["interrupt_id"] for e in events if e["type"] == "interrupt.answered") == sorted(asked.values())
     shot()
