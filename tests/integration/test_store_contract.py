@@ -646,6 +646,57 @@ def test_error_messages_and_cancel_reasons_holding_u0000_read_back_exactly(store
         assert store.cancel_request("r1") == reason
 
 
+#: values a SQL store must keep apart from NULL and from each other (SQLite's hot path binds
+#: stand-ins for None: the integer 0 in text and JSON columns, '' in integer ones)
+LOOK_ALIKES = ("0", "", "''", "null", "NULL")
+
+
+def test_none_empty_and_zero_values_read_back_as_written(store: CheckpointStore) -> None:
+    add_run(store, "r1")
+    checkpoints = [Checkpoint(id="r1-cp1", run_id="r1", seq=1, parent_id="", nodes=(), node_states=states_at(1),
+                              event_seq=0, created_at=T0, source="0", snapshot={}),
+                   Checkpoint(id="r1-cp2", run_id="r1", seq=2, parent_id=None, nodes=("0",),
+                              node_states=states_at(2), event_seq=2, created_at=T0, snapshot={"": 0}),
+                   Checkpoint(id="r1-cp3", run_id="r1", seq=3, parent_id="0", nodes=("",),
+                              node_states=states_at(3), event_seq=3, created_at=T0, snapshot=None)]
+    writes = [pw("r1", "n0", value, attempt=i) for i, value in enumerate((0, "", None, "0", 0.0, False, [], {}), 1)]
+    attempts = [att("r1", "n0", 1), *(att("r1", "n0", i, NodeStatus.FAILED, error_class=s, error=s, decision=s)
+                                      for i, s in enumerate(LOOK_ALIKES, 2))]
+    events = [TraceEvent("r1", 2, T0, "node.end", node=None, attempt=None, data={}),
+              TraceEvent("r1", 3, T0, "node.end", node="", attempt=0, data={"": 0}),
+              *(TraceEvent("r1", i, T0, s, node=s, attempt=i, data={s: s}) for i, s in enumerate(LOOK_ALIKES, 4))]
+    store.commit(Batch(run_id="r1", fence=1, checkpoints=checkpoints, writes=writes, attempts=attempts,
+                       events=events))
+    found = store.checkpoints("r1")[1:]
+    assert [(c.parent_id, c.nodes, c.source, c.snapshot, c.event_seq) for c in found] == [
+        (c.parent_id, c.nodes, c.source, c.snapshot, c.event_seq) for c in checkpoints]
+    assert [c.node_states for c in found] == [c.node_states for c in checkpoints]
+    assert store.pending_writes("r1") == writes
+    assert store.node_attempts("r1") == attempts
+    assert store.events("r1", after_seq=1) == events
+
+
+def test_a_sql_store_stores_none_as_null(open_sql: Callable[[], SqlStore]) -> None:
+    s = open_sql()
+    add_run(s, "r1")
+    s.commit(Batch(run_id="r1", fence=1, checkpoints=[cp("r1", 1, states_at(1))],
+                   writes=[pw("r1", "n0", None)], attempts=[att("r1", "n0")],
+                   events=[TraceEvent("r1", 2, T0, "run.paused", node=None, attempt=None, data={})]))
+    nulls = {"checkpoints": ("snapshot",), "pending_writes": ("value",),
+             "node_attempts": ("error_class", "error", "decision"), "trace_events": ("node", "attempt", "data")}
+    with s.engine.connect() as conn:
+        for table, columns in nulls.items():
+            for column in columns:
+                found = conn.execute(text(f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL "
+                                          f"AND run_pk = (SELECT pk FROM runs WHERE id = 'r1')"
+                                          + (" AND seq = 1" if table == "checkpoints" else "")
+                                          + (" AND seq = 2" if table == "trace_events" else ""))).scalar()
+                assert (table, column, found) == (table, column, 0)
+        [parent] = conn.execute(text("SELECT parent_id FROM checkpoints WHERE seq = 0")).scalars()
+    assert parent is None
+
+
+
 def test_times_read_back_to_the_last_bit(store: CheckpointStore) -> None:
     at = 1_700_000_000.123_456_7  # as time.time() gives them: every bit of the double matters
     run = add_run(store, "r1", at=at, lease_expires_at=at + 1e-6)

@@ -64,22 +64,33 @@ def _same(value: str | None) -> str | None:
 class Statements:
     """The INSERT statement of a table, in the driver's parameter style."""
 
-    def __init__(self, table: Table, dialect: Dialect, dumps: Callable[[Any], str | None]):
+    def __init__(self, table: Table, dialect: Dialect, dumps: Callable[[Any], str | None], *,
+                 stand_ins: bool = False):  # stand_ins: SQLite's nullable columns take ``NO_TEXT``/``NO_INT``
         self.dumps = dumps
         cols = [c for c in table.columns if not (c.primary_key and c.name == "pk")]  # pk: assigned by the database
         self.columns = tuple(c.name for c in cols)
         #: the column names as the dialect needs them written (PostgreSQL reserves ``full``)
         self.quoted = ", ".join(dialect.identifier_preparer.quote(c) for c in self.columns)
         self.json = [isinstance(c.type, JSON) for c in cols]
-        mark = "?" if dialect.name == "sqlite" else "%s"
-        values = ", ".join(f"CAST({mark} AS JSONB)" if j and dialect.name == "postgresql" else mark
-                           for j in self.json)
+        if dialect.name == "sqlite":
+            values = ", ".join(f"NULLIF(?, {_NO_INT_SQL if c.type.python_type is int else _NO_TEXT_SQL})"
+                               if stand_ins and c.nullable else "?" for c in cols)
+        else:
+            values = ", ".join("CAST(%s AS JSONB)" if j else "%s" for j in self.json)
         self.insert = f"INSERT INTO {table.name} ({self.quoted}) VALUES ({values})"
 
     def row(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         dumps = self.dumps
         return tuple(dumps(values.get(c)) if j else values.get(c) for c, j in zip(self.columns, self.json))
 
+
+#: What the hot path binds on SQLite for None (``NULLIF`` in the statement makes it NULL):
+#: an integer in a text or JSON column, '' in an integer one, values they never hold. The
+#: driver looks up an adapter for any value not exactly an int, float or str (None, bool,
+#: StrEnum), which costs more than the rest of its insert: so enum members go as ``str()``
+#: and booleans as 0/1 (what the driver would store for them).
+NO_TEXT, NO_INT = 0, ""
+_NO_TEXT_SQL, _NO_INT_SQL = "0", "''"
 
 #: the tables whose rows the hot path builds as tuples, in this column order
 _TUPLE_COLUMNS = {
@@ -111,7 +122,12 @@ class Writer:
         self._forced = None if sqlite else self._relax_commits()
         #: what a check-then-write adds to its SELECT (SQLite's BEGIN IMMEDIATE locks it all)
         self._for_update = "" if sqlite else " FOR UPDATE"
-        self._stmts = {t.name: Statements(t, engine.dialect, self._dumps) for t in TABLES if t is not VERSIONS}
+        self._stmts = {t.name: Statements(t, engine.dialect, self._dumps, stand_ins=t.name in _TUPLE_COLUMNS)
+                       for t in TABLES if t is not VERSIONS}
+        # the hot path's None in a text or JSON column and in an integer one, its booleans by value (``NO_TEXT``)
+        self._no_text: int | None = NO_TEXT if sqlite else None
+        self._no_int: str | None = NO_INT if sqlite else None
+        self._flag: tuple[int, int] | tuple[bool, bool] = (0, 1) if sqlite else (False, True)
         for table, columns in _TUPLE_COLUMNS.items():
             if self._stmts[table].columns != columns:
                 raise AssertionError(f"{table}: columns {self._stmts[table].columns} != {columns}")
@@ -253,15 +269,19 @@ class Writer:
 
     def _write_children(self, cur: Any, pk: int, b: Batch) -> None:
         # the four per-step tables are built as tuples in column order: this is the hot path
-        st, dumps, text = self._stmts, self._dumps, self._text
+        # (None as ``no``, enum members as ``str()``: see ``NO_TEXT``)
+        st, dumps, text, no = self._stmts, self._dumps, self._text, self._no_text
         if b.checkpoints:
             cur.executemany(st["checkpoints"].insert, [self._checkpoint_row(pk, cp) for cp in b.checkpoints])
         if b.writes:
             cur.executemany(st["pending_writes"].insert, [
-                (pk, x.checkpoint_seq, x.node, x.attempt, x.kind, dumps(x.value), x.created_at) for x in b.writes])
+                (pk, x.checkpoint_seq, x.node, x.attempt, str(x.kind), no if x.value is None else dumps(x.value),
+                 x.created_at) for x in b.writes])
         if b.attempts:
             cur.executemany(st["node_attempts"].insert, [
-                (pk, a.node, a.attempt, a.status, a.started_at, a.ended_at, a.error_class, text(a.error), a.decision)
+                (pk, a.node, a.attempt, str(a.status), a.started_at, a.ended_at,
+                 no if a.error_class is None else str(a.error_class), no if a.error is None else text(a.error),
+                 no if a.decision is None else a.decision)
                 for a in b.attempts])
         if b.effects:
             effects = st["effect_journal"]
@@ -279,8 +299,10 @@ class Writer:
                     "response_schema": i.response_schema, "answer": i.answer, "created_at": i.created_at,
                     "answered_at": i.answered_at}))
         if b.events:
+            no_int = self._no_int
             cur.executemany(st["trace_events"].insert, [
-                (pk, e.seq, e.at, e.type, e.node, e.attempt, dumps(e.data) if e.data else None) for e in b.events])
+                (pk, e.seq, e.at, str(e.type), no if e.node is None else e.node,
+                 no_int if e.attempt is None else e.attempt, dumps(e.data) if e.data else no) for e in b.events])
 
     def _checkpoint_row(self, pk: int, cp: Checkpoint) -> tuple[Any, ...]:
         dumps = self._dumps
@@ -300,8 +322,10 @@ class Writer:
         else:
             full, stored = False, {n: _PLAIN[s] for n, s in states.items() if last[1].get(n) != s}
         self._last_states[cp.run_id] = (cp.seq, states)
-        return (cp.id, pk, cp.seq, cp.parent_id, dumps(list(cp.nodes)), dumps(stored), full,
-                None if cp.snapshot is None else dumps(dict(cp.snapshot)), cp.event_seq, cp.created_at, cp.source)
+        no = self._no_text
+        return (cp.id, pk, cp.seq, no if cp.parent_id is None else cp.parent_id, dumps(list(cp.nodes)),
+                dumps(stored), self._flag[full], no if cp.snapshot is None else dumps(dict(cp.snapshot)),
+                cp.event_seq, cp.created_at, str(cp.source))
 
     def _pk(self, cur: Any, run_id: str) -> int:
         pk = self._pks.get(run_id)
