@@ -396,6 +396,32 @@ def test_node_attempts_are_returned_in_the_order_recorded(store: CheckpointStore
     assert store.node_attempts("r1") == attempts
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 21, 87, 150])
+def test_a_batch_of_many_rows_reads_back_whole_and_in_order(store: CheckpointStore, n: int) -> None:
+    add_run(store, "r1")
+    last = store.checkpoints("r1")[0]
+    checkpoints = []
+    for seq in range(1, n + 1):
+        last = Checkpoint(id=f"r1-cp{seq}", run_id="r1", seq=seq, parent_id=last.id, nodes=(NODES[seq % 6],),
+                          node_states=states_at(seq), event_seq=seq, created_at=T0 + seq,
+                          snapshot={"seq": seq} if seq % 7 == 0 else None)
+        checkpoints.append(last)
+    # nodes and times out of order: only the order of recording may decide the order read
+    writes = [pw("r1", NODES[i * 5 % 6], {"i": i} if i % 3 else None, attempt=n - i) for i in range(n)]
+    attempts = [att("r1", NODES[i % 6], n - i, NodeStatus.FAILED if i % 4 else NodeStatus.SUCCEEDED,
+                    **({"error_class": "x", "error": f"e{i}"} if i % 4 else {})) for i in range(n)]
+    events = [TraceEvent("r1", 2 + i, T0 - i, "node.end", node=NODES[i % 6] if i % 5 else None,
+                         attempt=i if i % 5 else None, data={"i": i} if i % 2 else {}) for i in range(n)]
+    store.commit(Batch(run_id="r1", fence=1, checkpoints=checkpoints, writes=writes, attempts=attempts,
+                       events=events))
+    found = store.checkpoints("r1")[1:]
+    assert [(c.id, c.parent_id, c.nodes, c.node_states, c.snapshot) for c in found] == [
+        (c.id, c.parent_id, c.nodes, c.node_states, c.snapshot) for c in checkpoints]
+    assert store.pending_writes("r1") == writes
+    assert store.node_attempts("r1") == attempts
+    assert store.events("r1", after_seq=1) == events
+
+
 def test_journal_returns_entries_of_the_given_runs_in_order(store: CheckpointStore) -> None:
     add_run(store, "a")
     add_run(store, "b", parent="a", kind=RunKind.CONTINUATION)

@@ -44,7 +44,8 @@ from ...core.states import RunStatus
 from . import nul
 from .migrations import setup
 from .read import Reader
-from .write import Writer, dumps, pg_dumps
+from .statements import dumps, pg_dumps
+from .write import Writer
 
 
 class SqlStore:

@@ -1,8 +1,9 @@
-"""The write side of SqlStore: one DBAPI connection, fixed SQL, ``executemany``.
+"""The write side of SqlStore: one DBAPI connection, fixed SQL, many rows per statement.
 
 Writes are the hot path (every run step commits a batch), so they skip the
 SQLAlchemy execution layer and send statements built once from the table
-definitions in ``schema.py``; reads keep using SQLAlchemy Core (``read.py``).
+definitions in ``schema.py`` (``statements.py``); reads keep using SQLAlchemy Core
+(``read.py``).
 Every write is one transaction on this connection, taken under a lock, and a
 batch for a leased run is refused unless its fencing token is still the run's.
 
@@ -29,68 +30,18 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
-from pydantic_core import from_json, to_json
-from sqlalchemy import JSON, Dialect, Engine, Table
+from pydantic_core import from_json
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from ...core.errors import InvalidRequest, LeaseLost, NotFound
 from ...core.jsonvalues import JSON as JSONValue
 from ...core.records import Batch, Checkpoint, Run, RunKind
 from ...core.states import NodeStatus, RunStatus
-from . import nul
 from .read import Reader, run_record
 from .schema import TABLES, VERSIONS
+from .statements import NO_INT, NO_TEXT, Statements, dumps, pg_dumps, pg_text, same
 
-
-def dumps(value: Any) -> str | None:
-    """The text stored in a JSON column (None stays SQL NULL)."""
-    return None if value is None else to_json(value).decode()
-
-
-def pg_dumps(value: Any) -> str | None:
-    """``dumps`` for PostgreSQL's JSONB, which cannot hold U+0000 (see ``nul``)."""
-    return None if value is None else nul.escape_json(to_json(value).decode())
-
-
-def pg_text(value: str | None) -> str | None:
-    """A free-text column's value for PostgreSQL, which cannot hold U+0000 (see ``nul``)."""
-    return None if value is None else nul.escape(value)
-
-
-def _same(value: str | None) -> str | None:
-    return value
-
-
-class Statements:
-    """The INSERT statement of a table, in the driver's parameter style."""
-
-    def __init__(self, table: Table, dialect: Dialect, dumps: Callable[[Any], str | None], *,
-                 stand_ins: bool = False):  # stand_ins: SQLite's nullable columns take ``NO_TEXT``/``NO_INT``
-        self.dumps = dumps
-        cols = [c for c in table.columns if not (c.primary_key and c.name == "pk")]  # pk: assigned by the database
-        self.columns = tuple(c.name for c in cols)
-        #: the column names as the dialect needs them written (PostgreSQL reserves ``full``)
-        self.quoted = ", ".join(dialect.identifier_preparer.quote(c) for c in self.columns)
-        self.json = [isinstance(c.type, JSON) for c in cols]
-        if dialect.name == "sqlite":
-            values = ", ".join(f"NULLIF(?, {_NO_INT_SQL if c.type.python_type is int else _NO_TEXT_SQL})"
-                               if stand_ins and c.nullable else "?" for c in cols)
-        else:
-            values = ", ".join("CAST(%s AS JSONB)" if j else "%s" for j in self.json)
-        self.insert = f"INSERT INTO {table.name} ({self.quoted}) VALUES ({values})"
-
-    def row(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
-        dumps = self.dumps
-        return tuple(dumps(values.get(c)) if j else values.get(c) for c, j in zip(self.columns, self.json))
-
-
-#: What the hot path binds on SQLite for None (``NULLIF`` in the statement makes it NULL):
-#: an integer in a text or JSON column, '' in an integer one, values they never hold. The
-#: driver looks up an adapter for any value not exactly an int, float or str (None, bool,
-#: StrEnum), which costs more than the rest of its insert: so enum members go as ``str()``
-#: and booleans as 0/1 (what the driver would store for them).
-NO_TEXT, NO_INT = 0, ""
-_NO_TEXT_SQL, _NO_INT_SQL = "0", "''"
 
 #: the tables whose rows the hot path builds as tuples, in this column order
 _TUPLE_COLUMNS = {
@@ -114,7 +65,7 @@ class Writer:
         self.dialect = engine.dialect.name
         sqlite = self.dialect == "sqlite"
         #: the JSON text and the free-text values as this database can store them
-        self._dumps, self._text = (dumps, _same) if sqlite else (pg_dumps, pg_text)
+        self._dumps, self._text = (dumps, same) if sqlite else (pg_dumps, pg_text)
         # its own connection, out of the pool: its session settings never reach a reader
         self._conn: Any = engine.raw_connection()
         self._conn.detach()
@@ -272,13 +223,13 @@ class Writer:
         # (None as ``no``, enum members as ``str()``: see ``NO_TEXT``)
         st, dumps, text, no = self._stmts, self._dumps, self._text, self._no_text
         if b.checkpoints:
-            cur.executemany(st["checkpoints"].insert, [self._checkpoint_row(pk, cp) for cp in b.checkpoints])
+            st["checkpoints"].insert_rows(cur, [self._checkpoint_row(pk, cp) for cp in b.checkpoints])
         if b.writes:
-            cur.executemany(st["pending_writes"].insert, [
+            st["pending_writes"].insert_rows(cur, [
                 (pk, x.checkpoint_seq, x.node, x.attempt, str(x.kind), no if x.value is None else dumps(x.value),
                  x.created_at) for x in b.writes])
         if b.attempts:
-            cur.executemany(st["node_attempts"].insert, [
+            st["node_attempts"].insert_rows(cur, [
                 (pk, a.node, a.attempt, str(a.status), a.started_at, a.ended_at,
                  no if a.error_class is None else str(a.error_class), no if a.error is None else text(a.error),
                  no if a.decision is None else a.decision)
@@ -300,7 +251,7 @@ class Writer:
                     "answered_at": i.answered_at}))
         if b.events:
             no_int = self._no_int
-            cur.executemany(st["trace_events"].insert, [
+            st["trace_events"].insert_rows(cur, [
                 (pk, e.seq, e.at, str(e.type), no if e.node is None else e.node,
                  no_int if e.attempt is None else e.attempt, dumps(e.data) if e.data else no) for e in b.events])
 
