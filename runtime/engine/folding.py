@@ -80,12 +80,15 @@ class StateFold:
         # a field missing from the input gets its default on every validation: the whole-state path does that
         self._plan = plan if plan is not None and set(graph.state_model.model_fields) <= set(run_input) else None
         self._scratch_model: BaseModel | None = None
+        #: the last node whose input was asked, its input mask and state (until a node is added)
+        self._last: tuple[str, int, _Folded] | None = None
         for n, w in writes.items():
             self.add(n, w)
 
     def add(self, node: str, writes: Mapping[str, JSON]) -> None:
         """Keep a succeeded node's (checked) writes."""
         self.writes[node] = writes
+        self._last = None
         bit = 1 << self.inst.index[node]
         self._done_mask |= bit
         for field in writes:
@@ -102,8 +105,7 @@ class StateFold:
     def input_model(self, node: str) -> BaseModel:
         """The node's input state as a model of its own: nothing a node changes in place
         reaches other nodes or the store."""
-        mask = self.inst.ancestor_mask(node) & self._done_mask
-        folded = self._state(mask)
+        mask, folded = self._input(node)
         if self._plan is not None:
             try:
                 validated = folded.model if folded.model is not None else self._validated(mask, folded)
@@ -111,6 +113,17 @@ class StateFold:
             except ValidationError:
                 pass  # the whole-state validation below raises the error as it always reads
         return self.graph.state_model.model_validate_json(to_json(folded.json))
+
+    def _input(self, node: str) -> tuple[int, _Folded]:
+        """The node's input mask and state; asked again (a ``when`` predicate, then the
+        node, then its writes) while nothing completed, the same answer from memory."""
+        last = self._last
+        if last is not None and last[0] == node:
+            return last[1], last[2]
+        mask = self.inst.ancestor_mask(node) & self._done_mask
+        folded = self._state(mask)
+        self._last = (node, mask, folded)
+        return mask, folded
 
     def head_state(self) -> dict[str, JSON]:
         return self._state(self._done_mask).json
@@ -120,6 +133,7 @@ class StateFold:
 
     def _shift(self, at: int, count: int) -> None:
         """Instances were inserted at position ``at``: move every later position up."""
+        self._last = None
         after = self._after[2] if self._after is not None else 0
         if not (self._done_mask | after) >> at:
             return   # every mask kept here is made of those positions: none moves (a loop's next iteration)
@@ -281,8 +295,7 @@ class StateFold:
         an item does not validate: the whole-state path then names it."""
         plan = self._plan
         assert plan is not None
-        mask = self.inst.ancestor_mask(node) & self._done_mask
-        base = self._state(mask)
+        mask, base = self._input(node)
         items: dict[str, list[Any]] = {}
         try:
             if base.model is None:
@@ -356,9 +369,9 @@ def _ready(folded: _Folded) -> _Folded:
         return folded
     base, writes, items = folded.appended
     assert base.model is not None
-    folded.json = {**base.json}
+    folded.json = json = {**base.json}
     for field, update in writes.items():   # what ``fold`` does with ``append``, which cannot fail here
-        folded.json[field] = append(base.json.get(field), update)
+        json[field] = [*(json.get(field) or ()), *update] if type(update) is list else append(json.get(field), update)
     model = copy_model(base.model)
     values = model.__dict__
     for field, new in items.items():
