@@ -82,5 +82,6 @@ class Statements:
 NO_TEXT, NO_INT = 0, ""
 _NO_TEXT_SQL, _NO_INT_SQL = "0", "''"
 
-#: rows per INSERT on SQLite, largest first: a few statements per table, which stay in the driver's cache
-CHUNKS = (64, 16, 4, 1)
+#: rows per INSERT on SQLite, largest first: a few statements per table, which stay in the driver's cache;
+#: no more than 16, which costs about what 64 does per row once prepared, and a fifth to prepare
+CHUNKS = (16, 4, 1)
