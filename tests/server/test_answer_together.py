@@ -8,18 +8,15 @@ from __future__ import annotations
 import asyncio
 import re
 from html import unescape
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import TestClient
 from pydantic import BaseModel, Field, RootModel
 
-from runtime import EventType, Graph, Interrupt, InterruptKind, InterruptStatus, NodeContext, RunStatus, Runtime, SqlStore
-from server.web.app import create_app
+from runtime import EventType, Graph, Interrupt, InterruptKind, InterruptStatus, NodeContext, RunStatus, Runtime
 
-from test_approvals import controls, settle
+from test_approvals import client, controls, rt, settle  # noqa: F401 - the same fixtures: an app over a fresh SQLite store
 
 # --------------------------------------------------------------------------- graph
 
@@ -74,19 +71,6 @@ def mixed_graph() -> Graph:
 
 
 # --------------------------------------------------------------------------- fixtures and helpers
-
-@pytest.fixture
-def rt(tmp_path: Path) -> Iterator[Runtime]:
-    runtime = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
-    yield runtime
-    runtime.close()
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient[Any]]:
-    with TestClient(app=create_app(rt)) as c:
-        yield c
-
 
 def paused(rt: Runtime) -> tuple[str, dict[str, Interrupt]]:
     """A run of ``mixed_graph`` waiting on its four questions, by node."""
