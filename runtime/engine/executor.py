@@ -78,6 +78,12 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
             scope.abandoned = True
 
 
+def _current() -> asyncio.Task[None]:
+    task = asyncio.current_task()
+    assert task is not None
+    return task
+
+
 #: how an attempt ended as its task reports it: an ``Outcome``, None when it was
 #: cancelled, or an exception that is the engine's own fault (node errors are outcomes)
 Ended = Outcome | BaseException | None
@@ -113,15 +119,16 @@ class InFlight:
 
     async def _attempt(self, spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
                        extra: Mapping[str, Any] | None) -> None:
-        task = asyncio.current_task()
-        assert task is not None
         try:
             ended: Ended = await execute_attempt(spec, state, ctx, scope, self._pool, extra)
         except asyncio.CancelledError:
-            self._report(task, None)
+            # no local holds the task: the traceback keeps this frame, and the cancelled task
+            # keeps the error, a cycle that would outlive the run
+            self._report(_current(), None)
             raise
         except Exception as e:
             ended = e
+        task = _current()
         if task.cancelling():   # cancelled after its last wait: it ends as a cancelled attempt does
             ended = None
         self._report(task, ended)

@@ -11,6 +11,7 @@ insertion point, and whoever keeps positions as bitmasks registers to be told.
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -41,7 +42,7 @@ class Instances:
     def __init__(self, graph: ExecutableGraph, names: Iterable[str]):
         self.graph = graph
         self.dynamic = graph.dynamic
-        self._shift: list[Callable[[int, int], None]] = []
+        self._shift: list[weakref.WeakMethod[Callable[[int, int], None]]] = []
         if not self.dynamic:
             self.order: list[str] | tuple[str, ...] = graph.order
             self.index: Mapping[str, int] = graph.index
@@ -117,7 +118,10 @@ class Instances:
             self._in.setdefault((entry, its[:k]), []).append(name)
 
     def on_shift(self, listener: Callable[[int, int], None]) -> None:
-        self._shift.append(listener)
+        """Call the bound method ``listener`` when instances move. Held weakly: its owner (a
+        ``StateFold``) holds these instances, and the cycle would keep a finished run's
+        structures alive until the cyclic collector found them."""
+        self._shift.append(weakref.WeakMethod(listener))
 
     # ------------------------------------------------------------------ reading
 
@@ -361,8 +365,10 @@ class Instances:
                 m = self._anc.get(n)
                 if m is not None:
                     self._anc[n] = shift_mask(m, at, count)
-            for listener in self._shift:
-                listener(at, count)
+            for ref in self._shift:
+                listener = ref()
+                if listener is not None:
+                    listener(at, count)
         else:
             for i, n in enumerate(names, at):
                 self.index[n] = i   # type: ignore[index]

@@ -65,14 +65,16 @@ class RunLoop(Outcomes, Growth):
         self._attempt_no: dict[str, int] = dict(attempts)
         self._failures: dict[str, int] = dict(failures)
         self._retry_at: dict[str, float] = {}
-        self._in_flight = InFlight(deps.env.pool, self.wake)
+        self._waiter = Waiter()
+        # the waiter's own method, not the loop's: no reference cycle back to the loop, so a
+        # finished run's structures are freed at once rather than by the cyclic collector
+        self._in_flight = InFlight(deps.env.pool, self._waiter.wake)
         self._candidates: set[str] = set(self.inst.order)
         #: due and checked (dependencies, when=), waiting for a free slot: not examined again
         self._queued: list[str] = []
         self._stop: Stop | None = None
         self._next_poll = 0.0
-        self._waiter = Waiter()
-        self.host.wake = self.wake
+        self.host.wake = self._waiter.wake
         self._starved = False
         #: whether what the inherited statuses imply was created (``_regrow``)
         self._grown = not self.inst.dynamic
