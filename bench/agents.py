@@ -5,6 +5,7 @@
     .venv/bin/python bench/agents.py --profile    # also: where Shadow Harness spends the time
     .venv/bin/python bench/agents.py --scaling    # also: Shadow Harness on longer loops and wider maps
     .venv/bin/python bench/agents.py --breakdown  # also: what bounds the speed-up (engine alone, commits, ...)
+    .venv/bin/python bench/agents.py --collector 600  # also: Python's cyclic collector over 600 runs in one process
     .venv/bin/python bench/agents.py --json out.json
 
 1. ReAct loop of ITERATIONS iterations. Shadow Harness: ``model`` is the loop's
@@ -678,6 +679,57 @@ def store_commits(case: str, runs: int = RUNS_PER_REP) -> tuple[float, float, fl
     return tuple(statistics.median(x) for x in zip(*per))  # type: ignore[return-value]
 
 
+def collector(runs: int) -> str:
+    """What Python's cyclic garbage collector takes per run in a long-lived process: each
+    case ``runs`` times in one SqlStore, after a warm-up, with the collections of every
+    generation timed through ``gc.callbacks``. A full collection walks every object in the
+    process (this one holds LangGraph too, as an application holds its own libraries), so
+    what matters is how often a run's objects push the collector into one: objects that
+    outlive a collection (a run's cycles, its live records) count towards the next."""
+    import gc
+
+    rows = []
+    for title, graph, mc in ((f"ReAct loop, {ITERATIONS} iterations", react_graph(), 8),
+                             (f"map-reduce over {ITEMS} items", mapreduce_graph(), MAP_CONCURRENCY)):
+        took = {g: [0, 0.0] for g in range(3)}
+        started = [0.0]
+
+        def timed(phase: str, info: dict, took=took) -> None:
+            if phase == "start":
+                started[0] = time.perf_counter()
+            else:
+                took[info["generation"]][0] += 1
+                took[info["generation"]][1] += time.perf_counter() - started[0]
+
+        async def go(path: str, graph=graph, mc=mc) -> float:
+            rt = _runtime(path, mc)
+            try:
+                await rt.start(graph, {}, max_concurrency=mc)
+                gc.collect()
+                gc.callbacks.append(timed)
+                t0 = now()
+                try:
+                    # the runs alone, back to back: the timed cases' checks and their
+                    # ``settle`` (a full collection before each run) would hide the collector
+                    for _ in range(runs):
+                        run = await rt.start(graph, {}, max_concurrency=mc)
+                        check(run.status == RunStatus.SUCCEEDED, f"collector: run ended {run.status}")
+                finally:
+                    gc.callbacks.remove(timed)
+                return now() - t0
+            finally:
+                rt.close()
+
+        with fresh_dir("h-collector") as d:
+            wall = asyncio.run(go(os.path.join(d, "harness.db")))
+        spent = sum(t for _, t in took.values())
+        rows.append([title, *(f"{took[g][0]} / {fmt_ms(took[g][1] / runs)}" for g in range(3)),
+                     fmt_ms(spent / runs), f"{spent / wall:.1%}"])
+    return (f"{len(gc.get_objects()):,} objects tracked in this process at the end\n"
+            + render_table(["case", "generation 0: collections / per run", "generation 1", "generation 2 (full)",
+                            "collector per run", "share of the runs' wall time"], rows))
+
+
 def breakdown(reps: int) -> str:
     """What bounds the speed-up: each case with the engine alone (MemoryStore), as measured
     (SqlStore), with every step committed on its own (group_commit=0, as LangGraph matched
@@ -726,6 +778,9 @@ def main() -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="also: what bounds the speed-up (the engine alone, every step committed, the store's "
                          "commits, LangGraph async with synchronous=NORMAL)")
+    ap.add_argument("--collector", type=int, metavar="RUNS",
+                    help="also: what Python's cyclic garbage collector takes per run over RUNS runs of each case "
+                         "in one process")
     ap.add_argument("--json", metavar="PATH", help="write the raw figures to PATH")
     args = ap.parse_args()
     reps = args.reps
@@ -823,6 +878,11 @@ def main() -> int:
     if args.breakdown:
         step("4. breakdown: the engine alone, every step committed, LangGraph nearest group commit")
         print("\n4. Breakdown: what bounds the speed-up" + breakdown(reps))
+
+    if args.collector:
+        step(f"5. the cyclic collector over {args.collector} runs of each case")
+        print(f"\n5. Python's cyclic garbage collector over {args.collector} runs of each case in one process "
+              "(SqlStore; each collection timed)\n" + collector(args.collector))
 
     if args.profile:
         print("\n== Where Shadow Harness spends the time ==")
