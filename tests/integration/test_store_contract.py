@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Annotated, Any
 
 import pytest
@@ -364,6 +365,38 @@ def test_checkpoints_stay_full_after_the_lease_changes_hands(store: CheckpointSt
     got = store.checkpoints("r1")
     assert [c.node_states for c in got][1:] == [states_at(s) for s in range(1, 12)]
     assert [store.get_checkpoint(c.id) for c in got] == got
+
+
+def test_checkpoints_stay_full_across_pauses_and_ends(store: CheckpointStore) -> None:
+    """A batch that pauses or ends a run, then more checkpoints (a resume, a continuation of
+    the same run): each checkpoint still reads back with every status."""
+    add_run(store, "r1")
+    run = store.get_run("r1")
+    for seq in range(1, 10):
+        status = RunStatus.INTERRUPTED if seq % 3 == 0 else RunStatus.RUNNING
+        run = replace(run, status=status, head_seq=seq)
+        store.commit(Batch(run_id="r1", fence=1, run=run, checkpoints=[cp("r1", seq, states_at(seq))]))
+    got = store.checkpoints("r1")
+    assert [c.node_states for c in got][1:] == [states_at(s) for s in range(1, 10)]
+
+
+def test_a_sql_store_keeps_nothing_per_ended_run(open_sql: Callable[[], SqlStore]) -> None:
+    """A long-lived process writes ever more runs: once a run has ended (or paused), the
+    store keeps none of its node statuses in memory, and only a bounded number of run keys."""
+    store = open_sql()
+    store._reader.pks.limit = 5   # type: ignore[attr-defined]
+    for i in range(12):
+        run_id = f"r{i}"
+        add_run(store, run_id)
+        run = store.get_run(run_id)
+        for seq in range(1, 4):
+            run = replace(run, status=RunStatus.SUCCEEDED if seq == 3 else RunStatus.RUNNING, head_seq=seq)
+            store.commit(Batch(run_id=run_id, fence=1, run=run, checkpoints=[cp(run_id, seq, states_at(seq))]))
+        assert store._writer._last_states == {}   # type: ignore[attr-defined]
+    assert len(store._reader.pks) <= 5   # type: ignore[attr-defined]
+    # what was let go is read again when asked
+    assert [c.node_states for c in store.checkpoints("r0")][1:] == [states_at(s) for s in range(1, 4)]
+    assert store.get_run("r0").status == RunStatus.SUCCEEDED
 
 
 def test_get_checkpoint_of_unknown_id_raises_not_found(store: CheckpointStore) -> None:

@@ -35,6 +35,23 @@ from ...core.states import NodeStatus, RunStatus
 from .schema import ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, RUNS, WRITES
 
 
+class RunKeys(dict[str, int]):
+    """run id -> runs.pk for the ``limit`` runs met most recently: a long-lived process
+    meets ever more runs, and a key not kept here is one query away."""
+
+    def __init__(self, limit: int = 100_000):
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, run_id: str, pk: int) -> None:
+        super().__setitem__(run_id, pk)
+        if len(self) > self.limit:
+            try:
+                del self[next(iter(self))]   # the oldest
+            except (RuntimeError, KeyError, StopIteration):
+                pass   # another thread changed it meanwhile: trimmed on the next insert
+
+
 class Reader:
     """Every query of the store; each opens its own pooled connection."""
 

@@ -43,7 +43,7 @@ from ...core.records import (
 from ...core.states import RunStatus
 from . import nul
 from .migrations import setup
-from .read import Reader
+from .read import Reader, RunKeys
 from .statements import dumps, pg_dumps
 from .write import Writer
 
@@ -62,7 +62,7 @@ class SqlStore:
         except BaseException:
             self.engine.dispose()  # a store that did not open keeps no connection open
             raise
-        self._reader = Reader(self.engine, pks={}, text=None if self.is_sqlite else nul.unescape)
+        self._reader = Reader(self.engine, pks=RunKeys(), text=None if self.is_sqlite else nul.unescape)
         self._writer = Writer(self.engine, self._reader)
 
     def close(self) -> None:

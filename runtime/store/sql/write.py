@@ -217,6 +217,10 @@ class Writer:
             except BaseException:
                 self._last_states.pop(batch.run_id, None)
                 raise
+            if batch.run is not None and batch.run.status != RunStatus.RUNNING:
+                # ended or paused: a continuation reads its delta base back, and a long-lived
+                # process must not keep every run's statuses it ever wrote
+                self._last_states.pop(batch.run_id, None)
 
     def _write_children(self, cur: Any, pk: int, b: Batch) -> None:
         # the four per-step tables are built as tuples in column order: this is the hot path
