@@ -39,3 +39,12 @@ def close_call(call: object) -> None:
     close = getattr(call, "close", None)
     if callable(close):
         close()
+
+
+def id_arg(value: Any, what: str) -> str:
+    """A run's or a checkpoint's id: a string. A record passed instead would reach the store
+    as a key it cannot look up (an unhashable dict, a value SQL cannot bind)."""
+    if isinstance(value, str):
+        return value
+    hint = "; pass its .id" if isinstance(getattr(value, "id", None), str) else ""
+    raise InvalidRequest(f"{what} must be a string id, got {type(value).__name__}{hint}")

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .arguments import check_thread_id, close_call, graph_arg, start_options
+from .arguments import check_thread_id, close_call, graph_arg, id_arg, start_options
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
@@ -194,6 +194,7 @@ class Runtime:
         replace the limits of those names (a continuation's, or the same run's from now
         on; one below the usage so far ends the run with ``limit_exceeded``). ``answered_by``
         names who answered; the trace's ``interrupt.answered`` events record it."""
+        run_id = id_arg(run_id, "run_id")
         limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
                             max_cost=max_cost)
         if graph is not None:
@@ -209,7 +210,7 @@ class Runtime:
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0) -> Run:
         """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED."""
-        return await self._driver.cancel(run_id, reason, wait)
+        return await self._driver.cancel(id_arg(run_id, "run_id"), reason, wait)
 
     def stream(self, target: Graph | ExecutableGraph | Awaitable[object], input: Mapping[str, JSON] | BaseModel | None = None,
                **options: Any) -> RunStream:
@@ -242,7 +243,7 @@ class Runtime:
         """The stream of a run that another process (or another call) drives, read from
         the store every ``poll`` seconds until it ends or pauses; the same events as its
         live stream, except ephemeral ones."""
-        self.store.get_run(run_id)  # NotFound now, not at the first iteration
+        self.store.get_run(id_arg(run_id, "run_id"))  # NotFound now, not at the first iteration
         if isinstance(after_seq, bool) or not isinstance(after_seq, int) or not 0 <= after_seq < 2**63:
             raise InvalidRequest(f"after_seq must be a whole number from 0 to 2**63 - 1, got {after_seq!r}")
         if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0 < poll < float("inf"):
@@ -269,7 +270,7 @@ class Runtime:
         the source run's limits, except those given here; its usage starts at zero."""
         limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
                             max_cost=max_cost)
-        run, graph_used, head = new_fork(self._deps, checkpoint_id, patch, effects, mocks,
+        run, graph_used, head = new_fork(self._deps, id_arg(checkpoint_id, "checkpoint_id"), patch, effects, mocks,
                                          compiled(graph_arg(graph)) if graph is not None else None, limits)
         self.graphs.remember_run(run.id, graph_used)
         return await self._driver.drive(run, graph_used, head)
@@ -279,7 +280,7 @@ class Runtime:
         """Re-execute a recorded run (or everything after a checkpoint) with every effect
         mocked — with the same code, or ``graph`` (a new version) — and report per node
         what differs from the recording."""
-        run, graph_used, head = new_replay(self._deps, run_or_checkpoint_id,
+        run, graph_used, head = new_replay(self._deps, id_arg(run_or_checkpoint_id, "run_or_checkpoint_id"),
                                            compiled(graph_arg(graph)) if graph is not None else None, mocks)
         self.graphs.remember_run(run.id, graph_used)
         await self._driver.drive(run, graph_used, head)
@@ -287,29 +288,30 @@ class Runtime:
 
     async def replay_report(self, replay_run_id: str) -> ReplayReport:
         """The report of a replay run (again after resuming one that paused)."""
-        return build_report(self._deps, self.store.get_run(replay_run_id))
+        return build_report(self._deps, self.store.get_run(id_arg(replay_run_id, "run_id")))
 
     async def diff(self, checkpoint_a: str, checkpoint_b: str) -> list[Change]:
         """Field-level changes from the state at ``checkpoint_a`` to the state at
         ``checkpoint_b`` (any two checkpoints: of one run, or of sibling branches)."""
-        a = state_json(self.store, self.graphs, self.store.get_checkpoint(checkpoint_a))
-        b = state_json(self.store, self.graphs, self.store.get_checkpoint(checkpoint_b))
+        a = state_json(self.store, self.graphs, self.store.get_checkpoint(id_arg(checkpoint_a, "checkpoint_id")))
+        b = state_json(self.store, self.graphs, self.store.get_checkpoint(id_arg(checkpoint_b, "checkpoint_id")))
         return diff(a, b)
 
     async def checkpoint(self, checkpoint_id: str | Checkpoint) -> CheckpointView:
         """One checkpoint with its state, the outcomes recorded against it, and what
         would be ready to run next from it (given its id, or the checkpoint already read)."""
-        cp = checkpoint_id if isinstance(checkpoint_id, Checkpoint) else self.store.get_checkpoint(checkpoint_id)
+        cp = (checkpoint_id if isinstance(checkpoint_id, Checkpoint)
+              else self.store.get_checkpoint(id_arg(checkpoint_id, "checkpoint_id")))
         return checkpoint_view(self._deps, cp)
 
     async def compensate(self, run_id: str, *, retry_in_doubt: bool = False) -> CompensationReport:
         """Undo the run's live, succeeded effects that registered a ``compensate``,
         newest first, each once; see ``runtime.engine.compensation``."""
-        return await compensate(self._deps, run_id, retry_in_doubt)
+        return await compensate(self._deps, id_arg(run_id, "run_id"), retry_in_doubt)
 
     async def export_thread(self, run_id: str) -> dict[str, JSON]:
         """The whole thread of ``run_id`` as one versioned, JSON-serialisable document."""
-        return export_thread(self.store, run_id)
+        return export_thread(self.store, id_arg(run_id, "run_id"))
 
     async def import_thread(self, document: Mapping[str, JSON]) -> list[Run]:
         """Load an exported thread into this store (its ids must be new here); a bad one writes nothing."""
@@ -318,7 +320,7 @@ class Runtime:
     # ------------------------------------------------------------------ reading
 
     async def get_run(self, run_id: str) -> Run:
-        return self.store.get_run(run_id)
+        return self.store.get_run(id_arg(run_id, "run_id"))
 
     async def runs(self, status: RunStatus | str | None = None, limit: int = 100, *,
                    thread_id: str | None = None) -> list[Run]:
@@ -347,23 +349,25 @@ class Runtime:
 
     async def history(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints, oldest first."""
-        return self.store.checkpoints(run_id)
+        return self.store.checkpoints(id_arg(run_id, "run_id"))
 
     async def state_at(self, checkpoint_id: str) -> BaseModel:
         """The state at a checkpoint, as the graph's state model."""
-        return state_model_at(self.store, self.graphs, self.store.get_checkpoint(checkpoint_id))
+        cp = self.store.get_checkpoint(id_arg(checkpoint_id, "checkpoint_id"))
+        return state_model_at(self.store, self.graphs, cp)
 
     async def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
-        return self.store.events(run_id, after_seq)
+        return self.store.events(id_arg(run_id, "run_id"), after_seq)
 
     async def interrupts(self, run_id: str | None = None, pending: bool = True) -> list[Interrupt]:
+        run_id = None if run_id is None else id_arg(run_id, "run_id")   # None: every run's
         return self.store.interrupts(run_id, InterruptStatus.PENDING if pending else None)
 
     async def attempts(self, run_id: str) -> list[NodeAttempt]:
-        return self.store.node_attempts(run_id)
+        return self.store.node_attempts(id_arg(run_id, "run_id"))
 
     async def pending_writes(self, run_id: str) -> list[PendingWrite]:
-        return self.store.pending_writes(run_id)
+        return self.store.pending_writes(id_arg(run_id, "run_id"))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -197,3 +197,18 @@ async def test_mocks_holding_nan_are_refused(rt: Runtime):
     run_id, cp = await first_checkpoint(rt)
     with pytest.raises(InvalidRequest, match="no JSON form"):
         await rt.fork(cp, mocks={"pay": math.nan})
+
+
+async def test_a_run_or_checkpoint_record_given_for_its_id_is_refused_naming_the_argument(rt: Runtime):
+    run = await rt.start(one_node(), {})
+    cp = (await rt.history(run.id))[-1]
+    by_run = [rt.get_run, rt.history, rt.events, rt.attempts, rt.pending_writes, rt.interrupts, rt.export_thread,
+              rt.replay, rt.resume, rt.cancel, rt.compensate, rt.replay_report]
+    for method in by_run:
+        with pytest.raises(InvalidRequest, match=r"run(_or_checkpoint)?_id must be a string id, got Run; pass its \.id"):
+            await method(run)  # type: ignore[operator]
+    for call in (lambda: rt.state_at(cp), lambda: rt.fork(cp), lambda: rt.diff(cp, cp.id),  # type: ignore[arg-type]
+                 lambda: rt.diff(cp.id, cp)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidRequest, match=r"checkpoint_id must be a string id, got Checkpoint; pass its \.id"):
+            await call()
+    assert [r.id for r in await rt.runs()] == [run.id]   # nothing was written
