@@ -22,7 +22,7 @@ from ..core.records import (
     Run,
     WriteKind,
 )
-from ..core.states import NodeStatus
+from ..core.states import FINISHED_NODE, NodeStatus
 from ..engine import scheduler
 from ..engine.instances import Instances
 from ..engine.deps import EngineDeps
@@ -63,11 +63,26 @@ def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
         # record stays running: its items are what runs)
         statuses = {n: NodeStatus.PENDING if s == NodeStatus.RUNNING and not _group_record(graph, n) else s
                     for n, s in cp.node_states.items()}
-        ready = list(scheduler.frontier(Instances(graph, statuses), statuses).ready)
+        inst = Instances(graph, statuses)
+        ready = [] if _past_a_bound(graph, inst, statuses) else list(scheduler.frontier(inst, statuses).ready)
     except (NotFound, InvalidRequest, GraphError):  # the graph's code is not importable here
         ready = []
     interrupted = [n for n, s in cp.node_states.items() if s == NodeStatus.INTERRUPTED]
     return CheckpointView(cp, state_json(deps.store, deps.graphs, cp), writes, ready, interrupted)
+
+
+def _past_a_bound(graph: ExecutableGraph, inst: Instances, statuses: Mapping[str, NodeStatus]) -> bool:
+    """A loop here needs an iteration past its ``max_iterations``: a branch from here fails
+    at once with ``limit_exceeded``, and what follows the loop is not next (its iteration
+    was never created, so the loop looks ended)."""
+    if not graph.loops:
+        return False
+    for name in inst.order:
+        if statuses.get(name) in FINISHED_NODE and (nxt := inst.next_iteration(name, statuses)) is not None:
+            entry, its = nxt
+            if its[-1] >= (graph.nodes[entry].max_iterations or 0):
+                return True
+    return False
 
 
 def _group_record(graph: ExecutableGraph, name: str) -> bool:

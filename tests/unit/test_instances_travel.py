@@ -323,6 +323,16 @@ async def test_forks_of_a_loop_that_hit_its_bound(rt: Runtime):
     assert world.of("llm") == [0, 1, 2]
 
 
+async def test_the_checkpoint_where_a_loop_hit_its_bound_has_nothing_ready_next(rt: Runtime):
+    world = World()
+    run = await rt.start(loop_graph(world, stop=10, max_iterations=3), {})
+    last = await checkpoint_after(rt, run.id, "tool#2")
+    assert (await rt.checkpoint(last)).ready == []      # not `finish`: the loop did not end
+    again = await rt.fork(last)
+    assert again.error["class"] == "limit_exceeded" and await attempted(rt, again.id) == []
+    assert (await rt.checkpoint(await checkpoint_after(rt, run.id, "model#2"))).ready == ["tool#2"]
+
+
 async def test_fork_inside_a_subgraph_serves_the_inner_effect_from_the_journal(rt: Runtime):
     world = World()
     run = await rt.start(sub_graph(world), {})
