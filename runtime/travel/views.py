@@ -91,6 +91,8 @@ def _group_record(graph: ExecutableGraph, name: str) -> bool:
 
 
 def build_report(deps: EngineDeps, replay: Run) -> ReplayReport:
+    if not replay.options.get("compare"):   # else it is compared with itself: "same", always
+        raise NotFound(f"run {replay.id} is not a replay: it has no divergence report")
     store = deps.store
     source_info = replay.options.get("source") or {}
     source = store.get_run(source_info.get("run_id") or replay.parent_run_id or replay.id)

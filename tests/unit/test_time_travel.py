@@ -419,6 +419,16 @@ async def test_replay_of_an_unknown_id_is_refused(rt: Runtime):
         await rt.replay("nothing-here")
 
 
+async def test_the_report_of_a_run_that_is_not_a_replay_is_refused(rt: Runtime):
+    run_id = await recorded_run(rt, World())
+    fork = await rt.fork((await rt.history(run_id))[1].id)
+    for not_a_replay in (run_id, fork.id):   # not a report comparing the run with itself
+        with pytest.raises(NotFound, match=f"run {not_a_replay} is not a replay"):
+            await rt.replay_report(not_a_replay)
+    report = await rt.replay(run_id)
+    assert (await rt.replay_report(report.run_id)).same
+
+
 # --------------------------------------------------------------------------- compensation
 
 def ledger_graph(log: list[str]) -> ExecutableGraph:
