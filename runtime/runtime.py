@@ -147,11 +147,13 @@ class Runtime:
                 compensate_on: Iterable[str] = ()) -> tuple[Run, Checkpoint]:
         if thread_id is not None:
             check_thread_id(thread_id)
-        state = validate_input(graph, input)
         follows = turn_base(self.store, self.graphs, thread_id) if thread_id is not None else None
         if follows is not None and follows[0].graph_name != graph.name:
             raise InvalidRequest(f"thread {thread_id} runs graph {follows[0].graph_name!r}; a turn must run "
                                  f"that graph (a new version of it is fine), not {graph.name!r}")
+        # a turn's input is applied to the thread's state: what it leaves out is there already
+        before = state_json(self.store, self.graphs, follows[1]) if follows is not None else None
+        state = validate_input(graph, input, before)
         if isinstance(compensate_on, str) or not isinstance(compensate_on, Iterable):
             raise InvalidRequest(f"compensate_on takes a list of 'failed' and/or 'cancelled', got {compensate_on!r}")
         policy = sorted(set(compensate_on))
@@ -171,7 +173,7 @@ class Runtime:
             return insert_run(self.store, self.env, run, statuses, snapshot=state, claim=claim,
                               source=CheckpointSource.INPUT)
         previous, base = follows
-        turn_input, _ = turn_state(graph, state_json(self.store, self.graphs, base), given_fields(input), state)
+        turn_input, _ = turn_state(graph, before or {}, given_fields(input), state)
         run = run.evolve(input=turn_input, parent_run_id=previous.id, base_checkpoint_id=base.id,
                          options={**options, "turn": next_turn(origin(self.store, previous))})
         # the state is rebuilt from the previous turn's: only the input is stored

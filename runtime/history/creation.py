@@ -81,9 +81,12 @@ def inherited_of(statuses: Mapping[str, NodeStatus]) -> dict[str, str]:
     return {n: s.value for n, s in statuses.items() if s != NodeStatus.PENDING}
 
 
-def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None) -> dict[str, JSON]:
+def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None,
+                   base: Mapping[str, JSON] | None = None) -> dict[str, JSON]:
     """The run input as the state model accepts it; unknown fields are refused unless
-    the model allows extra fields (as a fork's patch is)."""
+    the model allows extra fields (as a fork's patch is). ``base`` gives the fields the
+    input leaves out (a conversation turn's: the thread's state, so a required field
+    need not be given again)."""
     if isinstance(input, BaseModel):
         input = input.model_dump()
     model = graph.state_model
@@ -95,7 +98,7 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
     if problem is not None:
         raise InvalidRequest(f"input {problem}")
     try:
-        state = model.model_validate(given).model_dump(mode="json")
+        state = model.model_validate({**(base or {}), **given}).model_dump(mode="json")
     except ValidationError as e:
         raise InvalidRequest(f"input does not fit {model.__name__}: {problems(e, 'input')}") from None
     except (TypeError, ValueError) as e:

@@ -129,6 +129,21 @@ async def test_a_turn_after_a_failed_turn_starts_from_what_it_finished(rt: Runti
     assert (await rt.thread_state("t")).messages == ["boom", "a", "fine", "a", "b"]
 
 
+async def test_a_turn_need_not_give_a_required_field_the_thread_has(rt: Runtime):
+    class Session(BaseModel):
+        user: str   # required: given by the first turn only
+        messages: Annotated[list[str], append] = []
+
+    g = Graph("session", state=Session)
+    g.add_node("reply", lambda s: {"messages": [f"hello {s.user}"]})
+    await rt.start(g, {"user": "ada", "messages": ["hi"]}, thread_id="t")
+    second = await rt.start(g, {"messages": ["again"]}, thread_id="t")
+    assert second.status == RunStatus.SUCCEEDED and dict(second.input) == {"messages": ["again"]}
+    assert (await rt.thread_state("t")).messages == ["hi", "hello ada", "again", "hello ada"]
+    with pytest.raises(InvalidRequest, match="user: Field required"):   # a new thread still needs it
+        await rt.start(g, {"messages": ["hi"]}, thread_id="new")
+
+
 async def test_an_input_that_does_not_fit_the_threads_state_is_refused(rt: Runtime):
     await rt.start(chat_graph(), {"messages": ["hi"]}, thread_id="t")
     with pytest.raises(InvalidRequest, match="turns"):
