@@ -316,7 +316,8 @@ class Runtime:
         return export_thread(self.store, id_arg(run_id, "run_id"))
 
     async def import_thread(self, document: Mapping[str, JSON]) -> list[Run]:
-        """Load an exported thread into this store (its ids must be new here); a bad one writes nothing."""
+        """Load an exported thread into this store (its ids and its thread id must be new
+        here); a bad one writes nothing."""
         return import_thread(self.store, document, self.graphs.registered)
 
     # ------------------------------------------------------------------ reading

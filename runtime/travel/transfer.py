@@ -251,6 +251,9 @@ def _check_new(store: CheckpointStore, thread: Thread) -> None:
         if existing.id in ids:  # a store would answer (or move) the interrupt it has
             raise InvalidRequest(f"{ids[existing.id]}: interrupt {existing.id} already exists in this store "
                                  f"(run {existing.run_id}); import into another store")
+    if store.list_runs(thread_id=thread.thread_id, limit=1):
+        # the imported runs would join that conversation: its next turn would follow them
+        raise InvalidRequest(f"thread {thread.thread_id} already exists in this store; import into another store")
 
 
 def _report(found: list[Problem]) -> str:

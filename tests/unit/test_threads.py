@@ -223,6 +223,19 @@ async def test_a_thread_of_turns_exports_and_imports_into_another_store(rt: Runt
         other.close()
 
 
+async def test_a_thread_is_not_imported_into_a_store_that_has_a_thread_of_that_id(rt: Runtime, other_store):
+    last = await rt.start(chat_graph(), {"messages": ["from here"]}, thread_id="t")
+    other = Runtime(store=other_store, graphs=[chat_graph()])
+    try:
+        await other.start(chat_graph(), {"messages": ["from there"]}, thread_id="t")
+        with pytest.raises(InvalidRequest, match="thread t already exists in this store"):
+            await other.import_thread(await rt.export_thread(last.id))
+        assert len(await other.runs(thread_id="t")) == 1
+        assert (await other.thread_state("t")).messages == ["from there", "echo[1] from there"]
+    finally:
+        other.close()
+
+
 async def test_a_store_accepts_only_one_next_turn_per_run(rt: Runtime):
     """Two processes starting a turn at once both read the same latest run: the store
     lets one of them follow it, never both (no turn silently drops out of the thread)."""
