@@ -28,10 +28,17 @@ def graph_arg(graph: Any) -> Graph | ExecutableGraph:
     return graph
 
 
+#: the longest thread id: PostgreSQL's index on it takes at most 2704 bytes a row
+MAX_THREAD_ID = 500
+
+
 def check_thread_id(thread_id: object) -> None:
-    """A thread id is text a store can hold as it is: not empty, no NUL character."""
+    """A thread id is text a store can hold as it is: not empty, no NUL character, not too long."""
     if not isinstance(thread_id, str) or not thread_id.strip() or "\x00" in thread_id:
         raise InvalidRequest(f"thread_id must be a non-empty string without NUL characters, got {thread_id!r}")
+    if len(thread_id) > MAX_THREAD_ID:
+        raise InvalidRequest(f"thread_id must be a non-empty string of at most {MAX_THREAD_ID} characters, "
+                             f"got one of {len(thread_id):,}")
 
 
 def close_call(call: object) -> None:

@@ -228,7 +228,7 @@ async def test_streaming_an_awaitable_that_is_not_a_call_of_the_runtime_is_refus
     assert await rt.runs() == []
 
 
-@pytest.mark.parametrize("thread_id", ["", "  ", "a\x00b", 123])
+@pytest.mark.parametrize("thread_id", ["", "  ", "a\x00b", 123, "t" * 501])
 async def test_a_bad_thread_id_is_refused_everywhere_alike(rt: Runtime, thread_id):
     with pytest.raises(Exception, match="thread_id must be a non-empty string"):
         await rt.start(chain(), {}, thread_id=thread_id)
