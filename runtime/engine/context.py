@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from ..core.errors import AttemptCancelled
 from ..core.jsonvalues import JSON, to_json
 from ..core.records import InterruptKind, InterruptStatus
-from .effects import JournalHost, perform_effect
+from .effects import JournalHost, check_usage, perform_effect
 from .scope import AttemptScope
 
 
@@ -97,7 +97,8 @@ class NodeContext:
         ``ctx.effect`` belongs to that effect: report it there with ``info.usage(...)``,
         so that a re-execution served from the journal does not count it again."""
         self._check_alive()
-        self._host.add_usage(self._scope, tokens, cost)
+        check_usage("usage", tokens, cost)
+        self._host.add_usage(self._scope, tokens, float(cost))
 
     def emit(self, payload: JSON, *, ephemeral: bool = False) -> None:
         """Send a custom event (progress, a model's token chunk) to whoever streams the run.

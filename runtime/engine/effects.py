@@ -82,15 +82,18 @@ class EffectInfo:
         the result of a call that was paid for is recorded, and the node then stops
         with ``limit_exceeded`` once the effect returns. Safe from a worker thread.
         A compensation's usage is not counted (its run has ended)."""
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise InvalidInputError(f"effect {self.name!r}: usage tokens must be a whole number of at "
-                                    f"least 0, got {tokens!r}")
-        if (isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost)
-                or cost < 0):
-            raise InvalidInputError(f"effect {self.name!r}: usage cost must be a finite number of at "
-                                    f"least 0, got {cost!r}")
+        check_usage(f"effect {self.name!r}: usage", tokens, cost)
         if self.meter is not None:
             self.meter(tokens, float(cost))
+
+
+def check_usage(what: str, tokens: object, cost: object) -> None:
+    """Reported usage is whole tokens and a finite cost, neither below 0: anything else
+    would lower the run's usage (or make it NaN) and so defeat its budget."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise InvalidInputError(f"{what} tokens must be a whole number of at least 0, got {tokens!r}")
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+        raise InvalidInputError(f"{what} cost must be a finite number of at least 0, got {cost!r}")
 
 
 class InDoubtAnswer(BaseModel):

@@ -250,6 +250,25 @@ async def test_effect_usage_must_be_whole_tokens_and_a_finite_cost(rt: Runtime):
     assert (await rt.get_run(run.id)).usage["cost"] == 0
 
 
+@pytest.mark.parametrize("tokens, cost", [(-100, 0.0), (0, -5.0), (0, math.nan), (0, math.inf), (1.5, 0.0),
+                                          (True, 0.0), (0, "3")])
+async def test_node_usage_must_be_whole_tokens_and_a_finite_cost_of_at_least_0(rt: Runtime, tokens, cost):
+    """A negative or NaN figure would lower the run's usage (or make it NaN) and so defeat its budget."""
+    g = Graph("bad_node_usage", state=S)
+
+    @g.node()
+    def a(state: S, ctx: NodeContext) -> dict[str, Any]:
+        ctx.usage(tokens=10, cost=1.0)
+        ctx.usage(tokens=tokens, cost=cost)
+        return {"log": ["a"]}
+
+    run = await rt.start(g, {}, max_tokens=50, max_cost=5)
+    assert run.status == RunStatus.FAILED and run.error["class"] == ErrorClass.INVALID_INPUT
+    assert "usage tokens must be a whole number" in run.error["message"] \
+        or "usage cost must be a finite number" in run.error["message"]
+    assert (await rt.get_run(run.id)).usage == {"tokens": 10, "cost": 1.0, "steps": 1}
+
+
 # --------------------------------------------------------------------------- branches
 
 def effect_graph(calls: Calls) -> Graph:
