@@ -97,8 +97,11 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
     problem = unstorable(given)   # before validation: a JSON dump would turn NaN into null silently
     if problem is not None:
         raise InvalidRequest(f"input {problem}")
+    if base:   # only what validation needs from it: the whole state is checked once the turn applies
+        given = {**{f: base[f] for f, info in model.model_fields.items()
+                    if info.is_required() and f not in given and f in base}, **given}
     try:
-        state = model.model_validate({**(base or {}), **given}).model_dump(mode="json")
+        state = model.model_validate(given).model_dump(mode="json")
     except ValidationError as e:
         raise InvalidRequest(f"input does not fit {model.__name__}: {problems(e, 'input')}") from None
     except (TypeError, ValueError) as e:
