@@ -222,7 +222,13 @@ class MemoryStore:
 
 
 def _check_single_continuation(run: Run, existing: Iterable[Run]) -> None:
-    """One continuation per run, and one next turn per run of a conversation."""
+    """One continuation per run, one next turn per run of a conversation, and one first
+    turn per named thread."""
+    if run.parent_run_id is None and run.kind == RunKind.MAIN and run.thread_id != run.id:
+        for other in existing:
+            if other.thread_id == run.thread_id:
+                raise InvalidRequest(f"thread {run.thread_id} already has run {other.id}; start the turn "
+                                     f"again to follow the thread's latest run")
     if run.parent_run_id is None or run.kind not in (RunKind.CONTINUATION, RunKind.MAIN):
         return
     for other in existing:

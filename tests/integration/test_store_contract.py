@@ -255,8 +255,9 @@ def test_list_runs_sees_status_changed_by_commit(store: CheckpointStore) -> None
 
 
 def test_list_runs_filters_by_thread_id(store: CheckpointStore) -> None:
-    for i in range(6):
-        add_run(store, f"r{i}", thread_id=f"t{i % 2}", status=RunStatus.RUNNING if i < 4 else RunStatus.FAILED)
+    for i in range(6):   # each after the previous run of its thread, as turns are
+        add_run(store, f"r{i}", thread_id=f"t{i % 2}", parent=f"r{i - 2}" if i >= 2 else None,
+                status=RunStatus.RUNNING if i < 4 else RunStatus.FAILED)
     assert [r.id for r in store.list_runs(thread_id="t0")] == ["r4", "r2", "r0"]
     assert [r.id for r in store.list_runs(thread_id="t1", status=RunStatus.RUNNING)] == ["r3", "r1"]
     assert store.list_runs(thread_id="t9") == []
@@ -264,7 +265,7 @@ def test_list_runs_filters_by_thread_id(store: CheckpointStore) -> None:
 
 def test_list_runs_respects_limit(store: CheckpointStore) -> None:
     for i in range(6):
-        add_run(store, f"r{i}", thread_id=f"t{i % 2}")
+        add_run(store, f"r{i}", thread_id=f"t{i % 2}", parent=f"r{i - 2}" if i >= 2 else None)
     assert [r.id for r in store.list_runs(limit=2)] == ["r5", "r4"]
     assert [r.id for r in store.list_runs(thread_id="t0", limit=2)] == ["r4", "r2"]
     assert len(store.list_runs(limit=100)) == 6
@@ -1008,6 +1009,36 @@ def test_two_instances_continuing_one_run_at_once_create_one_continuation(
     assert len(created) == 1 and len(refused) == 1, got
     assert f"already continued by {created[0]}" in str(refused[0])
     assert [r.id for r in a.child_runs("p")] == created
+
+
+def test_a_named_thread_has_one_first_run(store: CheckpointStore) -> None:
+    """A run beginning a named thread (no parent) is refused once the thread has a run: it
+    would start the conversation over beside the other. Runs in their own thread, and runs
+    that follow another in the thread, are not affected."""
+    add_run(store, "a", thread_id="chat")
+    with pytest.raises(InvalidRequest, match="thread chat already has run a"):
+        add_run(store, "b", thread_id="chat")
+    add_run(store, "c", thread_id="chat", parent="a")
+    add_run(store, "d")
+    assert [r.id for r in store.list_runs(thread_id="chat")] == ["c", "a"]
+
+
+def test_two_instances_starting_a_thread_at_once_create_one_first_run(
+        open_sql: Callable[[], SqlStore], sql_url: str) -> None:
+    a, b = open_sql(), open_sql()
+    got: dict[str, Any] = {}
+    with writes_to(sql_url, "runs") as wait:
+        threads = [in_thread(lambda s=s, rid=rid: add_run(s, rid, thread_id="chat", status=RunStatus.QUEUED),
+                             got, rid)
+                   for s, rid in ((a, "t1"), (b, "t2"))]
+        wait(2, threads)  # both have begun: each is about to insert, or waits to look
+    for t in threads:
+        t.join(30)
+    created = [rid for rid, r in got.items() if isinstance(r, Run)]
+    refused = [r for r in got.values() if isinstance(r, InvalidRequest)]
+    assert len(created) == 1 and len(refused) == 1, got
+    assert f"thread chat already has run {created[0]}" in str(refused[0])
+    assert [r.id for r in a.list_runs(thread_id="chat")] == created
 
 
 def test_a_lease_taken_while_a_batch_commits_waits_for_the_batch(open_sql: Callable[[], SqlStore],

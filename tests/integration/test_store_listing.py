@@ -25,6 +25,7 @@ def test_filters_search_and_pages(store: CheckpointStore) -> None:  # noqa: F811
     for i in range(12):
         run_id = f"run_{i:02d}"
         add_run(store, run_id, thread_id="t%odd" if i % 2 else "t_even",
+                parent=f"run_{i - 2:02d}" if i >= 2 else None,   # each after its thread's previous run
                 status=RunStatus.FAILED if i % 3 == 0 else RunStatus.SUCCEEDED,
                 kind=RunKind.FORK if i % 4 == 0 else RunKind.MAIN,
                 graph_name="alpha" if i < 6 else "beta")

@@ -24,6 +24,7 @@ commits with the server's own setting.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -164,6 +165,8 @@ class Writer:
                 raise
 
     def _insert_run(self, cur: Any, run: Run, batch: Batch) -> None:
+        if run.parent_run_id is None and run.kind == RunKind.MAIN and run.thread_id != run.id:
+            self._refuse_second_first_turn(cur, run)
         if self._for_update and run.parent_run_id is not None:
             # the parent's row, before any check on the runs that follow it: of two runs
             # created after it at once, the second waits here, then sees the first
@@ -190,6 +193,20 @@ class Writer:
             "options": dict(run.options), "created_at": run.created_at}))
         pk = self._pks[run.id] = int(cur.fetchone()[0])
         self._write_children(cur, pk, batch)
+
+    def _refuse_second_first_turn(self, cur: Any, run: Run) -> None:
+        """A run that begins a named thread: refused when the thread has a run already (two
+        processes starting its first turn at once both saw none; the thread would follow
+        only one of them, and the other's input would silently drop out)."""
+        if self._for_update:
+            # PostgreSQL: no row to lock yet, so first turns of one thread queue on a lock of its name
+            key = int.from_bytes(hashlib.blake2b(run.thread_id.encode(), digest_size=8).digest(), "big", signed=True)
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+        cur.execute(self._sql("SELECT id FROM runs WHERE thread_id = ? LIMIT 1"), [run.thread_id])
+        found = cur.fetchone()
+        if found is not None:
+            raise InvalidRequest(f"thread {run.thread_id} already has run {found[0]}; start the turn again "
+                                 f"to follow the thread's latest run")
 
     def _forget(self, runs: Sequence[Run]) -> None:
         for run in runs:
