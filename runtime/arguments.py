@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .core.errors import InvalidRequest
+from .core.records import thread_id_problem
 from .graph import ExecutableGraph, Graph
 
 #: what start and submit accept besides the graph and its input
@@ -28,17 +29,11 @@ def graph_arg(graph: Any) -> Graph | ExecutableGraph:
     return graph
 
 
-#: the longest thread id: PostgreSQL's index on it takes at most 2704 bytes a row
-MAX_THREAD_ID = 500
-
-
 def check_thread_id(thread_id: object) -> None:
-    """A thread id is text a store can hold as it is: not empty, no NUL character, not too long."""
-    if not isinstance(thread_id, str) or not thread_id.strip() or "\x00" in thread_id:
-        raise InvalidRequest(f"thread_id must be a non-empty string without NUL characters, got {thread_id!r}")
-    if len(thread_id) > MAX_THREAD_ID:
-        raise InvalidRequest(f"thread_id must be a non-empty string of at most {MAX_THREAD_ID} characters, "
-                             f"got one of {len(thread_id):,}")
+    """A thread id is text a store can hold as it is (``thread_id_problem``)."""
+    problem = thread_id_problem(thread_id)
+    if problem is not None:
+        raise InvalidRequest(f"thread_id {problem}")
 
 
 def close_call(call: object) -> None:

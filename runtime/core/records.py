@@ -28,12 +28,14 @@ __all__ = [
     "InterruptKind",
     "InterruptStatus",
     "JournalEntry",
+    "MAX_THREAD_ID",
     "NodeAttempt",
     "PendingWrite",
     "Run",
     "RunKind",
     "TraceEvent",
     "WriteKind",
+    "thread_id_problem",
 ]
 
 
@@ -333,3 +335,17 @@ class Batch:
     def empty(self) -> bool:
         return not (self.run or self.checkpoints or self.writes or self.attempts
                     or self.effects or self.interrupts or self.events)
+
+
+#: the longest thread id: PostgreSQL's index on it takes at most 2704 bytes a row (4 a character at worst)
+MAX_THREAD_ID = 500
+
+
+def thread_id_problem(value: object) -> str | None:
+    """What keeps ``value`` from being a thread id (None: nothing): it is text a store can
+    hold as it is — not empty, no NUL character, not too long to index."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return f"must be a non-empty string without NUL characters, got {value!r}"
+    if len(value) > MAX_THREAD_ID:
+        return f"must be a non-empty string of at most {MAX_THREAD_ID} characters, got one of {len(value):,}"
+    return None

@@ -27,6 +27,7 @@ from ..core.records import (
     PendingWrite,
     Run,
     TraceEvent,
+    thread_id_problem,
 )
 from ..graph.refs import resolve_ref
 from ..graph.spec import ExecutableGraph
@@ -137,8 +138,9 @@ def load(document: Any, store: CheckpointStore | None,
     if bad is not None:
         found.append(Problem("document", bad))
     thread_id = document.get("thread_id")
-    if not isinstance(thread_id, str) or not thread_id:
-        found.append(Problem("thread_id", f"must be a non-empty string, got {thread_id!r}"))
+    problem = thread_id_problem(thread_id)
+    if problem is not None:
+        found.append(Problem("thread_id", problem))
     runs = [r for i, item in enumerate(items) if (r := _load_run(i, item, found)) is not None]
     descriptions = _descriptions(document.get("graphs", []), found)
     used = {r.run.graph_version for r in runs}

@@ -5,7 +5,7 @@ reducers; storage per turn grows with what the turn wrote."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel
@@ -232,6 +232,26 @@ async def test_a_thread_is_not_imported_into_a_store_that_has_a_thread_of_that_i
             await other.import_thread(await rt.export_thread(last.id))
         assert len(await other.runs(thread_id="t")) == 1
         assert (await other.thread_state("t")).messages == ["from there", "echo[1] from there"]
+    finally:
+        other.close()
+
+
+async def test_an_imported_thread_id_is_held_to_the_rule_of_a_started_one(rt: Runtime, other_store):
+    """A document may name a thread id no ``start`` would take (too long to index): refused
+    by name, and nothing is written."""
+    last = await rt.start(chat_graph(), {"messages": ["hi"]}, thread_id="t")
+    doc = await rt.export_thread(last.id)
+
+    def renamed(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ("t" * 501 if k == "thread_id" else renamed(v)) for k, v in value.items()}
+        return [renamed(v) for v in value] if isinstance(value, list) else value
+
+    other = Runtime(store=other_store, graphs=[chat_graph()])
+    try:
+        with pytest.raises(InvalidRequest, match="thread_id: must be a non-empty string of at most 500 characters"):
+            await other.import_thread(renamed(doc))
+        assert await other.runs() == []
     finally:
         other.close()
 
