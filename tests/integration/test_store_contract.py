@@ -996,19 +996,25 @@ def test_two_instances_continuing_one_run_at_once_create_one_continuation(
         open_sql: Callable[[], SqlStore], sql_url: str) -> None:
     a, b = open_sql(), open_sql()
     add_run(a, "p", status=RunStatus.FAILED)
+    created, refused = race_to_create(sql_url, ((a, "c1"), (b, "c2")), thread_id="p", parent="p",
+                                      kind=RunKind.CONTINUATION, status=RunStatus.QUEUED)
+    assert f"already continued by {created[0]}" in str(refused[0])
+    assert [r.id for r in a.child_runs("p")] == created
+
+
+def race_to_create(sql_url: str, who: Sequence[tuple[SqlStore, str]], **kw: Any) -> tuple[list[str], list[Exception]]:
+    """Each (store, run id) creates its run at the same moment (``add_run(**kw)``): the ids
+    created and the errors of those refused; exactly one of each."""
     got: dict[str, Any] = {}
     with writes_to(sql_url, "runs") as wait:
-        threads = [in_thread(lambda s=s, rid=rid: add_run(s, rid, thread_id="p", parent="p", kind=RunKind.CONTINUATION,
-                                                          status=RunStatus.QUEUED), got, rid)
-                   for s, rid in ((a, "c1"), (b, "c2"))]
-        wait(2, threads)  # both have begun: each is about to insert, or waits to look
+        threads = [in_thread(lambda s=s, rid=rid: add_run(s, rid, **kw), got, rid) for s, rid in who]
+        wait(len(threads), threads)  # all have begun: each is about to insert, or waits to look
     for t in threads:
         t.join(30)
     created = [rid for rid, r in got.items() if isinstance(r, Run)]
     refused = [r for r in got.values() if isinstance(r, InvalidRequest)]
     assert len(created) == 1 and len(refused) == 1, got
-    assert f"already continued by {created[0]}" in str(refused[0])
-    assert [r.id for r in a.child_runs("p")] == created
+    return created, refused
 
 
 def test_a_named_thread_has_one_first_run(store: CheckpointStore) -> None:
@@ -1026,17 +1032,7 @@ def test_a_named_thread_has_one_first_run(store: CheckpointStore) -> None:
 def test_two_instances_starting_a_thread_at_once_create_one_first_run(
         open_sql: Callable[[], SqlStore], sql_url: str) -> None:
     a, b = open_sql(), open_sql()
-    got: dict[str, Any] = {}
-    with writes_to(sql_url, "runs") as wait:
-        threads = [in_thread(lambda s=s, rid=rid: add_run(s, rid, thread_id="chat", status=RunStatus.QUEUED),
-                             got, rid)
-                   for s, rid in ((a, "t1"), (b, "t2"))]
-        wait(2, threads)  # both have begun: each is about to insert, or waits to look
-    for t in threads:
-        t.join(30)
-    created = [rid for rid, r in got.items() if isinstance(r, Run)]
-    refused = [r for r in got.values() if isinstance(r, InvalidRequest)]
-    assert len(created) == 1 and len(refused) == 1, got
+    created, refused = race_to_create(sql_url, ((a, "t1"), (b, "t2")), thread_id="chat", status=RunStatus.QUEUED)
     assert f"thread chat already has run {created[0]}" in str(refused[0])
     assert [r.id for r in a.list_runs(thread_id="chat")] == created
 
