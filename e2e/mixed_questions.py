@@ -30,27 +30,27 @@ class Release(BaseModel):
     comment: Any = None
 
 
+def ask_four(g: Graph) -> None:
+    """The four questions, one node each, on ``g`` (its state has ``approved``, ``name``,
+    ``amount`` and ``comment``); the server's tests add them to a graph of their own."""
+
+    @g.node()
+    async def approve(s: Any, ctx: NodeContext) -> dict[str, Any]:
+        return {"approved": (await ctx.interrupt({"question": "Ship it?"}, response=Approval)).approve}
+
+    @g.node()
+    async def label(s: Any, ctx: NodeContext) -> dict[str, Any]:
+        return {"name": (await ctx.interrupt({"question": "Name the release"}, response=Label)).name}
+
+    @g.node()
+    async def amount(s: Any, ctx: NodeContext) -> dict[str, Any]:
+        return {"amount": (await ctx.interrupt({"question": "How much to refund?"}, response=Amount)).root}
+
+    @g.node()
+    async def comment(s: Any, ctx: NodeContext) -> dict[str, Any]:
+        return {"comment": await ctx.interrupt("Anything to add?")}
+
+
 g = Graph("release", state=Release)
-
-
-@g.node()
-async def approve(s: Release, ctx: NodeContext) -> dict[str, Any]:
-    return {"approved": (await ctx.interrupt({"question": "Ship it?"}, response=Approval)).approve}
-
-
-@g.node()
-async def label(s: Release, ctx: NodeContext) -> dict[str, Any]:
-    return {"name": (await ctx.interrupt({"question": "Name the release"}, response=Label)).name}
-
-
-@g.node()
-async def amount(s: Release, ctx: NodeContext) -> dict[str, Any]:
-    return {"amount": (await ctx.interrupt({"question": "How much to refund?"}, response=Amount)).root}
-
-
-@g.node()
-async def comment(s: Release, ctx: NodeContext) -> dict[str, Any]:
-    return {"comment": await ctx.interrupt("Anything to add?")}
-
-
+ask_four(g)
 graph = g.compile()

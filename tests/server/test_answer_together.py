@@ -12,25 +12,14 @@ from typing import Any
 
 import pytest
 from litestar.testing import TestClient
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel
 
 from runtime import EventType, Graph, Interrupt, InterruptKind, InterruptStatus, NodeContext, RunStatus, Runtime
 
+from e2e.mixed_questions import ask_four  # the browser journey's questions, one node each
 from test_approvals import client, controls, rt, settle  # noqa: F401 - the same fixtures: an app over a fresh SQLite store
 
 # --------------------------------------------------------------------------- graph
-
-
-class Approval(BaseModel):
-    approve: bool = Field(description="go ahead?")
-
-
-class Label(BaseModel):
-    name: str = Field(min_length=2)
-
-
-class Amount(RootModel[float]):
-    pass
 
 
 class Mixed(BaseModel):
@@ -45,22 +34,7 @@ class Mixed(BaseModel):
 def mixed_graph() -> Graph:
     """Four questions asked at once, each wanting an answer of its own shape, next to a payment."""
     g = Graph("mixed", state=Mixed)
-
-    @g.node()
-    async def approve(s: Mixed, ctx: NodeContext) -> dict[str, Any]:
-        return {"approved": (await ctx.interrupt({"question": "Ship it?"}, response=Approval)).approve}
-
-    @g.node()
-    async def label(s: Mixed, ctx: NodeContext) -> dict[str, Any]:
-        return {"name": (await ctx.interrupt({"question": "Name the release"}, response=Label)).name}
-
-    @g.node()
-    async def amount(s: Mixed, ctx: NodeContext) -> dict[str, Any]:
-        return {"amount": (await ctx.interrupt({"question": "How much to refund?"}, response=Amount)).root}
-
-    @g.node()
-    async def comment(s: Mixed, ctx: NodeContext) -> dict[str, Any]:
-        return {"comment": await ctx.interrupt("Anything to add?")}
+    ask_four(g)
 
     @g.node()
     async def charge(s: Mixed, ctx: NodeContext) -> dict[str, Any]:
