@@ -84,9 +84,9 @@ def inherited_of(statuses: Mapping[str, NodeStatus]) -> dict[str, str]:
 def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None,
                    base: Mapping[str, JSON] | None = None) -> dict[str, JSON]:
     """The run input as the state model accepts it; unknown fields are refused unless
-    the model allows extra fields (as a fork's patch is). ``base`` gives the fields the
-    input leaves out (a conversation turn's: the thread's state, so a required field
-    need not be given again)."""
+    the model allows extra fields (as a fork's patch is). ``base`` (a conversation turn's:
+    the thread's state) gives the required fields the input leaves out, so they need not be
+    given again."""
     if isinstance(input, BaseModel):
         input = input.model_dump()
     model = graph.state_model
