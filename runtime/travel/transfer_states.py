@@ -41,13 +41,19 @@ def check_states(t: Thread) -> Iterator[Problem]:
             yield from _writes(graph, r)
 
 
-def _misfit(graph: ExecutableGraph, state: Mapping[str, JSON]) -> str | None:
-    """Why ``state`` does not fit the graph's state model, or None."""
+def _misfit(graph: ExecutableGraph, state: Mapping[str, JSON], *, partial: bool = False) -> str | None:
+    """Why ``state`` does not fit the graph's state model, or None. ``partial``: ``state``
+    is a conversation turn's input with writes, so a field it lacks is in the thread's
+    state (a required one given by an earlier turn), not missing."""
     model = graph.state_model
     try:
         model.model_validate(dict(state))
     except ValidationError as e:
-        return f"does not fit {model.__name__}: {problems(e, 'state')}"
+        if not partial:
+            return f"does not fit {model.__name__}: {problems(e, 'state')}"
+        found = [f"{'.'.join(map(str, err['loc'])) or 'state'}: {err['msg']}" for err in e.errors()
+                 if not (err["type"] == "missing" and len(err["loc"]) == 1 and err["loc"][0] not in state)]
+        return f"does not fit {model.__name__}: {'; '.join(found)}" if found else None
     return None
 
 
@@ -69,6 +75,6 @@ def _writes(graph: ExecutableGraph, r: LoadedRun) -> Iterator[Problem]:
         except Exception as e:  # a reducer is node-author code: any failure is the document's problem
             yield Problem(where, f"writes cannot be folded into the state: {type(e).__name__}: {e}")
             continue
-        found = _misfit(graph, folded)
+        found = _misfit(graph, folded, partial=bool(r.run.options.get("turn")))
         if found:
             yield Problem(where, f"writes give a state that {found}")
