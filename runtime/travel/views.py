@@ -127,6 +127,7 @@ def _recording(deps: EngineDeps, run: Run, lineage: list[str]) -> Recording:
         for w in store.pending_writes(rid):
             if w.kind == WriteKind.WRITES:
                 writes[w.node] = w.value
+                errors.pop(w.node, None)   # it failed in a run that a continuation finished
             elif w.kind == WriteKind.ERROR:
                 errors[w.node] = str((w.value or {}).get("message", w.value))
     entries = store.journal(list(reversed(lineage)))

@@ -414,6 +414,26 @@ async def test_replay_pauses_on_an_effect_with_no_record_and_can_be_resumed(rt: 
     assert again.status == "succeeded" and again.node("lookup").verdict == "different"
 
 
+async def test_a_node_a_continuation_finished_is_reported_without_its_earlier_error(rt: Runtime):
+    broken = {"on": True}
+    g = Graph("flaky", state=Order)
+
+    @g.node()
+    def step(s: Order) -> dict:
+        if broken["on"]:
+            raise ValueError("not yet")
+        return {"log": ["done"]}
+
+    failed = await rt.start(g, {})
+    assert failed.status == RunStatus.FAILED
+    broken["on"] = False
+    finished = await rt.resume(failed.id)
+    report = await rt.replay(finished.id)
+    assert report.same
+    # the recording's outcome of ``step`` is its success: the failure before it is not its error
+    assert (report.node("step").recorded_status, report.node("step").recorded_error) == ("succeeded", None)
+
+
 async def test_replay_of_an_unknown_id_is_refused(rt: Runtime):
     with pytest.raises(NotFound, match="no run or checkpoint"):
         await rt.replay("nothing-here")
