@@ -85,7 +85,7 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
                    base: Mapping[str, JSON] | None = None) -> dict[str, JSON]:
     """The run input as the state model accepts it; unknown fields are refused unless
     the model allows extra fields (as a fork's patch is). ``base`` (a conversation turn's:
-    the thread's state) gives the required fields the input leaves out, so they need not be
+    the thread's state) gives the fields the input leaves out, so required ones need not be
     given again."""
     if isinstance(input, BaseModel):
         input = input.model_dump()
@@ -101,7 +101,14 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
         given = {**{f: base[f] for f, info in model.model_fields.items()
                     if info.is_required() and f not in given and f in base}, **given}
     try:
-        state = model.model_validate(given).model_dump(mode="json")
+        try:
+            state = model.model_validate(given).model_dump(mode="json")
+        except ValidationError:
+            if not base:
+                raise
+            # a model validator may compare fields: it must see the thread's values of
+            # those the input leaves out, not their defaults (the rare case pays for it)
+            state = model.model_validate({**base, **given}).model_dump(mode="json")
     except ValidationError as e:
         raise InvalidRequest(f"input does not fit {model.__name__}: {problems(e, 'input')}") from None
     except (TypeError, ValueError) as e:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from runtime import (
     CheckpointSource,
@@ -150,6 +150,29 @@ async def test_an_input_that_does_not_fit_the_threads_state_is_refused(rt: Runti
     with pytest.raises(InvalidRequest, match="turns"):
         await rt.start(chat_graph(), {"turns": "many"}, thread_id="t")
     assert len(await rt.runs(thread_id="t")) == 1
+
+
+async def test_a_turn_is_validated_with_the_threads_values_not_the_defaults(rt: Runtime):
+    """A model validator comparing fields sees the thread's value of a field the turn
+    leaves out, not its default: the state the turn gives is what must fit."""
+    class Range(BaseModel):
+        low: int = 0
+        high: int = 0
+
+        @model_validator(mode="after")
+        def ordered(self) -> "Range":
+            if self.low > self.high:
+                raise ValueError("low must not exceed high")
+            return self
+
+    g = Graph("range", state=Range)
+    g.add_node("noop", lambda s: None)
+    await rt.start(g, {"high": 5}, thread_id="t")
+    assert (await rt.start(g, {"low": 3}, thread_id="t")).status == RunStatus.SUCCEEDED
+    assert (await rt.thread_state("t")).model_dump() == {"low": 3, "high": 5}
+    with pytest.raises(InvalidRequest, match="low must not exceed high"):   # still checked
+        await rt.start(g, {"low": 9}, thread_id="t")
+    assert len(await rt.runs(thread_id="t")) == 2
 
 
 async def test_the_state_of_an_unknown_thread_is_not_found(rt: Runtime):
