@@ -60,7 +60,11 @@ def turn_state(graph: ExecutableGraph, previous: Mapping[str, JSON], given: set[
     """(the turn's input: the fields given, as the model accepted them; the state the
     turn starts from: the previous state with that input applied through the reducers)."""
     turn_input = {k: validated[k] for k in given if k in validated}
-    state = fold(previous, [(TURN_INPUT, turn_input)], graph.reducers)
+    try:
+        state = fold(previous, [(TURN_INPUT, turn_input)], graph.reducers)
+    except Exception as e:   # a custom reducer is the graph author's code: it may refuse the input
+        raise InvalidRequest(f"the thread's state cannot take this input: a reducer raised "
+                             f"{type(e).__name__}: {e}") from None
     try:
         checked = graph.state_model.model_validate(state)
     except ValidationError as e:

@@ -22,6 +22,7 @@ from runtime import (
     RunStatus,
     SqlStore,
     append,
+    reducer,
 )
 
 
@@ -173,6 +174,24 @@ async def test_a_turn_is_validated_with_the_threads_values_not_the_defaults(rt: 
     with pytest.raises(InvalidRequest, match="low must not exceed high"):   # still checked
         await rt.start(g, {"low": 9}, thread_id="t")
     assert len(await rt.runs(thread_id="t")) == 2
+
+
+async def test_a_turn_input_a_custom_reducer_refuses_is_an_invalid_request(rt: Runtime):
+    def capped(current: Any, update: Any) -> Any:
+        out = [*(current or []), *update]
+        if len(out) > 2:
+            raise ValueError("the history is full")
+        return out
+
+    class Capped(BaseModel):
+        messages: Annotated[list[str], reducer(capped)] = []
+
+    g = Graph("capped", state=Capped)
+    g.add_node("noop", lambda s: None)
+    await rt.start(g, {"messages": ["a"]}, thread_id="t")
+    with pytest.raises(InvalidRequest, match="reducer raised ValueError: the history is full"):
+        await rt.start(g, {"messages": ["b", "c"]}, thread_id="t")
+    assert (await rt.thread_state("t")).messages == ["a"] and len(await rt.runs(thread_id="t")) == 1
 
 
 async def test_the_state_of_an_unknown_thread_is_not_found(rt: Runtime):
