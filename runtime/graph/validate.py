@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import re
@@ -49,6 +50,7 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
         first_at[d.name] = d.location
         good.append(d)
 
+    problems.extend(_reducer_problems(state))
     names = set(first_at)
     deps: dict[str, list[str]] = {}
     specs: list[NodeSpec] = []
@@ -75,6 +77,19 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
     if problems:
         raise GraphError(problems)
     return ExecutableGraph(name, state, specs, canonical_order(deps, loops), loops)
+
+
+def _reducer_problems(state: type[BaseModel]) -> Iterable[Problem]:
+    """A bare function in a field's ``Annotated`` (``operator.add``, as other libraries take
+    it) would be ignored, leaving the field last-value: each write would replace the value
+    it meant to extend."""
+    for field, info in getattr(state, "model_fields", {}).items():
+        for m in info.metadata:
+            if inspect.isroutine(m) or isinstance(m, functools.partial):
+                name = getattr(m, "__name__", repr(m))
+                yield Problem(f"state {state.__name__}.{field}",
+                              f"{name} is a plain function, not a reducer (it would be ignored and the "
+                              f"field be last-value): write reducer({name}), or use append, merge or add")
 
 
 def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[str]:

@@ -176,3 +176,20 @@ def test_a_compiled_graph_cannot_be_changed():
         compiled.order = ("b",)  # type: ignore[misc]
     with pytest.raises(TypeError):
         compiled.nodes["b"] = compiled.nodes["a"]  # type: ignore[index]
+
+
+def test_a_plain_function_in_a_fields_annotation_is_refused_not_ignored():
+    """``Annotated[list, operator.add]`` (another library's spelling) would leave the field
+    last-value: every chat turn would replace the history instead of appending to it."""
+    import operator
+
+    class Chat(BaseModel):
+        messages: Annotated[list[str], operator.add] = []
+        kept: Annotated[list[str], append] = []
+
+    g = Graph("chat", state=Chat)
+    g.add_node("reply", noop)
+    with pytest.raises(GraphError) as e:
+        g.compile()
+    (problem,) = e.value.problems
+    assert problem.location == "state Chat.messages" and "write reducer(add)" in problem.message
