@@ -85,8 +85,8 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
                    base: Mapping[str, JSON] | None = None) -> dict[str, JSON]:
     """The run input as the state model accepts it; unknown fields are refused unless
     the model allows extra fields (as a fork's patch is). ``base`` (a conversation turn's:
-    the thread's state) gives the fields the input leaves out, so required ones need not be
-    given again."""
+    the thread's state) gives the required fields the input leaves out, so they need not be
+    given again (and the others too when a model validator refuses the input without them)."""
     if isinstance(input, BaseModel):
         input = input.model_dump()
     model = graph.state_model
