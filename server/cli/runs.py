@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from runtime import RunStatus, resolve_ref
+from runtime import Run, RunStatus, Runtime, StreamEvent, resolve_ref
 from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import event_line, run_line
 
@@ -82,15 +86,65 @@ async def cmd_thread(args: argparse.Namespace) -> int:
     return exits.OK
 
 
+#: the type of the line ``watch --json`` prints for a run that no process drives (not a trace event)
+ORPHANED = "watch.orphaned"
+
+
 async def cmd_watch(args: argparse.Namespace) -> int:
-    """Follow a run from the store until it ends or pauses: one line (or JSON object) per event."""
+    """Follow a run from the store until it ends or pauses: one line (or JSON object) per event,
+    and a notice when no process drives it any more."""
     with opened(args, args.graph) as rt:
-        async for ev in rt.follow(args.run, poll=args.poll):
-            print(json.dumps(ev.to_json()) if args.json else event_line(ev), flush=True)
+        shown = 0
+        notices = asyncio.create_task(_notice_orphaned(rt, args, lambda: shown))
+        try:
+            async for ev in rt.follow(args.run, poll=args.poll):
+                print(json.dumps(ev.to_json()) if args.json else event_line(ev), flush=True)
+                shown = ev.seq
+        finally:
+            notices.cancel()
+            await asyncio.gather(notices, return_exceptions=True)
         run = await rt.get_run(args.run)
     if not args.json:
         print(run_line(run))
     return exits.for_run(run)
+
+
+async def _notice_orphaned(rt: Runtime, args: argparse.Namespace, shown: Callable[[], int]) -> None:
+    """Say once that the run is RUNNING but its process is gone (the rule ``show`` and the
+    debugger use), when every event it recorded has been shown: otherwise a silent watch
+    looks the same for a slow run and for one that waits forever to be recovered. Said
+    again only if a process takes the run over (its fence moves on) and dies too."""
+    said_for: int | None = None
+    while True:
+        await asyncio.sleep(args.poll)
+        run = await rt.get_run(args.run)
+        # caught up first: orphaned() may log each time it finds the owner's PID dead
+        if run.fence != said_for and shown() >= run.event_seq and rt.orphaned(run):
+            said_for = run.fence
+            _print_orphaned(args, run, shown(), rt.clock.time())
+
+
+def _print_orphaned(args: argparse.Namespace, run: Run, seq: int, now: float) -> None:
+    owner, expires = run.lease_owner or "unknown", run.lease_expires_at
+    if expires is None:
+        why = "it holds no lease"
+    elif expires <= now:
+        why = f"its owner {owner} stopped renewing its lease, which expired at {_utc(expires)}"
+    else:   # the owner ran on this host and its PID is gone
+        why = f"its owner {owner} has exited (its lease would have run until {_utc(expires)})"
+    resume = f"harness resume {run.id}"
+    message = (f"run {run.id} is running but no process is driving it: {why}; "
+               f"continue it with  {resume}  (still watching)")
+    if args.json:
+        # shaped like the events around it; ephemeral: it is not in the run's trace
+        data = {"message": message, "resume": resume, "lease_owner": run.lease_owner, "lease_expires_at": expires}
+        print(json.dumps(StreamEvent(run.id, seq, ORPHANED, data=data, at=now, ephemeral=True).to_json()), flush=True)
+    else:
+        print("harness: " + message, file=sys.stderr, flush=True)
+
+
+def _utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def register(sub: Any) -> None:
@@ -128,7 +182,8 @@ def register(sub: Any) -> None:
     t.add_argument("--limit", type=positive_int, default=1000, help="at most this many runs (default: 1000)")
     t.set_defaults(fn=cmd_thread)
 
-    w = add_command(sub, "watch", "follow a run's events as they are recorded, until it ends or pauses")
+    w = add_command(sub, "watch", "follow a run's events as they are recorded, until it ends or pauses "
+                                    "(and say so if no process drives it any more)")
     w.add_argument("run", help="run id")
     w.add_argument("--graph", help=GRAPH_HELP)
     w.add_argument("--poll", type=positive_seconds, default=0.2, help="seconds between reads (default: 0.2)")
