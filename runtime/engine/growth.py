@@ -14,6 +14,7 @@ from ..core.jsonvalues import JSON
 from ..core.states import FINISHED_NODE, NodeEvent, NodeStatus, StopKind
 from ..graph import ExecutableGraph
 from ..graph.instances import group_of, parse_instance
+from . import scheduler
 from .folding import StateFold
 from .instances import Instances
 from .recorder import Recorder
@@ -50,8 +51,8 @@ class Growth:
         if nxt is None:
             return
         entry, its = nxt
-        bound = self.graph.nodes[entry].max_iterations or 0
-        if its[-1] >= bound:
+        if scheduler.over_bound(self.inst, entry, its):
+            bound = self.graph.nodes[entry].max_iterations
             # a loop inside another is bounded in each iteration of the outer one
             where = ("" if len(its) == 1 else f" (in iteration {its[0]} of the loop around it)" if len(its) == 2 else
                      f" (in iterations {'.'.join(map(str, its[:-1]))} of the loops around it)")
@@ -93,16 +94,15 @@ class Growth:
     def _close_map(self, group: str) -> None:
         """A map settles once all its items have: failed if one failed."""
         statuses = self.rec.statuses
-        if statuses.get(group) != N.RUNNING:
+        outcome = scheduler.map_settles(self.inst, statuses, group)
+        if outcome is None:
             return
         items = self.inst.items(group)
-        if any(statuses[i] not in FINISHED_NODE for i in reversed(items)):   # later items finish later
-            return
-        failed = [i for i in items if statuses[i] == N.FAILED]
+        failed = [i for i in items if statuses[i] == N.FAILED] if outcome == N.FAILED else []
         if failed:
             self._node(group, NodeEvent.FAIL, error=f"{len(failed)} of {len(items)} items failed: "
                                                     f"{', '.join(failed[:5])}")
-        elif any(statuses[i] == N.CANCELLED for i in items):
+        elif outcome == N.CANCELLED:
             self._node(group, NodeEvent.CANCEL, reason="items were cancelled")
         else:
             self.state.add(group, {})

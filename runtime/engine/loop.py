@@ -241,10 +241,10 @@ class RunLoop(Outcomes, Growth):
                     self._candidates.add(node)
                     continue
                 spec = self.inst.spec(node)
-                is_item = spec.map_over is not None and parse_instance(node).item is not None
-                if spec.when is not None and self.rec.statuses[node] == N.PENDING and not is_item:
+                when, spawns = scheduler.gates(spec, node, self.rec.statuses[node])
+                if when is not None:
                     try:
-                        go = bool(spec.when(view_of(self.state.input_model(node), spec.view)))
+                        go = bool(when(view_of(self.state.input_model(node), spec.view)))
                     except Exception as e:
                         self._fail_before_start(node, e)
                         return
@@ -252,7 +252,7 @@ class RunLoop(Outcomes, Growth):
                         self._node(node, NodeEvent.SKIP, reason="when() is false")
                         skipped = True
                         continue
-                if spec.map_over is not None and not is_item:
+                if spawns:
                     if not self._spawn(node):
                         return
                     skipped = True   # its items are candidates now

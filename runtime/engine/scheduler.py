@@ -7,12 +7,14 @@ dependency finishes, whatever order completions arrive in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.frozen import fast_init
 from ..core.states import FINISHED_NODE, NodeStatus
-from ..graph import ExecutableGraph
+from ..graph import ExecutableGraph, NodeSpec
+from ..graph.instances import parse_instance
 from .instances import Instances, as_instances
 
 N = NodeStatus
@@ -93,6 +95,38 @@ def frontier(graph: Instances | ExecutableGraph, statuses: Mapping[str, NodeStat
         elif verdict == "skip" and status == N.PENDING:
             skip.append(node)
     return Frontier(tuple(ready), tuple(skip))
+
+
+def gates(spec: NodeSpec, node: str, status: NodeStatus) -> tuple[Callable[[Any], bool] | None, bool]:
+    """What a due instance passes before it starts: (the ``when=`` to ask, if any; whether
+    it is a map's group record, which creates its items instead of running). ``when=`` is
+    asked before a first attempt only (a retry passed it already), and of a map, not of
+    each of its items."""
+    if spec.map_over is not None and parse_instance(node).item is not None:
+        return None, False
+    return spec.when if status == N.PENDING else None, spec.map_over is not None
+
+
+def over_bound(inst: Instances, entry: str, its: tuple[int, ...]) -> bool:
+    """Whether iteration ``its`` of the loop entered at ``entry`` is past its
+    ``max_iterations`` (a loop inside another is bounded in each outer iteration)."""
+    return its[-1] >= (inst.graph.nodes[entry].max_iterations or 0)
+
+
+def map_settles(inst: Instances, statuses: Mapping[str, NodeStatus], group: str) -> NodeStatus | None:
+    """How a running map's group record settles once all its items have: failed if one
+    failed, else cancelled if one was, else succeeded. None while it is not running or
+    an item has not finished."""
+    if statuses.get(group) != N.RUNNING:
+        return None
+    items = inst.items(group)
+    if any(statuses[i] not in FINISHED_NODE for i in reversed(items)):   # later items finish later
+        return None
+    if any(statuses[i] == N.FAILED for i in items):
+        return N.FAILED
+    if any(statuses[i] == N.CANCELLED for i in items):
+        return N.CANCELLED
+    return N.SUCCEEDED
 
 
 def admit(ready: Sequence[str], in_flight: int, limit: int) -> list[str]:
