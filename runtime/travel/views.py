@@ -1,7 +1,7 @@
 """Read models built from the store: a checkpoint with its context, a replay's report.
 
-These gather records; the decisions (readiness, comparison) live in the pure
-modules ``scheduler`` and ``report``.
+These gather records; the decisions (what runs next, comparison) live in the pure
+modules ``lookahead`` and ``report``.
 """
 
 from __future__ import annotations
@@ -22,14 +22,16 @@ from ..core.records import (
     Run,
     WriteKind,
 )
-from ..core.states import FINISHED_NODE, NodeStatus
-from ..engine import scheduler
+from ..core.states import NodeStatus
+from ..engine import lookahead
 from ..engine.instances import Instances
 from ..engine.deps import EngineDeps
 from ..graph import ExecutableGraph
-from ..graph.instances import base_node, parse_instance
-from ..history.lineage import continued_chain, head
-from ..history.state import state_json
+from ..graph.instances import base_node
+from ..history.creation import branch_statuses
+from ..history.lineage import continued_chain, head, writes_lineage
+from ..history.state import base_state, state_json
+from .branches import effective_base
 from .report import Recording, ReplayReport, compare, effective_effects
 
 
@@ -39,8 +41,11 @@ class CheckpointView:
     state: Mapping[str, JSON]
     #: node outcomes recorded while this checkpoint was the run's head (folded into the next one)
     pending_writes: list[PendingWrite]
-    #: nodes whose dependencies are satisfied here and whose outcome it does not hold yet (not
-    #: run, or in flight when it was taken): what a branch from here runs first, canonical order
+    #: what a branch from here (a fork without a patch, a continuation, a resume) starts first,
+    #: canonical order: the scheduler's decision on this checkpoint's statuses and state, with
+    #: ``when=`` asked, skips propagated, loops grown and maps' items created; nodes in flight
+    #: when it was taken have no outcome here and run again. Empty when a loop here needs an
+    #: iteration past its bound (the branch fails at once)
     ready: list[str]
     #: nodes paused on a question here
     interrupted: list[str]
@@ -57,37 +62,29 @@ class CheckpointView:
 
 def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
     writes = deps.store.pending_writes(cp.run_id, cp.seq)
+    state = state_json(deps.store, deps.graphs, cp)
     try:
-        graph = deps.graphs.graph_for(deps.store.get_run(cp.run_id))
-        # in flight when it was taken: no outcome here, so next from here (a map's group
-        # record stays running: its items are what runs)
-        statuses = {n: NodeStatus.PENDING if s == NodeStatus.RUNNING and not _group_record(graph, n) else s
-                    for n, s in cp.node_states.items()}
-        inst = Instances(graph, statuses)
-        ready = [] if _past_a_bound(graph, inst, statuses) else list(scheduler.frontier(inst, statuses).ready)
+        ready = ready_next(deps, deps.graphs.graph_for(deps.store.get_run(cp.run_id)), cp, state)
     except (NotFound, InvalidRequest, GraphError):  # the graph's code is not importable here
         ready = []
     interrupted = [n for n, s in cp.node_states.items() if s == NodeStatus.INTERRUPTED]
-    return CheckpointView(cp, state_json(deps.store, deps.graphs, cp), writes, ready, interrupted)
+    return CheckpointView(cp, state, writes, ready, interrupted)
 
 
-def _past_a_bound(graph: ExecutableGraph, inst: Instances, statuses: Mapping[str, NodeStatus]) -> bool:
-    """A loop here needs an iteration past its ``max_iterations``: a branch from here fails
-    at once with ``limit_exceeded``, and what follows the loop is not next (its iteration
-    was never created, so the loop looks ended)."""
-    if not graph.loops:
-        return False
-    for name in inst.order:
-        if statuses.get(name) in FINISHED_NODE and (nxt := inst.next_iteration(name, statuses)) is not None:
-            entry, its = nxt
-            if its[-1] >= (graph.nodes[entry].max_iterations or 0):
-                return True
-    return False
+def ready_next(deps: EngineDeps, graph: ExecutableGraph, cp: Checkpoint, state: Mapping[str, JSON]) -> list[str]:
+    """What a branch from ``cp`` (a fork without a patch, a continuation, a resume) starts
+    first, given the state at ``cp``: see ``lookahead.first_started``. Its unfinished
+    nodes run again, those in flight when it was taken included."""
+    statuses = branch_statuses(cp.node_states)
+    inst = Instances(graph, statuses)
 
+    def load() -> tuple[Mapping[str, JSON], Mapping[str, JSON]]:
+        # what a branch's nodes fold: its base and its lineage's writes (a patched fork's
+        # first checkpoint branches where that fork branched)
+        run, _ = effective_base(deps, cp)
+        return base_state(deps.store, deps.graphs, run), deps.store.node_writes(writes_lineage(deps.store, run))
 
-def _group_record(graph: ExecutableGraph, name: str) -> bool:
-    node, _, item, _ = parse_instance(name)
-    return item is None and node in graph.nodes and graph.nodes[node].map_over is not None
+    return lookahead.first_started(inst, statuses, lookahead.BranchInputs(inst, statuses, state, load))
 
 
 def build_report(deps: EngineDeps, replay: Run) -> ReplayReport:

@@ -19,6 +19,7 @@ FACADE = 6   # runtime/runtime.py, runtime/__init__.py and the old import paths
 PURE = ["core/states.py", "core/records.py", "core/frozen.py", "core/errors.py", "core/trace.py", "core/jsonvalues.py",
         "graph/spec.py", "graph/builder.py", "graph/validate.py", "graph/reducers.py", "graph/loops.py",
         "graph/instances.py", "engine/instances.py", "engine/placement.py", "engine/scheduler.py", "engine/decisions.py", "engine/folding.py",
+        "engine/lookahead.py",
         "travel/diff.py", "travel/report.py"]
 FORBIDDEN = {"sqlalchemy", "sqlmodel", "sqlite3", "psycopg", "http", "httpx", "litestar", "time",
              "datetime", "socket", "threading", "os"}
