@@ -3,7 +3,8 @@
 People click a checkpoint and read "ready" as what runs next if they fork or resume
 from there, so it must agree with the run: a ``when=`` that is false there is not
 ready (what its skip makes due is), skips propagate, a loop grows its next iteration,
-and a map is its items. Each case is checked against what a fork really starts.
+and a map is its items. Each case is checked against what a fork really starts, and a
+property checks random guarded graphs against the recorded trace.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Annotated, Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
+from test_properties import DELAY, Dag, dags
 
-from runtime import ExecutableGraph, Graph, NodeContext, Runtime, RunStatus, append
+from runtime import ExecutableGraph, Graph, MemoryStore, NodeContext, Runtime, RunStatus, add, append, merge
 from runtime.core.records import EventType, TraceEvent
 from runtime.core.states import NodeStatus
 from runtime.graph.instances import parse_instance
@@ -243,3 +247,77 @@ async def test_a_map_due_at_a_checkpoint_shows_its_items(rt: Runtime):
     empty = await rt.start(graph, {"count": 0})
     assert empty.status == RunStatus.SUCCEEDED
     assert await ready_as_forked(rt, graph, await checkpoint_after(rt, empty.id, "plan")) == ["collect"]
+
+
+# --------------------------------------------------------------------------- property
+
+
+class R(BaseModel):
+    log: Annotated[list[str], append] = []
+    total: Annotated[int, add] = 0
+    seen: Annotated[dict[str, int], merge] = {}
+
+
+#: a node's guard: none, "total" (its input's total modulo 3 is not k) or "seen"/"unseen"
+#: (whether a node, any node, is among the writes it was given)
+Guard = tuple[str, Any] | None
+
+
+@st.composite
+def guarded_dags(draw: st.DrawFn) -> tuple[Dag, dict[str, Guard], dict[str, float]]:
+    dag = draw(dags(max_nodes=8))
+    guards: dict[str, Guard] = {}
+    for n in dag.names:
+        kind = draw(st.sampled_from(["none", "none", "total", "seen", "unseen"]), label=f"guard {n}")
+        guards[n] = (None if kind == "none" else (kind, draw(st.integers(0, 2))) if kind == "total"
+                     else (kind, draw(st.sampled_from(dag.names))))
+    delays = draw(st.fixed_dictionaries({n: DELAY for n in dag.names}), label="delays")
+    return dag, guards, delays
+
+
+def predicate(guard: Guard):
+    if guard is None:
+        return None
+    kind, arg = guard
+    if kind == "total":
+        return lambda s: (s.total + arg) % 3 != 0
+    if kind == "seen":
+        return lambda s: arg in s.seen
+    return lambda s: arg not in s.seen
+
+
+def guarded_graph(dag: Dag, guards: dict[str, Guard], delays: dict[str, float]) -> ExecutableGraph:
+    g = Graph("guarded", state=R)
+    for name in dag.names:
+        async def node(s: R, ctx: NodeContext, name: str = name) -> dict:
+            await asyncio.sleep(delays[name])
+            return {"log": [name], "total": len(name), "seen": {name: 1}}
+        g.add_node(name, node, after=dag.deps[name], when=predicate(guards[name]))
+    return g.compile()
+
+
+async def guarded_scenario(dag: Dag, guards: dict[str, Guard], delays: dict[str, float], pick: int) -> None:
+    graph = guarded_graph(dag, guards, delays)
+    rt = Runtime(MemoryStore(), max_concurrency=16)   # room for every node at once: nothing waits for a slot
+    try:
+        run = await rt.start(graph, {}, max_concurrency=16)
+        assert run.status == RunStatus.SUCCEEDED, run.error
+        events = await rt.events(run.id)
+        history = await rt.history(run.id)
+        for cp in history:
+            view = await rt.checkpoint(cp.id)
+            # in flight when it was taken: no outcome in it, so a branch from there runs them again
+            running = {n for n, s in cp.node_states.items() if s == NodeStatus.RUNNING}
+            assert set(view.ready) == running | started_first(graph, events, cp.event_seq), cp.seq
+            assert view.ready == graph.canonical(view.ready)
+        base = history[pick % len(history)]
+        assert set((await rt.checkpoint(base.id)).ready) == await fork_starts(rt, graph, base.id)
+    finally:
+        rt.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=guarded_dags(), pick=st.integers(0, 20))
+def test_ready_is_what_the_run_started_next_from_each_checkpoint(case, pick: int):
+    dag, guards, delays = case
+    asyncio.run(asyncio.wait_for(guarded_scenario(dag, guards, delays, pick), 30))
