@@ -1,7 +1,8 @@
 """Cycles, loops and the canonical order of a graph's nodes.
 
-A cycle is legal when it is a loop: one entry bounded by ``max_iterations``, a
-``when=`` that can end it, and inside it only loops by the same rule. The canonical order keeps a loop's
+A cycle is legal when it is a loop: one entry bounded by ``max_iterations``, where the
+cycle is entered from the rest of the graph (when it is entered at all), a ``when=``
+that can end it, and inside it only loops by the same rule. The canonical order keeps a loop's
 members together, so an instance's place in the fold (``instances.instance_key``)
 extends the dependency order.
 """
@@ -93,33 +94,39 @@ def _cycle_path(comp: set[str], deps: dict[str, list[str]]) -> list[str]:
 def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str]],
                decls: Mapping[str, NodeDecl], loops: dict[str, list[str]]) -> Problem | None:
     """A cycle is a loop when one member bounds it (``max_iterations``: the node each
-    iteration starts at), some member decides with ``when=`` whether it goes on, and
-    without the edges back to its entry what is left is acyclic or made of loops inside
-    it, each a loop by the same rule. A loop found is added to ``loops`` (entry ->
-    members, an outer loop's members including those of the loops inside it)."""
+    iteration starts at, which is where the cycle is entered when anything outside leads
+    into it), some member decides with ``when=`` whether it goes on, and without the
+    edges back to its entry what is left is acyclic or made of loops inside it, each a
+    loop by the same rule. A loop found is added to ``loops`` (entry -> members, an
+    outer loop's members including those of the loops inside it)."""
     where = f"node {cycle[0]!r}"
     shown = " → ".join([*cycle, cycle[0]])
     if not any(decls[n].when is not None for n in comp):
         return Problem(where, f"cycle: {shown} has no exit: give one of its nodes a when= condition "
                               "(and its entry max_iterations) to make it a loop")
     entries = sorted(n for n in comp if decls[n].max_iterations is not None)
+    # the members that wait for a node outside the cycle: the run reaches the cycle there
+    # (for a loop inside another, from the outer loop's body)
+    entered = sorted(n for n in comp if any(d not in comp for d in deps[n]))
     if not entries:
-        return Problem(where, f"cycle: {shown} has no iteration bound: set max_iterations on the node "
-                              "each iteration starts at")
-    holding = [e for e in entries if _holds(e, comp, deps, entries)]
-    # the readings where every way back to the outer entry comes from outside the loops
-    # inside it, and each of those loops is entered at its bounded nodes only
-    clean = [e for e in holding if not _back_from_inside(e, comp, deps)]
-    outer = [e for e in clean if _entered_at_entries(e, comp, deps, entries)]
-    if not outer and len(holding) == 1:
-        outer = holding   # the one reading: checked below, which names what is wrong with it
-    elif not outer:
-        # a reading with a way back from inside an inner loop is what was meant, when the
-        # others pass only by entering their inner loops beside the entry: say what is wrong
-        outer = [e for e in holding if e not in clean][:1]
-    if len(outer) != 1:
-        how = ("more than one could hold the others' loops" if outer else "none holds the others' loops")
-        return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}, and {how}: "
+        if len(entered) == 1:
+            where, shown = f"node {entered[0]!r}", " → ".join([*_through(entered[0], comp, deps), entered[0]])
+        return Problem(where, f"cycle: {shown} has no iteration bound: set max_iterations on "
+                              f"{_start_hint(entered, comp, deps)}")
+    # A loop's first iteration starts at its entry, so the entry is where the cycle is
+    # entered. A bound only on a node it reaches later would be read as a loop starting
+    # there: run before the nodes it was declared after, and (a loop inside another whose
+    # own bound was left out) counting both loops' iterations as one.
+    starts = [e for e in entries if e in entered] if entered else entries
+    if not starts:
+        return _not_where_entered(entries, entered, comp, deps)
+    # entered at one bounded member: that is the entry, and the other bounds must start
+    # loops inside it (checked below); else choose among the readings
+    outer: list[str] | str = starts
+    if not entered or len(starts) > 1:
+        outer = _reading(starts, entries, comp, deps)
+    if isinstance(outer, str):
+        return Problem(where, f"cycle: {shown} has max_iterations on {', '.join(map(repr, entries))}, and {outer}: "
                               "set it on the node each iteration starts at only, or nest the loops (without "
                               "the edges back to the outer entry, an inner loop is a cycle of its own, entered "
                               "from the outer loop's body, whose edges back to the outer entry come from after it)")
@@ -127,8 +134,15 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
     if decls[entry].map_over is not None:
         return Problem(f"node {entry!r}", "a map worker cannot be the entry of a loop")
     forward = _without_back_edges(entry, comp, deps)
+    inner_cycles = cycles(forward)
+    in_inner = set().union(*(c for c, _ in inner_cycles))
+    for extra in (e for e in entries if e != entry and e not in in_inner):
+        return Problem(f"node {extra!r}", f"cycle: {' → '.join([*_through(entry, comp, deps), entry])} starts at "
+                                          f"{entry!r}, where it is entered, and {extra!r} runs later in each "
+                                          f"iteration, on no loop of its own: its max_iterations bounds nothing; "
+                                          f"keep it on {entry!r} only")
     found: dict[str, list[str]] = {}
-    for inner, inner_cycle in cycles(forward):
+    for inner, inner_cycle in inner_cycles:
         problem = check_loop(inner, inner_cycle, forward, decls, found)
         if problem is not None:
             return problem
@@ -151,6 +165,71 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
     loops.update(found)
     loops[entry] = sorted(comp)
     return None
+
+
+def _reading(starts: list[str], entries: list[str], comp: set[str],
+             deps: Mapping[str, Sequence[str]]) -> list[str] | str:
+    """The one of ``starts`` that can be the outer entry, with the loops the other bounded
+    members start inside it, as a one-item list; or why there is none."""
+    holding = [e for e in starts if _holds(e, comp, deps, entries)]
+    # the readings where every way back to the outer entry comes from outside the loops
+    # inside it, and each of those loops is entered at its bounded nodes only
+    clean = [e for e in holding if not _back_from_inside(e, comp, deps)]
+    outer = [e for e in clean if _entered_at_entries(e, comp, deps, entries)]
+    if not outer and len(holding) == 1:
+        outer = holding   # the one reading: checked by the caller, which names what is wrong with it
+    elif not outer:
+        # a reading with a way back from inside an inner loop is what was meant, when the
+        # others pass only by entering their inner loops beside the entry: say what is wrong
+        outer = [e for e in holding if e not in clean][:1]
+    if len(outer) != 1:
+        return "more than one could hold the others' loops" if outer else "none holds the others' loops"
+    return outer
+
+
+def _start_hint(entered: list[str], comp: set[str], deps: Mapping[str, Sequence[str]]) -> str:
+    """Which node a cycle's bound belongs on, as far as the graph tells."""
+    if len(entered) == 1:
+        return f"{entered[0]!r}, the node each iteration starts at: where it is entered{_after(entered[0], comp, deps)}"
+    if entered:
+        return f"the node each iteration starts at: one of {', '.join(map(repr, entered))}, where it is entered"
+    return "the node each iteration starts at"
+
+
+def _after(node: str, comp: set[str], deps: Mapping[str, Sequence[str]]) -> str:
+    """`` (after 'x', 'y')``: what ``node`` waits for outside ``comp``."""
+    return f" (after {', '.join(repr(d) for d in deps[node] if d not in comp)})"
+
+
+def _not_where_entered(entries: list[str], entered: list[str], comp: set[str],
+                       deps: Mapping[str, Sequence[str]]) -> Problem:
+    """The cycle is entered at unbounded members only: its bounds are on nodes it reaches later."""
+    start = entered[0]
+    shown = " → ".join([*_through(start, comp, deps), start])
+    where = f"node {start!r}"
+    if len(entered) > 1:
+        return Problem(where, f"cycle: {shown} is entered at {', '.join(map(repr, entered))}, and max_iterations is "
+                              f"on {', '.join(map(repr, entries))}, where it is not: set it on the node each iteration "
+                              "starts at, where the cycle is entered (a loop inside another needs its own bound too)")
+    # read with ``start`` as the entry: which bounds start loops inside it, and which bound nothing
+    forward = _without_back_edges(start, comp, deps)
+    inner = [c for c, _ in cycles(forward) if c & set(entries)]
+    held = [e for e in entries if any(e in c for c in inner)]
+    later = [e for e in entries if e not in held]
+    # each inner loop shown from a bounded node where it is entered, if there is one
+    firsts = [min(c & set(entries), key=lambda e: (all(d in c for d in forward[e]), e)) for c in inner]
+    shown_inner = [" → ".join([*_through(e, c, forward), e]) for c, e in zip(inner, firsts)]
+    inside = (f"the bound{'s' if len(held) > 1 else ''} on {', '.join(map(repr, held))} "
+              f"{'are' if len(held) > 1 else 'is'} only for the loop{'s' if len(inner) > 1 else ''} inside it "
+              f"({'; '.join(shown_inner)})") if held else ""
+    if not later:
+        return Problem(where, f"cycle: {shown} has no iteration bound of its own: it is entered at {start!r}"
+                              f"{_after(start, comp, deps)}, and {inside}; set max_iterations on {start!r} too: "
+                              "each loop needs its own")
+    return Problem(where, f"cycle: {shown} is entered at {start!r}{_after(start, comp, deps)}: set max_iterations "
+                          f"on {start!r}, the node each iteration starts at, instead of on "
+                          f"{', '.join(map(repr, later))}, which {'comes' if len(later) == 1 else 'come'} after it "
+                          f"in each iteration{f'; {inside}' if inside else ''}")
 
 
 def _without_back_edges(entry: str, comp: set[str], deps: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
