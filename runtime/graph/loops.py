@@ -148,22 +148,38 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
             return problem
     # each member's innermost loop: smaller loops, inside larger ones, written last
     nested = {m: e for e, ms in sorted(found.items(), key=lambda f: -len(f[1])) for m in ms}
-    if found:   # name the outer loop by a cycle through its entry, not one of the inner loops
-        where, shown = f"node {entry!r}", " → ".join([*_through(entry, comp, deps), entry])
-    # a subgraph's first node skipped leaves the subgraph entered: it does not end a loop around it
-    roots = {d.subgraph_root for d in decls.values() if d.subgraph_root}
-    if not any(decls[n].when is not None for n in comp if n not in nested or (n in found and n not in roots)):
-        deciding = sorted({nested[n] for n in comp if decls[n].when is not None})
-        return Problem(where, f"cycle: {shown} has no exit of its own: its when= conditions are inside the loop "
-                              f"of {', '.join(map(repr, deciding))}, and end only that loop; give one of the outer "
-                              "loop's nodes a when= condition (an inner loop's entry will do, unless it starts "
-                              "a subgraph: a subgraph once entered always ends)")
+    # name the loop by a cycle through its entry (not one of the loops inside it)
+    where, shown = f"node {entry!r}", " → ".join([*_through(entry, comp, deps), entry])
+    # A subgraph once entered always ends (its end node runs even when its own when= skipped
+    # its nodes, its first one included): no condition inside it ends a loop around it.
+    deciding = [n for n in comp if decls[n].when is not None]
+    around = {n: _subgraph_around(n, comp, decls) for n in deciding}
+    if not any(n not in nested or n in found for n in deciding if around[n] is None):
+        why = []
+        if in_loops := sorted({nested[n] for n in deciding if around[n] is None}):
+            why.append(f"inside the loop of {', '.join(map(repr, in_loops))}, and end only that loop")
+        if in_subgraphs := sorted({s for s in around.values() if s is not None}):
+            why.append(f"inside subgraph {', '.join(map(repr, in_subgraphs))}, which once entered always ends")
+        return Problem(where, f"cycle: {shown} has no exit of its own: its when= conditions are {'; or '.join(why)}; "
+                              "give one of the outer loop's nodes a when= condition (an inner loop's entry will do, "
+                              "unless it starts a subgraph: a subgraph once entered always ends)")
     for source in sorted(d for d in deps[entry] if d in nested):
         return Problem(f"node {entry!r}", f"cycle: {shown}: {source!r} leads back to {entry!r} from inside the loop "
                                           f"of {nested[source]!r}; an inner loop ends within an iteration of the "
                                           f"outer one: lead back from a node after it")
     loops.update(found)
     loops[entry] = sorted(comp)
+    return None
+
+
+def _subgraph_around(node: str, comp: set[str], decls: Mapping[str, NodeDecl]) -> str | None:
+    """The outermost subgraph ``node`` is inside whose end is a member of ``comp``, if any
+    (a subgraph's nodes are named ``sub/node``, its end ``sub``)."""
+    parts = node.split("/")
+    for i in range(1, len(parts)):
+        name = "/".join(parts[:i])
+        if name in comp and decls[name].subgraph_root is not None:
+            return name
     return None
 
 

@@ -608,6 +608,35 @@ def test_a_condition_on_a_sub_agents_first_node_is_no_exit_of_the_loop_around_it
     assert flat.compile().loop_path["step"] == ("sup", "step")
 
 
+async def test_a_condition_inside_a_subgraph_without_a_loop_is_no_exit_of_the_loop_around_it(rt: Runtime) -> None:
+    """``check`` skipping ``step`` (and ``note`` after it) leaves ``agent`` entered: it ends
+    and ``route`` leads back to ``sup`` again, so the loop could only end at its bound. The
+    same condition on ``route``, after the subgraph, ends it."""
+    def child(when: Any) -> Graph:
+        c = Graph("child", S)
+        c.add_node("step", lambda s: {"inner": s.inner + 1, "log": [f"step {s.inner + 1}"]}, when=when)
+        c.add_node("note", noop, after=["step"])
+        return c
+
+    def supervise(*, on_route: bool) -> Graph:
+        more = lambda s: s.inner < 2   # noqa: E731
+        g = Graph("supervise", S)
+        g.add_node("sup", noop, after=["route"], max_iterations=4)
+        g.subgraph("agent", child(None if on_route else more), after=["sup"])
+        g.add_node("route", noop, after=["agent"], when=more if on_route else None)
+        return g
+
+    with pytest.raises(GraphError) as e:
+        supervise(on_route=False).compile()
+    [problem] = e.value.problems
+    assert str(problem).startswith("node 'sup': cycle: sup → agent/step → agent/note → agent → route → sup has no "
+                                   "exit of its own: its when= conditions are inside subgraph 'agent', which once "
+                                   "entered always ends")
+    run = await rt.start(supervise(on_route=True), {})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert (await final_state(rt, run.id)).log == ["step 1", "step 2"]
+
+
 class Deep(BaseModel):
     log: Annotated[list[str], append] = []
     a: int = 0
