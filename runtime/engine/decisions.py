@@ -7,6 +7,7 @@ attempt (and shown in the debugger) so nobody has to read code to learn why.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -48,7 +49,11 @@ def budget_exceeded(limits: Mapping[str, JSON], usage: Mapping[str, JSON]) -> st
     over = []
     if limits.get("max_tokens") is not None and usage["tokens"] > limits["max_tokens"]:
         over.append(f"tokens {usage['tokens']} > max_tokens {limits['max_tokens']}")
-    if limits.get("max_cost") is not None and usage["cost"] > limits["max_cost"]:
+    max_cost = limits.get("max_cost")
+    # costs add up in floating point (0.1 + 0.1 + 0.1 > 0.3): a sum that only rounding
+    # puts over the budget is within it
+    if (max_cost is not None and usage["cost"] > max_cost
+            and not math.isclose(usage["cost"], max_cost, rel_tol=1e-9)):
         over.append(f"cost {usage['cost']:g} > max_cost {limits['max_cost']:g}")
     return "run budget exceeded: " + "; ".join(over) if over else None
 

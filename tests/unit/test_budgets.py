@@ -130,6 +130,21 @@ async def test_resume_gives_a_continuation_a_new_deadline(rt: Runtime):
     assert stored.limits["deadline_s"] == 3600 and stored.limits["deadline_at"] >= before + 3600
 
 
+async def test_costs_that_add_up_to_the_budget_exactly_stay_within_it(rt: Runtime):
+    """0.1 + 0.1 + 0.1 is 0.30000000000000004 in floating point: still a budget of 0.3."""
+    g = Graph("tenths", state=S)
+    for name, after in (("a", []), ("b", ["a"]), ("c", ["b"]), ("d", ["c"])):
+        def spend(state: S, ctx: NodeContext, name: str = name) -> dict[str, Any]:
+            ctx.usage(cost=0.1)
+            return {"log": [name]}
+        g.add_node(name, spend, after=after)
+    within = await rt.start(g, {}, max_cost=0.4)
+    assert within.status == RunStatus.SUCCEEDED, within.error
+    over = await rt.start(g, {}, max_cost=0.3)
+    assert over.status == RunStatus.FAILED and over.error["node"] == "d"
+    assert "cost 0.4 > max_cost 0.3" in over.error["message"]
+
+
 # --------------------------------------------------------------------------- effect usage
 
 async def test_effect_usage_served_from_the_journal_on_retry_is_counted_once(rt: Runtime):
