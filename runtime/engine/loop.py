@@ -32,6 +32,7 @@ from ..graph.instances import parse_instance
 from . import scheduler
 from .context import NodeContext
 from .decisions import on_failure
+from .effects import CANCEL_GRACE
 from .deps import EngineDeps
 from .executor import InFlight, OutcomeKind
 from .folding import StateFold, view_of
@@ -46,6 +47,9 @@ from .waiting import Waiter
 
 log = logging.getLogger(__name__)
 N = NodeStatus
+
+#: why a run ends whose caller stopped awaiting it (a stream's reader left, a timeout)
+STOPPED_WAITING = "the caller stopped waiting for the run"
 
 
 class RunLoop(Outcomes, Growth):
@@ -167,24 +171,25 @@ class RunLoop(Outcomes, Growth):
         self.deps.slots.attach(self)
         try:
             self._grow_inherited()
-            while True:
-                self._poll_limits()
-                self._schedule()
-                # a stopping run does not wait out retry backoffs: those nodes end with it
-                if not self._in_flight and not self._starved and (not self._retry_at or self._stop is not None):
-                    finish_run(self.rec, self.host, self.deps.store, self._stop)
-                    self.rec.flush(durable=True)
-                    return self.run
-                self.rec.maybe_flush()
-                await self._wait()
-                self._collect()
-                self.rec.checkpoint_if_dirty()
+            try:
+                ended = await self._steps()
+                assert ended is not None   # without ``until`` it runs to the end
+                return ended
+            except asyncio.CancelledError:
+                # The caller stopped waiting: the run is cancelled as ``cancel`` does it, so that a
+                # sync effect's thread that finishes within the grace is recorded, not left in
+                # doubt. Then the caller's cancel goes on; a second one, or node code that outlasts
+                # the grace, has the run abandoned at once (below).
+                self.request_cancel(STOPPED_WAITING)
+                await self._steps(until=self.rec.now() + CANCEL_GRACE + 1.0)
+                raise
         except LeaseLost:
             log.warning("run %s: lease lost to another owner; this process stops writing", self.run_id)
             self._stop_in_flight()  # another process owns the run now: write nothing
             raise
         except asyncio.CancelledError:
-            self._abort(stop(StopKind.CANCEL, ErrorClass.CANCELLED, "the caller stopped waiting for the run"))
+            if self.run.status == RunStatus.RUNNING:   # not ended above
+                self._abort(stop(StopKind.CANCEL, ErrorClass.CANCELLED, STOPPED_WAITING))
             raise
         except BaseException as e:
             self._abort(stop(StopKind.FAIL, ErrorClass.INTERNAL, f"{type(e).__name__}: {e}"))
@@ -193,6 +198,23 @@ class RunLoop(Outcomes, Growth):
             self.rec.closed = True
             self._waiter.close()
             self.deps.slots.detach(self)
+
+    async def _steps(self, until: float | None = None) -> Run | None:
+        """Run the loop until the run ends or pauses (None: ``until`` came first)."""
+        while True:
+            self._poll_limits()
+            self._schedule()
+            # a stopping run does not wait out retry backoffs: those nodes end with it
+            if not self._in_flight and not self._starved and (not self._retry_at or self._stop is not None):
+                finish_run(self.rec, self.host, self.deps.store, self._stop)
+                self.rec.flush(durable=True)
+                return self.run
+            if until is not None and self.rec.now() >= until:
+                return None
+            self.rec.maybe_flush()
+            await self._wait(until)
+            self._collect()
+            self.rec.checkpoint_if_dirty()
 
     def _abort(self, why: Stop) -> None:
         """The driver itself is stopping (its caller was cancelled, or an unexpected
@@ -313,11 +335,11 @@ class RunLoop(Outcomes, Growth):
         self.deps.slots.acquire()
         return True
 
-    async def _wait(self) -> None:
+    async def _wait(self, until: float | None = None) -> None:
         if await self._in_flight.settle():
             return
         now = self.rec.now()
-        timeouts = [self.env.heartbeat]
+        timeouts = [self.env.heartbeat] if until is None else [self.env.heartbeat, until - now]
         if not self.rec.batch.empty():
             timeouts.append(self.rec.last_flush + self.env.group_commit - now)
         if self._retry_at:

@@ -5,6 +5,7 @@ reads the same sequence back from the store."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Annotated
 
 import pytest
@@ -207,6 +208,33 @@ async def test_a_kept_stream_left_early_stops_its_run_when_closed(rt: Runtime):
         assert run.status == RunStatus.CANCELLED, close
     await asyncio.sleep(0.3)
     assert charged == []
+
+
+async def test_a_reader_that_leaves_during_a_sync_effect_leaves_its_outcome_recorded_not_in_doubt(rt: Runtime):
+    """Leaving the stream cancels the run as ``cancel`` does: the effect's thread cannot be
+    stopped, so its outcome is waited for and recorded, and the continuation is served it."""
+    calls: list[str] = []
+
+    def pay() -> str:
+        calls.append("pay")
+        time.sleep(0.2)
+        return "receipt"
+
+    g = Graph("pay_sync", state=S)
+
+    @g.node()
+    async def charge(state: S, ctx: NodeContext) -> dict:
+        return {"log": [await ctx.effect("pay", pay)]}
+
+    async with rt.stream(g, {}) as events:
+        async for ev in events:
+            if ev.type == "effect.started":
+                break
+    run = await rt.get_run(ev.run_id)
+    assert run.status == RunStatus.CANCELLED and "stopped waiting" in run.error["message"]
+    continued = await rt.resume(run.id)
+    assert continued.status == RunStatus.SUCCEEDED, continued.status   # not paused on an in-doubt effect
+    assert calls == ["pay"]
 
 
 async def test_streaming_something_that_is_not_a_call_is_refused(rt: Runtime):
