@@ -56,7 +56,16 @@ class Driver:
 
     async def run_loop(self, loop: RunLoop) -> Run:
         """Drive a loop; remember the state it stopped at (a thread's next turn starts there)."""
-        run = await loop.drive()
+        try:
+            run = await loop.drive()
+        except asyncio.CancelledError:
+            # the caller stopped waiting (a stream's reader left): the run ended CANCELLED all
+            # the same, and its policy for that end holds; then the cancel goes on
+            try:
+                await self.finished(self.store.get_run(loop.run_id))
+            except Exception:
+                log.exception("run %s: could not compensate it as its policy asks", loop.run_id)
+            raise
         self.deps.graphs.remember_state(loop.rec.head.id, loop.state.head_state())
         return run
 

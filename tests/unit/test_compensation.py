@@ -213,3 +213,34 @@ async def test_a_thread_ending_after_the_lease_was_taken_over_stays_in_doubt(
     assert statuses(rt, run.id, "flight") == [*DONE, S.COMPENSATING]   # the other process will see it in doubt
     after = await rt.get_run(run.id)
     assert (after.lease_owner, after.fence, after.event_seq) == ("elsewhere:1:x", other.fence, other.event_seq)
+
+
+async def test_a_run_whose_caller_stops_waiting_is_compensated_as_its_policy_asks(rt: Runtime) -> None:
+    """Leaving its stream (or cancelling an awaited ``start``) ends the run CANCELLED, so
+    ``compensate_on=["cancelled"]`` undoes its effects before the cancel reaches the caller."""
+    world = World()
+    g = Graph("trip_then_wait", state=Trip)
+
+    @g.node()
+    async def hotel(state, ctx):
+        booked = await ctx.effect("hotel", lambda: "h-1", compensate=world.undo)
+        ctx.emit({"booked": booked})
+        await asyncio.sleep(30)
+        return {"hotel": booked}
+
+    async with rt.stream(g, {}, compensate_on=["cancelled"]) as events:
+        async for ev in events:
+            if ev.type == "custom":
+                break
+    run = await rt.get_run(ev.run_id)
+    assert run.status == RunStatus.CANCELLED
+    assert world.undos == [("hotel", keys(rt, run.id)["hotel"] + ":undo")]
+    assert statuses(rt, run.id, "hotel") == [*DONE, S.COMPENSATING, S.COMPENSATED]
+
+    task = asyncio.create_task(rt.start(g, {}, compensate_on=["cancelled"]))
+    while (latest := (await rt.runs())[0]).id == run.id or S.SUCCEEDED not in statuses(rt, latest.id, "hotel"):
+        await asyncio.sleep(0.01)   # booked, and waiting
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert statuses(rt, latest.id, "hotel") == [*DONE, S.COMPENSATING, S.COMPENSATED]
