@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from .jsonvalues import JSON
-from .records import Checkpoint, EventType, PendingWrite, TraceEvent, WriteKind
+from .records import Checkpoint, CheckpointSummary, EventType, PendingWrite, TraceEvent, WriteKind
 
 __all__ = ["CHECKPOINT", "CUSTOM", "SINK", "StreamEvent", "merge_stream", "publish"]
 
@@ -50,7 +50,7 @@ class StreamEvent:
 SINK: ContextVar[Callable[[list[StreamEvent]], None] | None] = ContextVar("harness_stream_sink", default=None)
 
 
-def merge_stream(run_id: str, events: Iterable[TraceEvent], checkpoints: Iterable[Checkpoint],
+def merge_stream(run_id: str, events: Iterable[TraceEvent], checkpoints: Iterable[Checkpoint | CheckpointSummary],
                  writes: Iterable[PendingWrite]) -> list[StreamEvent]:
     """Stream events for records committed together (or read back together)."""
     outputs: dict[tuple[str | None, int | None], JSON] = {

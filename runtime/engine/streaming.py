@@ -20,6 +20,8 @@ from ..store.base import CheckpointStore
 
 #: a run still to be followed: it may record more events
 _LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
+#: above any checkpoint's sequence number (the stores keep it in a 32-bit column)
+_LAST = 2**31 - 1
 
 
 class RunStream:
@@ -92,7 +94,9 @@ async def _follow(store: CheckpointStore, run_id: str, after_seq: int,
         events = store.events(run_id, last_seq)
         if events:
             top = events[-1].seq
-            cps = [c for c in store.checkpoints(run_id) if c.seq > last_cp and c.event_seq <= top]
+            # summaries of the new checkpoints only: reading every checkpoint with its node
+            # states on every poll made following a long run cost more the longer it ran
+            cps = [c for c in store.checkpoint_summaries(run_id, last_cp + 1, _LAST) if c.event_seq <= top]
             nodes = {(e.node, e.attempt) for e in events if e.node}
             writes = [w for w in store.pending_writes(run_id) if (w.node, w.attempt) in nodes]
             for item in merge_stream(run_id, events, cps, writes):

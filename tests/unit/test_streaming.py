@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from runtime import Graph, NodeContext, NotFound, Runtime, RunStatus, StreamEvent, append
+from runtime.core.records import Checkpoint, CheckpointSummary
 
 
 class S(BaseModel):
@@ -145,6 +146,32 @@ async def test_following_a_run_from_the_store_sees_the_live_sequence(rt: Runtime
     followed = await collect(rt.follow(live[0].run_id, poll=0.01))
     await task
     assert followed == recorded(live)
+
+
+async def test_following_reads_only_the_checkpoints_it_has_not_yet_streamed(rt: Runtime,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    """Each poll reads the new checkpoints' summaries, not every checkpoint with its node
+    states: following a long run (the debugger's live view) costs what the run adds."""
+    g = Graph("steps", state=S)
+    for i in range(6):
+        g.add_node(f"n{i}", lambda s, i=i: {"log": [str(i)]}, after=[f"n{i - 1}"] if i else [])
+    run = await rt.start(g, {})
+    expected = await collect(rt.follow(run.id))
+    first_seqs: list[int] = []
+    summaries = rt.store.checkpoint_summaries
+
+    def new_ones(run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
+        first_seqs.append(first_seq)
+        return summaries(run_id, first_seq, last_seq)
+
+    def every_one(run_id: str) -> list[Checkpoint]:
+        raise AssertionError("follow read every checkpoint with its node states")
+
+    monkeypatch.setattr(rt.store, "checkpoint_summaries", new_ones)
+    monkeypatch.setattr(rt.store, "checkpoints", every_one)
+    assert await collect(rt.follow(run.id)) == expected
+    assert await collect(rt.follow(run.id, after_seq=8)) == [e for e in expected if e.seq > 8]
+    assert first_seqs == [0, 0]   # one read of each follow (the run has ended)
 
 
 async def test_following_an_unknown_run_is_not_found(rt: Runtime):
