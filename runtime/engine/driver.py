@@ -58,9 +58,12 @@ class Driver:
         """Drive a loop; remember the state it stopped at (a thread's next turn starts there)."""
         try:
             run = await loop.drive()
-        except asyncio.CancelledError:
-            # the caller stopped waiting (a stream's reader left): the run ended CANCELLED all
-            # the same, and its policy for that end holds; then the cancel goes on
+        except LeaseLost:
+            raise   # another process drives the run now: its end, and its policy, are that one's
+        except (asyncio.CancelledError, Exception):
+            # the caller stopped waiting (a stream's reader left), or the driver itself failed:
+            # the run ended CANCELLED or FAILED all the same, and its policy for that end holds;
+            # then the cancel or the error goes on (a failing compensation is only logged)
             try:
                 await self.finished(self.store.get_run(loop.run_id))
             except Exception:

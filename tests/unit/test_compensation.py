@@ -19,7 +19,8 @@ import pytest
 from pydantic import BaseModel
 
 from runtime import EffectInfo, EffectStatus, Graph, InvalidRequest, RunStatus, Runtime
-from runtime.core.records import EventType
+from runtime.core.records import Batch, EventType
+from runtime.store.base import CheckpointStore
 
 S = EffectStatus
 DONE = [S.STARTED, S.SUCCEEDED]
@@ -244,3 +245,61 @@ async def test_a_run_whose_caller_stops_waiting_is_compensated_as_its_policy_ask
     with pytest.raises(asyncio.CancelledError):
         await task
     assert statuses(rt, latest.id, "hotel") == [*DONE, S.COMPENSATING, S.COMPENSATED]
+
+
+class FailingCommits:
+    """A store (wrapping a real one) whose disk fills up at chosen commits: the one that
+    records node ``done`` while the run is still running, and, if asked, every compensation."""
+
+    def __init__(self, inner: CheckpointStore, undo_too: bool = False):
+        self.inner, self.undo_too, self.failed = inner, undo_too, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def commit(self, batch: Batch) -> None:
+        running = batch.run is not None and batch.run.status == RunStatus.RUNNING
+        if not self.failed and running and any("done" in cp.nodes for cp in batch.checkpoints):
+            self.failed = True
+            raise OSError("disk full")
+        if self.undo_too and any(e.status == S.COMPENSATING for e in batch.effects):
+            raise OSError("disk full again")
+        self.inner.commit(batch)
+
+
+@pytest.mark.parametrize("undo_too", [False, True])
+async def test_a_run_whose_driver_fails_is_compensated_as_its_policy_asks(
+        store: CheckpointStore, undo_too: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """An internal error of the driver itself ends the run FAILED, so ``compensate_on=["failed"]``
+    undoes its effects as for a node's failure; the driver's error still reaches the caller,
+    also when the compensation fails (that is logged)."""
+    world = World()
+    g = Graph("trip_then_done", state=Trip)
+
+    @g.node()
+    async def hotel(state, ctx):
+        return {"hotel": await ctx.effect("hotel", lambda: "h-1", compensate=world.undo)}
+
+    @g.node(after=["hotel"])
+    async def done(state, ctx):
+        return {}
+
+    @g.node(after=["done"])
+    async def flight(state, ctx):
+        await asyncio.sleep(30)   # in flight when the commit fails
+        return {}
+
+    rt = Runtime(store=FailingCommits(store, undo_too))
+    try:
+        with pytest.raises(OSError, match="^disk full$"):
+            await rt.start(g, {}, compensate_on=["failed"])
+        [run] = await rt.runs()
+        assert run.status == RunStatus.FAILED and run.error == {"class": "internal", "message": "OSError: disk full"}
+        if undo_too:
+            assert world.undos == [] and statuses(rt, run.id, "hotel") == DONE
+            assert "could not compensate it" in caplog.text
+        else:
+            assert world.undos == [("hotel", keys(rt, run.id)["hotel"] + ":undo")]
+            assert statuses(rt, run.id, "hotel") == [*DONE, S.COMPENSATING, S.COMPENSATED]
+    finally:
+        rt.close()
