@@ -63,6 +63,9 @@ class Recorder:
         self.now = env.clock.time   # ``env.now``, one call fewer: it is asked several times a step
         self.graph = inst.graph
         self.run = run
+        #: the run's row as last committed: ``late_effect`` adds usage to it, never writing
+        #: what a failed commit left uncommitted (an end the store refused)
+        self.committed = run
         self.head = head
         self._parent = head
         self.statuses: dict[str, NodeStatus] = dict(statuses)
@@ -217,16 +220,22 @@ class Recorder:
         batch.run = self.run
         batch.durable = durable
         self.store.commit(batch)
+        self.committed = self.run
         self.batch = Batch(run_id=self.run.id, fence=self.run.fence)
         if self.sink is not None:
             self.sink(merge_stream(self.run.id, batch.events, batch.checkpoints, batch.writes))
 
     def late_effect(self, entry: JournalEntry) -> None:
-        """Journal an effect's outcome that arrived after the run's end: alone, without a
-        trace event, and only while no other process took the run over (its effect is then
-        in doubt, which is safe)."""
+        """Journal an effect's outcome that arrived after the run's end: without a trace
+        event, and only while no other process took the run over (its effect is then in
+        doubt, which is safe). The usage it reported goes onto the run's row in the same
+        transaction: a continuation starts with it and is served the result without
+        counting it again, so it is counted once, in the budget of the run's lineage."""
+        with self.usage_lock:
+            run = self.committed.evolve(usage=dict(self.usage))
         try:
-            self.store.commit(Batch(run_id=self.run.id, fence=self.run.fence, effects=[entry]))
+            self.store.commit(Batch(run_id=run.id, fence=run.fence, run=run, effects=[entry]))
+            self.committed = run
         except LeaseLost:
             log.info("run %s: effect %s finished after the run ended and another process took the run over; "
                      "left in doubt", self.run.id, entry.name)

@@ -5,10 +5,13 @@ often its recorded result is served; mocked effects count nothing; ``resume`` an
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -196,6 +199,52 @@ async def test_effect_usage_reported_from_a_thread_is_counted_once_across_a_cont
     cont = await rt.resume(failed.id)
     assert cont.status == RunStatus.SUCCEEDED and calls.counts == {"model": 1, "ask": 2}
     assert (await rt.get_run(cont.id)).usage == {"tokens": 30, "cost": 0.25, "steps": 2}
+
+
+@pytest.mark.parametrize("end", ["cancel", "stop_waiting"])
+async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_lineage(rt: Runtime, end: str):
+    """A ``def`` node's thread outlives its run's end; the effect it finishes then is journaled,
+    and its usage goes onto the ended run: the continuation served that result starts with it,
+    is held to the budget by it, and never counts it again."""
+    g = Graph("late", state=S)
+    calls, started, release, finished = Calls(), threading.Event(), threading.Event(), threading.Event()
+
+    def call(info: EffectInfo) -> str:
+        calls("model")
+        started.set()
+        release.wait(10)
+        info.usage(tokens=500, cost=5)
+        return "late answer"
+
+    @g.node()
+    def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+        try:
+            return {"text": ctx.effect("llm", call)}
+        finally:
+            finished.set()
+
+    task = asyncio.create_task(rt.start(g, {}, max_tokens=400))
+    await asyncio.to_thread(started.wait, 10)
+    [ended] = await rt.runs()
+    if end == "cancel":
+        await rt.cancel(ended.id, "stop")
+    else:   # the caller's task is cancelled: the run ends CANCELLED as well
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    ended = await rt.get_run(ended.id)
+    assert ended.status == RunStatus.CANCELLED
+    release.set()
+    await asyncio.to_thread(finished.wait, 10)   # ``ctx.effect`` returned: its outcome is journaled
+    assert [e.status for e in rt.store.journal([ended.id])] == [EffectStatus.STARTED, EffectStatus.SUCCEEDED]
+    assert (await rt.get_run(ended.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 1}
+
+    over = await rt.resume(ended.id)
+    assert over.status == RunStatus.FAILED and over.error["class"] == ErrorClass.LIMIT_EXCEEDED
+    assert "tokens 500 > max_tokens 400" in over.error["message"]
+    cont = await rt.resume(over.id, max_tokens=1000)
+    assert cont.status == RunStatus.SUCCEEDED and calls.counts == {"model": 1}   # served from the journal
+    assert (await rt.get_run(cont.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 2}
 
 
 async def test_an_effect_over_the_budget_ends_the_run_and_its_paid_result_is_served_later(rt: Runtime):
