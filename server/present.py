@@ -148,9 +148,12 @@ def interrupt_question(i: Interrupt) -> str:
     if i.kind not in EFFECT_ANSWERS or not isinstance(value, dict):
         return json.dumps(value)
     recorded = value.get("recorded_request")
+    doubt = value.get("in_doubt")
     return (f"effect {value.get('effect')!r} #{value.get('occurrence')} "
             + ("has no recorded result" if i.kind == InterruptKind.UNRECORDED
                else "started but its outcome was never recorded")
+            + (f" (run {doubt.get('run_id')} started it, key {doubt.get('key')}, and its outcome was never "
+               "recorded: it may have happened)" if isinstance(doubt, dict) else "")
             + f" for request {json.dumps(value.get('request'))}"
             + (f" (recorded: {json.dumps(recorded)})" if recorded is not None else ""))
 

@@ -68,11 +68,20 @@ class RunHost:
         #: mocked runs: the source lineage's served records per identity, nearest run first
         self._source: dict[tuple[str, str, int], list[JournalEntry]] = {}
         latest: dict[tuple[str, str, str, int], JournalEntry] = {}
+        last: dict[tuple[str, str, str, int], JournalEntry] = {}
         for e in source_journal:  # nearest run first, each run's entries in the order recorded
             if e.status in (EffectStatus.SUCCEEDED, EffectStatus.MOCKED):
                 latest[(e.run_id, e.node, e.name, e.occurrence)] = e
+            if e.status not in COMPENSATION_STATUSES:
+                last[(e.run_id, e.node, e.name, e.occurrence)] = e
         for (_, node, name, occ), e in latest.items():
             self._source.setdefault((node, name, occ), []).append(e)
+        #: identities the source lineage started without recording an outcome (nearest run
+        #: first): a person asked about such an effect must know it may have happened
+        self._source_doubt: dict[tuple[str, str, int], JournalEntry] = {}
+        for (_, node, name, occ), e in last.items():
+            if e.status == EffectStatus.STARTED:
+                self._source_doubt.setdefault((node, name, occ), e)
         self.interrupts: dict[tuple[str, str, str], Interrupt] = {}
         for i in interrupts:
             if i.run_id == run.id or i.status == InterruptStatus.ANSWERED:
@@ -109,6 +118,9 @@ class RunHost:
         if not found:
             return None
         return next((e for e in found if e.request == request), found[0])
+
+    def source_in_doubt(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
+        return self._source_doubt.get((node, name, occurrence))
 
     def mock_result(self, name: str) -> tuple[bool, JSON]:
         return (name in self._mocks, self._mocks.get(name))

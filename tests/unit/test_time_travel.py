@@ -813,3 +813,36 @@ async def test_rejected_fork_and_replay_save_no_graph(rt: Runtime):
     with pytest.raises(InvalidRequest, match="recorded input does not fit"):
         await rt.replay(run.id, graph=other)
     assert rt.store.graph_description(other.version) is None
+
+
+async def test_a_fork_asking_about_an_effect_the_source_left_in_doubt_says_so(rt: Runtime):
+    from runtime import RetryPolicy
+    from server.present import interrupt_question
+
+    calls: list[str] = []
+
+    def charge(info):
+        calls.append(info.key)
+        raise TimeoutError("gateway timed out")  # outcome unknown: the entry stays STARTED
+
+    g = Graph("doubt", state=Order)
+
+    @g.node()
+    def lookup(s: Order) -> dict:
+        return {"log": ["looked up"]}
+
+    @g.node(after=["lookup"], retry=RetryPolicy(max_attempts=2, initial_interval=0.001))
+    async def pay(s: Order, ctx: NodeContext) -> dict:
+        return {"receipt": await ctx.effect("pay", charge, request={"order": s.order})}
+
+    run = await rt.start(g, {})   # the retry finds the effect in doubt and asks
+    assert [i.kind for i in await rt.interrupts(run.id)] == [InterruptKind.IN_DOUBT]
+    [key] = calls
+    branch = await rt.fork(await checkpoint_after(rt, run.id, "lookup"))
+    assert branch.status == RunStatus.INTERRUPTED and calls == [key]
+    [question] = await rt.interrupts(branch.id)
+    value = question.payload["value"]
+    assert question.kind == InterruptKind.UNRECORDED
+    assert value["recorded_request"] == {"order": 1}
+    assert value["in_doubt"] == {"run_id": run.id, "key": key}
+    assert "may have happened" in value["question"] and "may have happened" in interrupt_question(question)
