@@ -185,14 +185,21 @@ def _replay_base(deps: EngineDeps, target_id: str) -> tuple[Run, Checkpoint]:
             cp = store.get_checkpoint(target_id)
         except NotFound:
             raise NotFound(f"no run or checkpoint with id {target_id!r}") from None
+        # a replay compares with what the run recorded: from a checkpoint of a run still under
+        # way, that record is not complete yet (as when the run itself is named)
+        _refuse_unfinished(store.get_run(cp.run_id))
         return effective_base(deps, cp)
-    if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
-        raise InvalidRequest(f"run {run.id} is {run.status.value}; replay it once it has stopped")
+    _refuse_unfinished(run)
     origin = store.get_run(continued_chain(store, run)[-1])  # a continued run is replayed whole
     # a patched fork ran from its patch checkpoint (its input), not from the state before it
     first = store.find_checkpoint(origin.id, 1 if origin.options.get("patched") else 0)
     assert first is not None  # every run is created with its first checkpoint
     return run, first
+
+
+def _refuse_unfinished(run: Run) -> None:
+    if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
+        raise InvalidRequest(f"run {run.id} is {run.status.value}; replay it once it has stopped")
 
 
 def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus], base: Mapping[str, JSON],

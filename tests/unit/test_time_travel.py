@@ -3,6 +3,7 @@ and mocked effects, replays with divergence reports, compensation, export/import
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 import pytest
@@ -437,6 +438,36 @@ async def test_a_node_a_continuation_finished_is_reported_without_its_earlier_er
 async def test_replay_of_an_unknown_id_is_refused(rt: Runtime):
     with pytest.raises(NotFound, match="no run or checkpoint"):
         await rt.replay("nothing-here")
+
+
+async def test_a_run_still_under_way_is_not_replayed_by_its_id_or_a_checkpoints(rt: Runtime):
+    """A replay compares with the run's record, which is not complete while it runs:
+    refused however the run is named, and nothing is created."""
+    release = asyncio.Event()
+    g = Graph("slow", state=Order)
+    g.add_node("first", lambda s: {"log": ["first"]})
+
+    async def wait(s: Order) -> dict:
+        await release.wait()
+        return {"log": ["waited"]}
+
+    g.add_node("wait", wait, after=["first"])
+    task = asyncio.create_task(rt.start(g, {}))
+    try:
+        for _ in range(500):   # until ``first``'s checkpoint is in the store
+            runs = await rt.runs()
+            if runs and len(await rt.history(runs[0].id)) > 1:
+                break
+            await asyncio.sleep(0.01)
+        run = runs[0]
+        for target in (run.id, (await rt.history(run.id))[-1].id):
+            with pytest.raises(InvalidRequest, match=f"run {run.id} is running; replay it once it has stopped"):
+                await asyncio.wait_for(rt.replay(target), 10)   # a replay let through would wait too
+        assert [r.id for r in await rt.runs()] == [run.id]
+    finally:
+        release.set()
+        assert (await task).status == RunStatus.SUCCEEDED
+    assert (await rt.replay(run.id)).same
 
 
 async def test_the_report_of_a_run_that_is_not_a_replay_is_refused(rt: Runtime):
