@@ -8,7 +8,7 @@ the run's fencing token so that a process that lost its lease cannot write.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from ..core.jsonvalues import JSON
@@ -81,9 +81,11 @@ class CheckpointStore(Protocol):
         only among those holding a full state snapshot when ``with_snapshot``; None if none.
         Reads one checkpoint, not the run's history."""
 
-    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None) -> list[PendingWrite]:
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None, *,
+                       nodes: Collection[str] | None = None) -> list[PendingWrite]:
         """Every recorded node outcome of the run, in the order recorded (only those recorded
-        against checkpoint ``checkpoint_seq``, when given)."""
+        against checkpoint ``checkpoint_seq``, when given; only those of the node instances
+        ``nodes``, when given, at the cost of what those recorded, not of the run's length)."""
 
     def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
         """The succeeded writes of each node, looked up in ``run_ids`` in order

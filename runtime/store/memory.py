@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import replace
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from ..core.errors import InvalidRequest, LeaseLost, NotFound
 from ..core.jsonvalues import JSON
@@ -165,10 +165,13 @@ class MemoryStore:
                     return c
         return None
 
-    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None) -> list[PendingWrite]:
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None, *,
+                       nodes: Collection[str] | None = None) -> list[PendingWrite]:
+        wanted = None if nodes is None else set(nodes)
         with self._lock:
             self._get(run_id)
-            return [w for w in self._writes[run_id] if checkpoint_seq is None or w.checkpoint_seq == checkpoint_seq]
+            return [w for w in self._writes[run_id] if (checkpoint_seq is None or w.checkpoint_seq == checkpoint_seq)
+                    and (wanted is None or w.node in wanted)]
 
     def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
         out: dict[str, JSON] = {}

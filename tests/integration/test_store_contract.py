@@ -419,6 +419,27 @@ def test_pending_writes_are_returned_in_the_order_recorded(store: CheckpointStor
     assert store.pending_writes("r2") == [pw("r2", "n0", {"other": True})]
 
 
+def test_pending_writes_of_some_nodes_are_theirs_in_the_order_recorded(store: CheckpointStore) -> None:
+    add_run(store, "r1")
+    add_run(store, "r2")
+    names = ["n2", "n0", "work[1]", "n0", "work[10]", "n1", "work[1]", "n2"]
+    first = [pw("r1", n, {"i": i}, attempt=1 + i // 2, seq=i // 3) for i, n in enumerate(names)]
+    store.commit(Batch(run_id="r1", fence=1, writes=first[:5]))
+    store.commit(Batch(run_id="r2", fence=1, writes=[pw("r2", "n0", {"other": True})]))
+    store.commit(Batch(run_id="r1", fence=1, writes=first[5:]))
+    every = store.pending_writes("r1")
+    for nodes in (["n0"], {"n2", "work[1]"}, ("work[10]", "n0", "n0"), ["work"], ["nope"], []):
+        assert store.pending_writes("r1", nodes=nodes) == [w for w in every if w.node in nodes], nodes
+    assert store.pending_writes("r1", 1, nodes=["n0", "n1"]) == [first[3], first[5]]
+    assert store.pending_writes("r2", nodes=["n0", "n2"]) == [pw("r2", "n0", {"other": True})]
+    # more names than one SQL statement is given: still every write of theirs, in the order recorded
+    items = [f"item[{i}]" for i in range(1203)]
+    many = [pw("r1", n, i, seq=2) for i, n in enumerate(reversed(items))]
+    store.commit(Batch(run_id="r1", fence=1, writes=many))
+    assert store.pending_writes("r1", nodes=["n1", *items]) == [first[5], *many]
+    assert store.pending_writes("r1", nodes=items[::2]) == many[::2]
+
+
 def test_node_attempts_are_returned_in_the_order_recorded(store: CheckpointStore) -> None:
     add_run(store, "r1")
     attempts = [att("r1", "n0", 1, NodeStatus.RETRYING, error_class="transient", error="flaky",
@@ -648,13 +669,14 @@ def test_node_writes_ignore_error_and_interrupt_kinds(store: CheckpointStore) ->
 # --------------------------------------------------------------------------- reads of unknown runs
 
 
-@pytest.mark.parametrize("read", ["checkpoints", "pending_writes", "events", "node_attempts", "journal",
-                                  "node_writes"])
+@pytest.mark.parametrize("read", ["checkpoints", "pending_writes", "pending_writes_of_nodes", "events",
+                                  "node_attempts", "journal", "node_writes"])
 def test_per_run_reads_of_an_unknown_run_raise_not_found(store: CheckpointStore, read: str) -> None:
     add_run(store, "r1")
     calls: dict[str, Callable[[], Any]] = {
         "checkpoints": lambda: store.checkpoints("nope"),
         "pending_writes": lambda: store.pending_writes("nope"),
+        "pending_writes_of_nodes": lambda: store.pending_writes("nope", nodes=["n0"]),
         "events": lambda: store.events("nope"),
         "node_attempts": lambda: store.node_attempts("nope"),
         "journal": lambda: store.journal(["r1", "nope"]),

@@ -7,7 +7,7 @@ rebuild the full statuses from the last full row at or before a checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, Select, select
@@ -33,6 +33,10 @@ from ...core.records import (
 )
 from ...core.states import NodeStatus, RunStatus
 from .schema import ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, RUNS, WRITES
+
+
+#: node names in one ``IN (...)`` (SQLite allows 32766 parameters a statement, older builds 999)
+_NAMES_PER_QUERY = 500
 
 
 class RunKeys(dict[str, int]):
@@ -195,13 +199,24 @@ class Reader:
 
     # ------------------------------------------------------------------ outcomes and trace
 
-    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None) -> list[PendingWrite]:
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None, *,
+                       nodes: Collection[str] | None = None) -> list[PendingWrite]:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
             stmt = select(WRITES).where(WRITES.c.run_pk == pk).order_by(WRITES.c.pk)
             if checkpoint_seq is not None:
                 stmt = stmt.where(WRITES.c.checkpoint_seq == checkpoint_seq)
-            rows = conn.execute(stmt).all()
+            if nodes is None:
+                rows = conn.execute(stmt).all()
+            else:
+                # through the (run_pk, node) index: what the given nodes recorded, however long
+                # the run; a slice of names per statement keeps it within the parameter limits
+                names = sorted(set(nodes))
+                rows = []
+                for i in range(0, len(names), _NAMES_PER_QUERY):
+                    rows += conn.execute(stmt.where(WRITES.c.node.in_(names[i:i + _NAMES_PER_QUERY]))).all()
+                if len(names) > _NAMES_PER_QUERY:
+                    rows.sort(key=lambda r: r.pk)   # the slices' rows in the order recorded
         return [PendingWrite(run_id, r.checkpoint_seq, r.node, r.attempt, WriteKind(r.kind), r.value, r.created_at)
                 for r in rows]
 

@@ -18,7 +18,7 @@ same float). U+0000, which JSONB cannot hold, is stored escaped (``nul``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic_core import from_json
@@ -119,8 +119,9 @@ class SqlStore:
                         with_snapshot: bool = False) -> Checkpoint | None:
         return self._reader.find_checkpoint(run_id, at_or_before, with_snapshot=with_snapshot)
 
-    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None) -> list[PendingWrite]:
-        return self._reader.pending_writes(run_id, checkpoint_seq)
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None, *,
+                       nodes: Collection[str] | None = None) -> list[PendingWrite]:
+        return self._reader.pending_writes(run_id, checkpoint_seq, nodes=nodes)
 
     def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
         return self._reader.node_writes(run_ids)
