@@ -14,6 +14,7 @@ import asyncio
 import contextvars
 from collections.abc import AsyncGenerator, Awaitable
 
+from ..core.records import EventType
 from ..core.states import RunStatus
 from ..core.streams import SINK, StreamEvent, merge_stream
 from ..store.base import CheckpointStore
@@ -97,8 +98,13 @@ async def _follow(store: CheckpointStore, run_id: str, after_seq: int,
             # summaries of the new checkpoints only: reading every checkpoint with its node
             # states on every poll made following a long run cost more the longer it ran
             cps = [c for c in store.checkpoint_summaries(run_id, last_cp + 1, _LAST) if c.event_seq <= top]
-            nodes = {(e.node, e.attempt) for e in events if e.node}
-            writes = [w for w in store.pending_writes(run_id) if (w.node, w.attempt) in nodes]
+            # the outcomes of the nodes that succeeded in the new events (the only ones a stream
+            # shows), read by node: reading all of the run's on every poll made a poll cost what
+            # the run had done. From the run's start all of them are new: one read is cheaper
+            done = {(e.node, e.attempt) for e in events if e.type == EventType.NODE_SUCCEED and e.node}
+            names = None if last_seq == 0 else {n for n, _ in done}
+            writes = [w for w in store.pending_writes(run_id, nodes=names)
+                      if (w.node, w.attempt) in done] if done else []
             for item in merge_stream(run_id, events, cps, writes):
                 if item.seq > after_seq:
                     yield item

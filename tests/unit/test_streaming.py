@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated
+from collections.abc import Collection
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel
 
 from runtime import Graph, NodeContext, NotFound, Runtime, RunStatus, StreamEvent, append
-from runtime.core.records import Checkpoint, CheckpointSummary
+from runtime.core.records import Checkpoint, CheckpointSummary, PendingWrite
+from runtime.engine.streaming import follow
+from runtime.store.base import CheckpointStore
 
 
 class S(BaseModel):
@@ -172,6 +175,68 @@ async def test_following_reads_only_the_checkpoints_it_has_not_yet_streamed(rt: 
     assert await collect(rt.follow(run.id)) == expected
     assert await collect(rt.follow(run.id, after_seq=8)) == [e for e in expected if e.seq > 8]
     assert first_seqs == [0, 0]   # one read of each follow (the run has ended)
+
+
+class CountingStore:
+    """A store that keeps, for every read of pending writes, the nodes asked for and how
+    many writes came back; every other call goes to the store it wraps."""
+
+    def __init__(self, store: CheckpointStore):
+        self.store = store
+        self.reads: list[tuple[set[str] | None, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def pending_writes(self, run_id: str, checkpoint_seq: int | None = None, *,
+                       nodes: Collection[str] | None = None) -> list[PendingWrite]:
+        found = self.store.pending_writes(run_id, checkpoint_seq, nodes=nodes)
+        self.reads.append((None if nodes is None else set(nodes), len(found)))
+        return found
+
+
+async def test_following_a_long_run_reads_each_pending_write_once(rt: Runtime):
+    """A poll reads the pending writes of the nodes its new events finished, not all of the
+    run's: following a long map (the debugger's live view) costs what the run adds."""
+    count = 8
+    gates = [asyncio.Event() for _ in range(count)]
+    gates[0].set()
+
+    class M(S):
+        items: list[int] = []
+
+    g = Graph("stepped", state=M)
+
+    async def plan(s: M) -> dict:   # async nodes: each poll's reads see the same commits
+        return {"items": list(range(count))}
+
+    async def work(s: M, item: int) -> dict:
+        await gates[item].wait()   # one item at a time, each once the follower saw the one before
+        return {"log": [str(item)]}
+
+    g.add_node("plan", plan)
+    g.add_node("work", work, after=["plan"], map_over="items")
+    live: list[StreamEvent] = []
+
+    async def stream_it() -> None:
+        async for ev in rt.stream(g, {}):
+            live.append(ev)
+
+    task = asyncio.create_task(stream_it())
+    while not live:
+        await asyncio.sleep(0.01)
+    store = CountingStore(rt.store)
+    followed: list[StreamEvent] = []
+    async for ev in follow(store, live[0].run_id, poll=0.01):
+        followed.append(ev)
+        if ev.type == "node.succeed" and ev.node and ev.node.startswith("work["):
+            gates[min(int(ev.node[5:-1]) + 1, count - 1)].set()
+    await task
+    assert followed == recorded(live)
+    writes = rt.store.pending_writes(live[0].run_id)
+    assert len(writes) == count + 1 and len(store.reads) > count // 2
+    assert sum(n for _, n in store.reads) == len(writes)   # each one read once
+    assert all(nodes is not None and n <= len(nodes) for nodes, n in store.reads[1:])
 
 
 async def test_following_an_unknown_run_is_not_found(rt: Runtime):
