@@ -52,7 +52,7 @@ async def runs_list(request: Request[Any, Any, Any], status: FromQuery[str | Non
 NODE_ROWS = 60
 
 
-def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
+def _run_context(rt: Runtime, p: services.RunPage, page: int = 1) -> dict[str, Any]:
     lay = dag.layout(p.run.graph_version, p.description)
     svg = lay.svg.replace("__RUN__", p.run.id)
     summary = dag.node_summary(p.node_states)
@@ -63,8 +63,8 @@ def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
     def cp_url(seq: int) -> str:
         return f"{base}?cp={seq}"
 
-    def node_url(name: FromPath[str]) -> str:
-        return f"{base}?{urlencode({'cp': sel, 'node': name})}"
+    def node_url(name: FromPath[str], page: int = 1) -> str:
+        return f"{base}?{urlencode({'cp': sel, 'node': name, **({'page': page} if page > 1 else {})})}"
 
     def panel_url(name: FromPath[str], **more: Any) -> str:
         return f"{base}/panels/{name}?{urlencode({'cp': sel, **more})}"
@@ -85,12 +85,14 @@ def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
         gid = lay.ids.get(base_node(p.node), "")
         full = dag.node_summary(p.node_states)
         group = [(m, dag.headline(full.get(m, {}))) for m in lay.groups.get(gid, ())]
+    page = max(1, min(page, services.MAX_INT // services.INSTANCES_PER_PAGE))
+    instances, more = services.node_instances(rt, p, p.node, page) if p.node else ([], False)
     return {
         "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND, "group": group,
         "repeated": repeated,
         "summary": dict(list(summary.items())[:NODE_ROWS]), "more_nodes": max(0, len(summary) - NODE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url,
-        "instances": services.node_instances(rt, p, p.node) if p.node else [],
+        "instances": instances, "instance_page": page, "more_instances": more,
         "source": services.node_source(rt, p.run, p.node) if p.node else "",
         "live": p.run.status in (RunStatus.RUNNING, RunStatus.QUEUED),
     }
@@ -98,11 +100,11 @@ def _run_context(rt: Runtime, p: services.RunPage) -> dict[str, Any]:
 
 @get("/runs/{run_id:str}", include_in_schema=False)
 async def run_page(request: Request[Any, Any, Any], run_id: FromPath[str], cp: FromQuery[int | None] = None,
-                   node: FromQuery[str | None] = None) -> Response[str]:
+                   node: FromQuery[str | None] = None, page: FromQuery[int] = 1) -> Response[str]:
     rt = runtime_of(request)
 
     def load() -> dict[str, Any]:
-        return _run_context(rt, services.run_page(rt, run_id, cp=cp, node=node))
+        return _run_context(rt, services.run_page(rt, run_id, cp=cp, node=node), page)
 
     context = await services.in_thread(load)
     # a swap of #main also brings the action bar (out of band): its fork link follows the selected

@@ -24,6 +24,7 @@ from runtime.core.records import (
     Interrupt,
     JournalEntry,
     NodeAttempt,
+    PendingWrite,
     Run,
     RunKind,
     TraceEvent,
@@ -41,6 +42,8 @@ PER_PAGE = 50
 EVENTS_PER_PAGE = 100
 #: rows of a lazily loaded panel (attempts, nodes) per page
 ROWS_PER_PAGE = 200
+#: instances of a node shown at once in the node drawer (a map's items, a loop's iterations)
+INSTANCES_PER_PAGE = 50
 #: checkpoints shown around the selected one on the timeline
 TIMELINE_WINDOW = 60
 #: the largest integer a store holds: a page or sequence number beyond it names nothing
@@ -178,27 +181,34 @@ def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]
     return out
 
 
-def node_instances(rt: Runtime, page: RunPage, node: str) -> list[dict[str, Any]]:
-    """The instances of a graph node at the selected checkpoint (or the one instance asked
-    for, ``model#12``, ``work[250]``), in canonical order, with the attempts, writes and
-    effects each had by then."""
+def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1,
+                   per_page: int = INSTANCES_PER_PAGE) -> tuple[list[dict[str, Any]], bool]:
+    """One page of the instances of a graph node at the selected checkpoint (or the one
+    instance asked for, ``model#12``, ``work[250]``), in canonical order, with the attempts,
+    writes and effects each had by then; and whether a later page has more."""
     base = base_node(node)
     one = node if node != base else None
+    mine = sorted((n for n in page.node_states if (n == one if one else base_node(n) == base)), key=_instance_order)
+    start = (max(1, number) - 1) * per_page
+    shown = mine[start:start + per_page]
+    # grouped by instance once: a map of thousands of items is not scanned once per item
+    wanted = set(shown)
     until = page.selected.checkpoint.created_at
-    attempts = [a for a in rt.store.node_attempts(page.run.id) if base_node(a.node) == base and a.started_at <= until]
-    effects = journal_rows([e for e in rt.store.journal([page.run.id]) if base_node(e.node) == base and e.at <= until],
-                           page.run)
-    writes = [w for w in rt.store.pending_writes(page.run.id)
-              if base_node(w.node) == base and w.checkpoint_seq < page.selected.checkpoint.seq + 1]
-    out = []
-    mine = [n for n in page.node_states if (n == one if one else base_node(n) == base)]
-    for inst in sorted(mine, key=_instance_order):
-        st = page.node_states[inst]
-        out.append({"name": inst, "status": st.value,
-                    "attempts": [a for a in attempts if a.node == inst],
-                    "effects": [e for e in effects if e.node == inst],
-                    "writes": [w for w in writes if w.node == inst]})
-    return out
+    attempts: dict[str, list[NodeAttempt]] = {}
+    for a in rt.store.node_attempts(page.run.id):
+        if a.node in wanted and a.started_at <= until:
+            attempts.setdefault(a.node, []).append(a)
+    effects: dict[str, list[EffectRow]] = {}
+    for e in journal_rows([e for e in rt.store.journal([page.run.id]) if e.node in wanted and e.at <= until],
+                          page.run):
+        effects.setdefault(e.node, []).append(e)
+    writes: dict[str, list[PendingWrite]] = {}
+    for w in rt.store.pending_writes(page.run.id):
+        if w.node in wanted and w.checkpoint_seq < page.selected.checkpoint.seq + 1:
+            writes.setdefault(w.node, []).append(w)
+    out = [{"name": inst, "status": page.node_states[inst].value, "attempts": attempts.get(inst, []),
+            "effects": effects.get(inst, []), "writes": writes.get(inst, [])} for inst in shown]
+    return out, len(mine) > start + per_page
 
 
 def _instance_order(name: str) -> tuple[tuple[int, ...], int, int]:

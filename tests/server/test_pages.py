@@ -287,6 +287,21 @@ def test_node_drawer_shows_instances_attempts_effects_and_source(shared: Seeded,
     assert "attempt 1" not in drawer and "effect payments.charge" not in drawer
 
 
+def test_node_drawer_of_a_wide_map_shows_its_instances_a_page_at_a_time(extra: Extra, other: Client) -> None:
+    per = services.INSTANCES_PER_PAGE
+    url = f"/runs/{extra.big}?cp={extra.big_head}&node=work"
+
+    def instances(html: str) -> list[str]:
+        return re.findall(r'<details class="instance" open><summary>([^ <]+) ', html)
+
+    first, second = other.get(url, headers=HTMX).text, other.get(url + "&page=2", headers=HTMX).text
+    assert instances(first) == ["work"] + [f"work[{i}]" for i in range(per - 1)]
+    assert instances(second) == [f"work[{i}]" for i in range(per - 1, 60)]
+    assert f'hx-get="/runs/{extra.big}?cp={extra.big_head}&amp;node=work&amp;page=2"' in first
+    assert "← earlier instances" not in first
+    assert "← earlier instances" in second and "later instances →" not in second
+
+
 @pytest.mark.parametrize("url", ["/runs/run_nope", "/runs/{failed}?cp=99", "/runs/{failed}?node=nope",
                                  "/runs/{failed}?cp=0&node=nope", "/runs/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
                                  "/runs/{failed}/panels/nope", "/runs/{failed}/panels/events?cp=99",
