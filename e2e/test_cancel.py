@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from playwright.sync_api import Page, expect
@@ -55,3 +56,22 @@ def test_cancel_a_running_run(page: Page, demo: Any, shot: Any) -> None:
     events = demo.api(f"/api/runs/{run_id}/events?limit=1000")["events"]
     cancelled = [e for e in events if e["type"] == "run.cancel"]
     assert cancelled and "the site is down for maintenance" in str(cancelled[-1]["data"]), cancelled
+
+
+def test_a_checkpoint_picked_while_the_run_goes_on_stays_shown(page: Page, demo: Any, shot: Any) -> None:
+    run_id = start_slow_run(demo)
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("running")
+    page.locator('.timeline a.cp-link[data-seq="0"]').click()
+    expect(page).to_have_url(re.compile(r"[?&]cp=0(&|$)"))
+    demo.post(f"/api/runs/{run_id}/cancel", {"reason": "stopped while looking back"})
+    expect(page.locator("#run-status")).to_have_text("cancelled")
+    # the run's end refreshes the page (its actions now offer resume), at the checkpoint picked
+    expect(page.locator(".actions").get_by_role("button", name="Resume")).to_be_visible()
+    head = demo.api(f"/api/runs/{run_id}")["checkpoint_count"] - 1
+    assert head > 0
+    expect(page.locator(".timeline a.cp-link.selected")).to_have_attribute("data-seq", "0")
+    expect(page.locator(".selected-cp h2")).to_contain_text("Checkpoint #0")
+    expect(page.locator(f'.timeline a.cp-link[data-seq="{head}"]')).to_be_visible()
+    expect(page).to_have_url(re.compile(r"[?&]cp=0(&|$)"))
+    shot()

@@ -41,6 +41,14 @@
     e.preventDefault();
     window.location.assign(url.toString());
   });
+  // A running run's page refreshes on each checkpoint: a checkpoint (or node) picked in the
+  // timeline stays shown, with the URL that names it; a page that picked none follows the head.
+  document.addEventListener("htmx:configRequest", function (e) {
+    var elt = e.detail.elt;
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-refresh")) {
+      e.detail.path = window.location.pathname + window.location.search;
+    }
+  });
   document.addEventListener("DOMContentLoaded", function () { restore(document); });
   document.addEventListener("htmx:afterSwap", function (e) { restore(e.target); });
 })();
