@@ -77,8 +77,20 @@ async def thread_page(request: Request[Any, Any, Any], thread_id: FromPath[str])
     return render(request, "thread.html", {"thread_id": thread_id, "branches": branches, "first_checkpoint": first})
 
 
-def _checkpoints_of_thread(rt: Runtime, thread_id: FromPath[str]) -> list[tuple[Run, list[Checkpoint]]]:
-    return [(r, complete(rt.history(r.id))) for r in rt.store.list_runs(None, thread_id, 50)]
+#: the most runs whose checkpoints the diff page offers (the newest of the thread)
+DIFF_RUNS = 50
+
+
+def _checkpoints_of_thread(rt: Runtime, thread_id: FromPath[str],
+                           *compared: Checkpoint | None) -> list[tuple[Run, list[Checkpoint]]]:
+    runs = rt.store.list_runs(None, thread_id, DIFF_RUNS)
+    # the compared checkpoints' runs too, however old: otherwise the choices would select others
+    listed = {r.id for r in runs}
+    for cp in compared:
+        if cp is not None and cp.run_id not in listed:
+            listed.add(cp.run_id)
+            runs.append(complete(rt.get_run(cp.run_id)))
+    return [(r, complete(rt.history(r.id))) for r in runs]
 
 
 @get("/diff", include_in_schema=False)
@@ -88,9 +100,9 @@ async def diff_page(request: Request[Any, Any, Any], a: FromQuery[str], b: FromQ
     def load() -> dict[str, Any]:
         cp_a = rt.store.get_checkpoint(a)
         run_a = complete(rt.get_run(cp_a.run_id))
-        options = _checkpoints_of_thread(rt, run_a.thread_id)
         changes = complete(rt.diff(a, b)) if b else None
         cp_b = rt.store.get_checkpoint(b) if b else None
+        options = _checkpoints_of_thread(rt, run_a.thread_id, cp_a, cp_b)
         return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes}
 
     return render(request, "diff.html", await in_thread(load))

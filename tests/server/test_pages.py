@@ -20,7 +20,7 @@ from litestar.testing import TestClient
 from pydantic import BaseModel
 
 from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore
-from server.web import services
+from server.web import services, threads
 from server.web.app import create_app
 
 if TYPE_CHECKING:
@@ -821,6 +821,25 @@ def test_diff_page_compares_two_checkpoints(shared: Seeded, reader: Client) -> N
     assert "The states are equal." in equal
     assert error_page(reader.get("/diff", params={"a": ids[0], "b": "cp_nope"}), 404)
     assert reader.get("/diff").status_code == 400                      # `a` is required
+
+
+def test_diff_page_selects_the_checkpoints_compared_in_a_long_thread(seeded: Seeded, client: Client) -> None:
+    """The page offers the newest runs' checkpoints; those compared are offered (and selected)
+    however old their runs are."""
+    first, last = checkpoint_ids(seeded.rt, seeded.failed)[0], checkpoint_ids(seeded.rt, seeded.failed)[-1]
+
+    async def forks() -> None:
+        for _ in range(threads.DIFF_RUNS):
+            await seeded.rt.fork(last, patch={"n": 1})
+
+    asyncio.run(forks())
+    thread = client.get(f"/threads/{seeded.failed}").text
+    assert f'href="/diff?a={first}">Compare checkpoints' in thread
+    only_a = client.get("/diff", params={"a": first}).text
+    assert f'<option value="{first}" selected>' in only_a
+    both = client.get("/diff", params={"a": first, "b": last}).text
+    assert f'<option value="{first}" selected>' in both and f'<option value="{last}" selected>' in both
+    assert both.count(f'<optgroup label="{seeded.failed} (main)">') == 2
 
 
 def test_thread_page_of_a_lone_run(shared: Seeded, reader: Client) -> None:
