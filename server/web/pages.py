@@ -50,6 +50,10 @@ async def runs_list(request: Request[Any, Any, Any], status: FromQuery[str | Non
 
 #: rows of the selected checkpoint's node table shown before "… more"
 NODE_ROWS = 60
+#: instances named in "ready next" (a map due at the checkpoint has one per item)
+READY_SHOWN = 20
+#: rows of the changes since the previous checkpoint (a map's items each add one)
+CHANGE_ROWS = 200
 
 
 def _run_context(rt: Runtime, p: services.RunPage, page: int = 1) -> dict[str, Any]:
@@ -91,6 +95,8 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1) -> dict[str, A
         "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND, "group": group,
         "repeated": repeated,
         "summary": dict(list(summary.items())[:NODE_ROWS]), "more_nodes": max(0, len(summary) - NODE_ROWS),
+        "ready": p.selected.ready[:READY_SHOWN], "more_ready": max(0, len(p.selected.ready) - READY_SHOWN),
+        "changes": p.changes[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url,
         "instances": instances, "instance_page": page, "more_instances": more,
         "source": services.node_source(rt, p.run, p.node) if p.node else "",

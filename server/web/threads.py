@@ -79,6 +79,8 @@ async def thread_page(request: Request[Any, Any, Any], thread_id: FromPath[str])
 
 #: the most runs whose checkpoints the diff page offers (the newest of the thread)
 DIFF_RUNS = 50
+#: rows of changes the diff page shows (the JSON API has every one)
+DIFF_ROWS = 500
 
 
 def _checkpoints_of_thread(rt: Runtime, thread_id: FromPath[str],
@@ -103,7 +105,7 @@ async def diff_page(request: Request[Any, Any, Any], a: FromQuery[str], b: FromQ
         changes = complete(rt.diff(a, b)) if b else None
         cp_b = rt.store.get_checkpoint(b) if b else None
         options = _checkpoints_of_thread(rt, run_a.thread_id, cp_a, cp_b)
-        return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes}
+        return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes, "rows": DIFF_ROWS}
 
     return render(request, "diff.html", await in_thread(load))
 

@@ -302,6 +302,34 @@ def test_node_drawer_of_a_wide_map_shows_its_instances_a_page_at_a_time(extra: E
     assert "← earlier instances" in second and "later instances →" not in second
 
 
+def test_a_checkpoint_where_a_wide_map_is_due_lists_a_bounded_part_of_it(seeded: Seeded, client: Client) -> None:
+    """Its items added to the state and ready next, each one a row or a name: the page shows the
+    first of them and says how many more there are (the JSON API has them all)."""
+    from server.web import pages
+
+    wide = asyncio.run(seeded.rt.start(seeded.graphs["map"], {"count": 250}))
+    planned = next(c for c in seeded.rt.store.checkpoints(wide.id) if "plan" in c.nodes)
+    previous = seeded.rt.store.find_checkpoint(wide.id, planned.seq - 1)
+    assert previous is not None
+    html = client.get(f"/runs/{wide.id}", params={"cp": planned.seq}, headers=HTMX).text
+    ready = re.search(r"ready next: ([^·]*) ·", html)
+    assert ready and ready.group(1).strip() == ", ".join(f"work[{i}]" for i in range(pages.READY_SHOWN)) + \
+        f" and {250 - pages.READY_SHOWN} more"
+    rows = re.findall(r'<tr class="op-added"><td class="mono">items\.(\d+)</td>', html)
+    assert rows == [str(i) for i in range(pages.CHANGE_ROWS)]
+    assert f"… {250 - pages.CHANGE_ROWS} more" in html
+    assert f'href="/api/diff?a={previous.id}&amp;b={planned.id}"' in html
+    everything = client.get("/api/diff", params={"a": previous.id, "b": planned.id}).json()["changes"]
+    assert len(everything) == 250
+    # the diff page likewise, past its own bound
+    assert threads.DIFF_ROWS < 600
+    wider = asyncio.run(seeded.rt.start(seeded.graphs["map"], {"count": 600}))
+    cps = seeded.rt.store.checkpoints(wider.id)
+    compared = client.get("/diff", params={"a": cps[0].id, "b": cps[-1].id}).text
+    assert len(re.findall(r'<tr class="op-', compared)) == threads.DIFF_ROWS
+    assert f'href="/api/diff?a={cps[0].id}&amp;b={cps[-1].id}"' in compared
+
+
 @pytest.mark.parametrize("url", ["/runs/run_nope", "/runs/{failed}?cp=99", "/runs/{failed}?node=nope",
                                  "/runs/{failed}?cp=0&node=nope", "/runs/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
                                  "/runs/{failed}/panels/nope", "/runs/{failed}/panels/events?cp=99",
