@@ -117,8 +117,9 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
                 _check_names(raw, _loc(("nodes", i), plan), registry, problems)
             node_id = raw.get("id") if isinstance(raw, dict) else None
             if isinstance(node_id, str):  # keep the id known, so its dependents are not misreported
+                # (its when= unknown too: a loop after it is not also called endless)
                 decls.append(NodeDecl(name=node_id, fn=_unresolved, location=f"nodes[{i}] ({node_id!r})",
-                                      retry=NO_RETRY))
+                                      retry=NO_RETRY, when=_unresolved))
             continue
         where = f"nodes[{i}] ({node.id!r})"
         fn = _callable(node.fn, registry, f"{where}.fn", problems, "function")

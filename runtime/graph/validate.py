@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..core.errors import GraphError, Problem
+from .exits import endless_loops
 from .loops import canonical_order, check_loop, cycles
 from .spec import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
@@ -68,6 +69,9 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
         if problem is not None:
             problems.append(problem)
             bad |= comp
+    # a node with a dependency left out (reported above) is not known to always run
+    partial = {d.name for d in good if not isinstance(d.after, (list, tuple)) or len(deps[d.name]) != len(d.after)}
+    problems.extend(endless_loops(deps, by_name, loops, bad | partial))
     for d in good:
         if d.max_iterations is not None and d.name not in loops and d.name not in bad:
             problems.append(Problem(d.location, f"max_iterations bounds a loop, and {d.name!r} is in no cycle; "

@@ -28,8 +28,9 @@ def graph_imports() -> dict[str, set[str]]:
 
 def test_validation_does_not_import_the_builders():
     deps = graph_imports()
-    assert deps["validate"] == {"spec", "loops"}
+    assert deps["validate"] == {"spec", "loops", "exits"}
     assert deps["loops"] == {"spec"}
+    assert deps["exits"] == {"spec"}
     assert "refs" not in deps["plan"]
 
 
