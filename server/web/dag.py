@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from functools import lru_cache
 
 from runtime.core.states import NodeStatus
-from runtime.graph.instances import base_node, loop_paths
+from runtime.graph.instances import base_node, group_of, loop_paths, parse_instance
 
 #: siblings with the same dependencies and dependents beyond this are one group node
 FOLD_AT = 12
@@ -139,13 +139,21 @@ def layout(version: str, description: Mapping[str, object]) -> Layout:
     return found
 
 
-def node_summary(statuses: Mapping[str, NodeStatus]) -> dict[str, dict[str, int]]:
-    """Per graph node: how many of its instances have each status."""
+def node_summary(statuses: Mapping[str, NodeStatus], skip: Set[str] = frozenset()) -> dict[str, dict[str, int]]:
+    """Per graph node: how many of its instances have each status (not counting ``skip``)."""
     out: dict[str, dict[str, int]] = {}
     for inst, st in statuses.items():
-        counts = out.setdefault(base_node(inst), {})
-        counts[st.value] = counts.get(st.value, 0) + 1
+        counts = out.setdefault(base_node(inst), {})   # in the order of its first instance, even skipped
+        if inst not in skip:
+            counts[st.value] = counts.get(st.value, 0) + 1
     return out
+
+
+def instance_summary(statuses: Mapping[str, NodeStatus]) -> dict[str, dict[str, int]]:
+    """``node_summary`` of a node's instances only: a map's group record is the map itself,
+    so once it has items they are what is counted (a loop's iterations each still count)."""
+    groups = {group_of(n) for i in statuses if "[" in i and (n := parse_instance(i)).item is not None}
+    return node_summary(statuses, groups)
 
 
 def headline(counts: Mapping[str, int]) -> str:

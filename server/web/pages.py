@@ -59,7 +59,7 @@ CHANGE_ROWS = 200
 def _run_context(rt: Runtime, p: services.RunPage, page: int = 1) -> dict[str, Any]:
     lay = dag.layout(p.run.graph_version, p.description)
     svg = lay.svg.replace("__RUN__", p.run.id)
-    summary = dag.node_summary(p.node_states)
+    summary = dag.instance_summary(p.node_states)
     multi = {base_node(i) for i in p.node_states if base_node(i) != i}
     base = f"/runs/{p.run.id}"
     sel = p.selected.checkpoint.seq
@@ -150,7 +150,7 @@ async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name
         elif name == "events":
             ctx["rows"], ctx["has_next"] = services.events_window(rt, run_id, ctx["page"], eq)
         else:
-            summary = list(dag.node_summary(chosen.node_states).items())
+            summary = list(dag.instance_summary(chosen.node_states).items())
             start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
             ctx["rows"] = summary[start:start + services.ROWS_PER_PAGE]
             ctx["has_next"] = len(summary) > start + services.ROWS_PER_PAGE

@@ -287,6 +287,46 @@ def test_node_drawer_shows_instances_attempts_effects_and_source(shared: Seeded,
     assert "attempt 1" not in drawer and "effect payments.charge" not in drawer
 
 
+def node_row(html: str, node: str) -> str:
+    """The instances cell of ``node``'s row in the selected checkpoint's node table."""
+    found = re.search(rf'>{re.escape(node)}</a></td>\s*<td>(.*?)</td></tr>', html, re.S)
+    assert found, f"no row for {node}"
+    return found.group(1)
+
+
+def test_the_node_table_counts_a_maps_items_and_a_loops_iterations(seeded: Seeded, client: Client) -> None:
+    class Items(BaseModel):
+        items: list[int] = []
+
+    g = Graph("some_fail", Items)
+
+    @g.node()
+    def plan(s: Items) -> dict[str, Any]:
+        return {"items": list(range(8))}
+
+    @g.node(after=["plan"], map_over="items")
+    def work(s: Items, item: int) -> None:
+        if item % 3 == 1:
+            raise ValueError(f"item {item} is bad")
+
+    run = asyncio.run(seeded.rt.start(g, {}))
+    assert run.status == RunStatus.FAILED
+    states = services.run_page(seeded.rt, run.id).node_states
+    failed = sum(1 for n, st in states.items() if n.startswith("work[") and st.value == "failed")
+    assert failed and states["work"].value == "failed"   # the map's group record fails with its items
+    page = client.get(f"/runs/{run.id}").text
+    line = re.search(r'id="dag-counts".*?</ul>', page, re.S)
+    assert line and f" {failed} failed" in line.group(0)   # the line under the graph agrees
+    assert f'st-failed">failed</span>×{failed} ' in node_row(page, "work")
+    items = sum(1 for n in states if n.startswith("work["))
+    counts = [int(n) for n in re.findall(r"×(\d+)", node_row(page, "work"))]
+    assert sum(counts) == items == 8
+    # a loop's iterations are its instances: each counts
+    loop = client.get(f"/runs/{seeded.looped}").text
+    iterations = sum(1 for n in services.run_page(seeded.rt, seeded.looped).node_states if n.split("#")[0] == "model")
+    assert iterations > 1 and f"succeeded</span>×{iterations} " in node_row(loop, "model")
+
+
 def test_node_drawer_of_a_wide_map_shows_its_instances_a_page_at_a_time(extra: Extra, other: Client) -> None:
     per = services.INSTANCES_PER_PAGE
     url = f"/runs/{extra.big}?cp={extra.big_head}&node=work"
@@ -383,7 +423,7 @@ def test_panels_show_what_the_run_recorded(shared: Seeded, reader: Client) -> No
     assert attempts.count('class="bar-row"') == 2
     nodes = reader.get(f"/runs/{shared.mapped}/panels/nodes", headers={"HX-Request": "true"}).text
     assert re.findall(r'node=([^"]+)">', nodes) == ["plan", "work", "reduce"]
-    assert "succeeded</span>×4" in nodes
+    assert "succeeded</span>×3" in nodes   # its 3 items; the group record is the map itself
     empty = reader.get(f"/runs/{shared.failed}/panels/journal", headers={"HX-Request": "true"}).text
     assert "No effects." in empty
 
