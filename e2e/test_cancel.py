@@ -27,6 +27,8 @@ def test_cancel_a_running_run(page: Page, demo: Any, shot: Any) -> None:
     live_log = page.locator("#live-log")
     expect(live_log).to_contain_text("waiting for https://slow.example.com")
     page.evaluate("window.stillTheSamePage = true")   # gone if anything reloads the page
+    meta = page.locator("#run-meta")
+    started = meta.locator("div", has_text="Started").inner_text()
     shot("-running")
 
     actions = page.locator(".actions")
@@ -49,6 +51,9 @@ def test_cancel_a_running_run(page: Page, demo: Any, shot: Any) -> None:
     expect(page.locator("table.nodes")).to_contain_text("cancelled")
     expect(actions.get_by_role("button", name="Cancel")).to_have_count(0)
     expect(actions.get_by_role("button", name="Resume")).to_be_visible()
+    # and so did the header: the reason it ended, and how long it ran in the end
+    expect(meta).to_contain_text("the site is down for maintenance")
+    expect(meta.locator("div", has_text="Started")).not_to_have_text(started)
     shot()
 
     run = demo.api(f"/api/runs/{run_id}")["run"]

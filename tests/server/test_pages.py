@@ -10,6 +10,7 @@ import asyncio
 import gc
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from litestar.testing import TestClient
 from pydantic import BaseModel
 
 from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore
-from server.web import services, threads
+from server.web import render, services, threads
 from server.web.app import create_app
 
 if TYPE_CHECKING:
@@ -242,6 +243,47 @@ def test_run_page_whole_and_as_its_main_block(shared: Seeded, reader: Client) ->
     last = len(checkpoint_ids(shared.rt, shared.failed)) - 1
     assert f'<h2>Checkpoint #{last} ' in part.text and 'aria-current="step"' in part.text
     assert status_sheet(part.text) == status_sheet(whole.text)
+
+
+def run_header(html: str) -> str:
+    """The run's status and its facts (times, usage) as a refresh swaps them in out of band."""
+    title = re.search(r'<h1 id="run-title" hx-swap-oob="true">.*?</h1>', html, re.S)
+    meta = re.search(r'<dl class="meta" id="run-meta" hx-swap-oob="true">.*?</dl>', html, re.S)
+    assert title and meta, "no header in the fragment"
+    return title.group(0) + meta.group(0)
+
+
+def test_a_refresh_of_a_running_runs_page_brings_its_header_up_to_date(seeded: Seeded, client: Client) -> None:
+    start = checkpoint_ids(seeded.rt, seeded.succeeded)[0]
+    held = client.post(f"/api/checkpoints/{start}/fork", json={"patch": {"hold": True}}).json()["run_id"]
+    wait_for(seeded.rt, held, [RunStatus.RUNNING])
+    deadline = time.monotonic() + 10
+    while seeded.rt.store.get_run(held).usage.get("steps", 0) < 2:   # price done, charge held
+        assert time.monotonic() < deadline, "the held run never reached charge"
+        time.sleep(0.01)
+    whole = client.get(f"/runs/{held}").text
+    assert '<dl class="meta" id="run-meta">' in whole   # in place on the page, swapped in by a refresh
+
+    def took(html: str) -> str:
+        found = re.search(r"<dt>Started</dt><dd>[^<]* · ([^<]+)</dd>", html)
+        assert found
+        return found.group(1)
+
+    first = run_header(client.get(f"/runs/{held}", headers=HTMX).text)
+    assert 'sse-swap="status"><span class="badge st-running">running</span>' in first
+    assert "<dd>2 steps · 0 tokens · cost 0.0000</dd>" in first
+    time.sleep(0.15)   # more than the 0.1 s a duration is shown to
+    later = run_header(client.get(f"/runs/{held}", headers=HTMX).text)
+    assert took(later) != took(first)   # its duration so far, not the time it took to start
+
+    assert client.post(f"/api/runs/{held}/cancel", json={"reason": "enough"}).status_code == 202
+    run = wait_for(seeded.rt, held, [RunStatus.CANCELLED])
+    ended = run_header(client.get(f"/runs/{held}", headers=HTMX).text)
+    assert 'st-cancelled">cancelled</span>' in ended and "sse-swap" not in ended   # nothing more to follow
+    assert took(ended) == render.ENV.filters["fmt_duration"](run.updated_at - run.created_at)   # final
+    assert "enough" in ended   # the run's error says why it ended
+    time.sleep(0.05)
+    assert run_header(client.get(f"/runs/{held}", headers=HTMX).text) == ended
 
 
 def test_cp_selects_a_checkpoint_and_recolours_the_graph(shared: Seeded, reader: Client) -> None:
