@@ -69,8 +69,9 @@ class CheckpointStore(Protocol):
     def cancel_request(self, run_id: str) -> str | None:
         """The pending cancel reason for a run, if any."""
 
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """All checkpoints of a run, oldest first, with full node states."""
+    def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
+        """The run's checkpoints with ``seq >= first_seq``, oldest first, at most ``limit`` of
+        them, with full node states (``changed`` as in the whole history)."""
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """One checkpoint with full node states, or ``NotFound``."""

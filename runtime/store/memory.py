@@ -145,10 +145,11 @@ class MemoryStore:
     def cancel_request(self, run_id: str) -> str | None:
         return self._cancels.get(run_id)
 
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+    def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
         with self._lock:
             self._get(run_id)
-            return list(self._checkpoints[run_id])
+            found = [c for c in self._checkpoints[run_id] if c.seq >= first_seq]
+        return found if limit is None else found[:limit]
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         try:

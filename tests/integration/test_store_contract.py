@@ -572,6 +572,26 @@ def test_events_after_seq(store: CheckpointStore) -> None:
     assert store.events("r1", after_seq=4) == events[3:]
     assert store.events("r1", after_seq=8) == []
     assert [e.seq for e in store.events("r2")] == [1, 2]
+    assert store.events("r1", after_seq=2, limit=3) == events[1:4]
+    assert store.events("r1", after_seq=7, limit=3) == events[6:]
+
+
+def test_checkpoints_read_a_page_as_the_whole_history_has_it(store: CheckpointStore) -> None:
+    """A page from any seq: the same checkpoints, node states and ``changed`` as the whole
+    history, pages after a change of lease (a full row mid-run) included."""
+    add_run(store, "r1")
+    fence = 1
+    for seq in range(1, 15):
+        if seq == 9:
+            fence = store.acquire_lease("r1", "other", T0 + seq, fence).fence
+        store.commit(Batch(run_id="r1", fence=fence, checkpoints=[cp("r1", seq, states_at(seq))]))
+    every = store.checkpoints("r1")
+    for first in range(0, 16):
+        for limit in (1, 4, None):
+            page = store.checkpoints("r1", first, limit)
+            assert page == every[first:None if limit is None else first + limit]
+            assert [c.changed for c in page] == [c.changed for c in every[first:first + len(page)]]
+    assert store.checkpoints("r1", 100, 5) == []
 
 
 # --------------------------------------------------------------------------- fencing

@@ -134,14 +134,19 @@ class Reader:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+    def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
+        c = CHECKPOINTS.c
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
-            rows = conn.execute(select(CHECKPOINTS).where(CHECKPOINTS.c.run_pk == pk).order_by(CHECKPOINTS.c.seq)).all()
+            stmt = select(CHECKPOINTS).where(c.run_pk == pk, c.seq >= first_seq).order_by(c.seq)
+            rows = conn.execute(stmt if limit is None else stmt.limit(limit)).all()
+            # a page that starts later starts from the statuses before it (None: the run's first)
+            before = self._node_states(conn, pk, rows[0].seq - 1) if rows else None
         out: list[Checkpoint] = []
-        states: dict[str, str] = {}
+        states: dict[str, str] = before or {}
         for row in rows:
-            changed = None if not out else tuple(n for n, st in row.states.items() if states.get(n) != st)
+            changed = None if not out and before is None else tuple(
+                n for n, st in row.states.items() if states.get(n) != st)
             states = dict(row.states) if row.full else {**states, **row.states}
             out.append(checkpoint_record(run_id, row, states, changed))
         return out

@@ -109,8 +109,8 @@ class SqlStore:
     def child_runs(self, run_id: str) -> list[Run]:
         return self._reader.child_runs(run_id)
 
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        return self._reader.checkpoints(run_id)
+    def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
+        return self._reader.checkpoints(run_id, first_seq, limit)
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         return self._reader.get_checkpoint(checkpoint_id)
