@@ -38,6 +38,8 @@ from .threads import thread_tree
 #: an exported thread wraps values of up to MAX_DEPTH levels in an envelope of its own
 DOCUMENT_DEPTH = MAX_DEPTH + 10
 EVENTS_LIMIT = 1000
+CHECKPOINTS_PER_PAGE = 50
+CHECKPOINTS_LIMIT = 500
 PER_PAGE_LIMIT = 500
 
 Req = Request[Any, Any, Any]
@@ -193,12 +195,22 @@ async def get_thread(request: Req, thread_id: FromPath[str]) -> Json:
     return await _load(request, load)
 
 
-@_read("/runs/{run_id:str}/checkpoints", "A run's checkpoints", 404)
-async def list_checkpoints(request: Req, run_id: FromPath[str]) -> Json:
-    """Oldest first, with every node instance's status; the states are at GET /api/checkpoints/{id}."""
+@_read("/runs/{run_id:str}/checkpoints", "A run's checkpoints, a page at a time", 404, 422)
+async def list_checkpoints(request: Req, run_id: FromPath[str],
+                           after: Annotated[int | None, QueryParameter(ge=0, le=services.MAX_INT)] = None,
+                           limit: Annotated[int, QueryParameter(ge=1, le=CHECKPOINTS_LIMIT)] = CHECKPOINTS_PER_PAGE
+                           ) -> Json:
+    """Oldest first, up to ``limit`` checkpoints with a seq above ``after`` (from the first
+    when omitted), with every node instance's status; ``next_after`` continues while
+    ``has_more``. The states are at GET /api/checkpoints/{id}."""
     def load(rt: Runtime) -> Json:
-        complete(rt.get_run(run_id))
-        return {"run_id": run_id, "checkpoints": [checkpoint_json(c) for c in complete(rt.history(run_id))]}
+        run = complete(rt.get_run(run_id))
+        first = 0 if after is None else after + 1
+        # nothing lies past the head: a seq beyond it is not sent to the store
+        found = rt.store.checkpoints(run_id, first, limit + 1) if first <= run.head_seq else []
+        shown = found[:limit]
+        return {"run_id": run_id, "checkpoints": [checkpoint_json(c) for c in shown],
+                "next_after": shown[-1].seq if shown else after, "has_more": len(found) > limit}
 
     return await _load(request, load)
 
@@ -237,8 +249,9 @@ async def get_events(request: Req, run_id: FromPath[str], after: Annotated[int, 
                      limit: Annotated[int, QueryParameter(ge=1, le=EVENTS_LIMIT)] = services.EVENTS_PER_PAGE) -> Json:
     """Up to ``limit`` events with a sequence number above ``after``; ``next_after`` continues."""
     def load(rt: Runtime) -> Json:
-        complete(rt.get_run(run_id))
-        events = complete(rt.events(run_id, after))
+        run = complete(rt.get_run(run_id))
+        # one more than shown says whether there are more; nothing lies past the last event
+        events = rt.store.events(run_id, after, limit + 1) if after < run.event_seq else []
         shown = events[:limit]
         return {"run_id": run_id, "events": plain(shown), "next_after": shown[-1].seq if shown else after,
                 "has_more": len(events) > limit}

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from runtime import Graph, InvalidRequest, NodeContext, Runtime, RunStatus, append
 from server.present import plain
-from server.web import api
+from server.web import api, services
 from server.web.app import MAX_BODY, create_app
 
 if TYPE_CHECKING:
@@ -45,11 +45,23 @@ def error(response: Any, status: int) -> str:
     return message
 
 
+def pages(client: Client, path: str, key: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every item of a paged list, following ``next_after`` while ``has_more``."""
+    items: list[dict[str, Any]] = []
+    params: dict[str, int] = {} if limit is None else {"limit": limit}
+    while True:
+        r = client.get(path, params=params)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert len(page[key]) <= (limit or 1000) and (page[key] or not page["has_more"])
+        items += page[key]
+        if not page["has_more"]:
+            return items
+        params["after"] = page["next_after"]
+
+
 def checkpoints(client: Client, run_id: str) -> list[dict[str, Any]]:
-    r = client.get(f"/api/runs/{run_id}/checkpoints")
-    assert r.status_code == 200, r.text
-    cps: list[dict[str, Any]] = r.json()["checkpoints"]
-    return cps
+    return pages(client, f"/api/runs/{run_id}/checkpoints", "checkpoints")
 
 
 def pending_interrupt(client: Client, run_id: str) -> dict[str, Any]:
@@ -168,6 +180,68 @@ def test_events_come_in_windows_that_cover_the_trace_once(shared: Seeded, reader
                                               ("after=x", "after")])
 def test_events_reject_a_bad_window_naming_it(shared: Seeded, reader: Client, query: str, field: str) -> None:
     assert field in error(reader.get(f"/api/runs/{shared.looped}/events?{query}"), 422)
+
+
+class Count(BaseModel):
+    turns: int = 0
+    goal: int = 40
+
+
+def long_loop() -> Graph:
+    """A loop of 40 iterations: more checkpoints and events than one page of either."""
+    g = Graph("api_long_loop", Count)
+
+    @g.node(after=["again"], max_iterations=40)
+    def step(s: Count) -> dict[str, Any]:
+        return {"turns": s.turns + 1}
+
+    @g.node(after=["step"], when=lambda s: s.turns < s.goal)
+    def again(s: Count) -> dict[str, Any]:
+        return {}
+
+    return g
+
+
+def test_a_long_run_is_read_a_bounded_page_at_a_time(seeded: Seeded, client: Client) -> None:
+    run = asyncio.run(seeded.rt.start(long_loop(), {"goal": 40}))
+    assert run.status == RunStatus.SUCCEEDED
+    every_cp = [c.seq for c in seeded.rt.store.checkpoints(run.id)]
+    every_ev = [e.seq for e in seeded.rt.store.events(run.id)]
+    assert len(every_cp) > api.CHECKPOINTS_PER_PAGE and len(every_ev) > services.EVENTS_PER_PAGE
+    first = client.get(f"/api/runs/{run.id}/checkpoints").json()
+    assert [c["seq"] for c in first["checkpoints"]] == every_cp[:api.CHECKPOINTS_PER_PAGE]
+    assert first["has_more"] and first["next_after"] == every_cp[api.CHECKPOINTS_PER_PAGE - 1]
+    first = client.get(f"/api/runs/{run.id}/events").json()
+    assert [e["seq"] for e in first["events"]] == every_ev[:services.EVENTS_PER_PAGE] and first["has_more"]
+    for limit in (None, 7, 500):
+        cps = pages(client, f"/api/runs/{run.id}/checkpoints", "checkpoints", limit)
+        assert [c["seq"] for c in cps] == every_cp   # complete, in order, each once
+        assert cps == [api.checkpoint_json(c) for c in seeded.rt.store.checkpoints(run.id)]
+        evs = pages(client, f"/api/runs/{run.id}/events", "events", limit)
+        assert [e["seq"] for e in evs] == every_ev
+    last = client.get(f"/api/runs/{run.id}/checkpoints", params={"after": every_cp[-1]}).json()
+    assert last == {"run_id": run.id, "checkpoints": [], "next_after": every_cp[-1], "has_more": False}
+
+
+@pytest.mark.parametrize("run", ["succeeded", "failed", "interrupted", "mapped", "looped"])
+def test_checkpoint_pages_of_every_kind_of_run_cover_its_history(shared: Seeded, reader: Client, run: str) -> None:
+    run_id = getattr(shared, run)
+    whole = [api.checkpoint_json(c) for c in shared.rt.store.checkpoints(run_id)]
+    assert pages(reader, f"/api/runs/{run_id}/checkpoints", "checkpoints", 2) == whole
+
+
+@pytest.mark.parametrize(("query", "field"), [("limit=0", "limit"), ("limit=501", "limit"), ("limit=-3", "limit"),
+                                              ("limit=x", "limit"), ("after=-1", "after"), ("after=1.5", "after"),
+                                              ("after=99999999999999999999", "after")])
+def test_checkpoints_reject_a_bad_page_naming_it(shared: Seeded, reader: Client, query: str, field: str) -> None:
+    message = error(reader.get(f"/api/runs/{shared.looped}/checkpoints?{query}"), 422)
+    assert message.startswith(f"{field}:"), message
+
+
+def test_a_page_past_the_end_is_empty(shared: Seeded, reader: Client) -> None:
+    for path in ("checkpoints", "events"):
+        page = reader.get(f"/api/runs/{shared.looped}/{path}", params={"after": 2**62}).json()
+        assert page[path] == [] and not page["has_more"] and page["next_after"] == 2**62
 
 
 def test_diff_between_two_checkpoints(shared: Seeded, reader: Client) -> None:
