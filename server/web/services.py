@@ -40,6 +40,8 @@ T = TypeVar("T")
 
 PER_PAGE = 50
 EVENTS_PER_PAGE = 100
+#: trace events a search reads from the store at once
+SEARCH_CHUNK = 1000
 #: rows of a lazily loaded panel (attempts, nodes) per page
 ROWS_PER_PAGE = 200
 #: instances of a node shown at once in the node drawer (a map's items, a loop's iterations)
@@ -157,12 +159,25 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
     if not query:   # sequence numbers are gapless from 1: a page is a range of them
         found = rt.store.events(run_id, (page - 1) * per_page, per_page + 1)
         return found[:per_page], len(found) > per_page
-    events = rt.store.events(run_id, 0)
-    if query:
-        q = query.lower()
-        events = [e for e in events if q in e.type.lower() or q in (e.node or "").lower() or q in str(e.data).lower()]
-    start = (page - 1) * per_page
-    return events[start:start + per_page], len(events) > start + per_page
+    q = query.lower()
+    skip = (page - 1) * per_page
+    shown: list[TraceEvent] = []
+    after = 0
+    # read a chunk at a time and stop once the page and one match more are found: memory
+    # stays a chunk and a page, and an early page does not read the rest of the trace
+    while True:
+        chunk = rt.store.events(run_id, after, SEARCH_CHUNK)
+        for e in chunk:
+            if q in e.type.lower() or q in (e.node or "").lower() or q in str(e.data).lower():
+                if skip:
+                    skip -= 1
+                elif len(shown) == per_page:
+                    return shown, True
+                else:
+                    shown.append(e)
+        if len(chunk) < SEARCH_CHUNK:
+            return shown, False
+        after = chunk[-1].seq
 
 
 def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]:

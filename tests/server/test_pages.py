@@ -1017,3 +1017,31 @@ def test_the_timeline_says_how_many_checkpoints_lie_outside_its_window(
     assert "#0 … 1 earlier" in page and f"{total - 4} later … #{total - 1}" in page
     whole = reader.get(f"/runs/{shared.looped}", params={"cp": 0}).text
     assert "earlier</a>" not in whole
+
+
+def test_a_trace_search_reads_chunks_and_pages_every_match_once(shared: Seeded,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(services, "SEARCH_CHUNK", 3)
+    every = shared.rt.store.events(shared.looped)
+    wanted = [e.seq for e in every if "node" in e.type.lower() or "node" in (e.node or "").lower()
+              or "node" in str(e.data).lower()]
+    assert len(wanted) > 4 and len(every) > 2 * 3
+    reads: list[tuple[int, int | None]] = []
+    store_events = shared.rt.store.events
+
+    def counted(run_id: str, after_seq: int = 0, limit: int | None = None) -> Any:
+        reads.append((after_seq, limit))
+        return store_events(run_id, after_seq, limit)
+
+    monkeypatch.setattr(shared.rt.store, "events", counted)
+    seqs: list[int] = []
+    for page in range(1, 10):
+        shown, more = services.events_window(shared.rt, shared.looped, page, "NODE", per_page=2)
+        seqs += [e.seq for e in shown]
+        if not more:
+            break
+    assert seqs == wanted
+    assert all(limit == 3 for _, limit in reads)
+    reads.clear()
+    services.events_window(shared.rt, shared.looped, 1, "node", per_page=2)
+    assert len(reads) < -(-len(every) // 3)   # the first page stops before the end of the trace
