@@ -158,26 +158,30 @@ def test_answer_questions_of_different_shapes_together(page: Page, release: Any,
     expect(form.locator("fieldset.question-block")).to_have_count(4)
     approve, name = form.locator(f"#{asked['approve']}-f-approve"), form.locator(f"#{asked['label']}-f-name")
     amount, comment = form.locator(f"#{asked['amount']}-f-answer"), form.locator(f"#{asked['comment']}-f-answer")
-    # each question has the input its answer needs
-    expect(approve).to_have_attribute("type", "checkbox")
+    # each question has the input its answer needs (a required yes/no: two choices, neither made)
+    expect(approve.get_by_role("radio")).to_have_count(2)
+    expect(approve.get_by_label("Yes")).not_to_be_checked()
+    expect(approve.get_by_label("No")).not_to_be_checked()
     expect(name).to_have_attribute("type", "text")
     expect(amount).to_have_attribute("type", "number")
     expect(comment).to_have_js_property("tagName", "TEXTAREA")
 
-    # two bad answers among good ones: refused, each named with its question and field, nothing answered
+    # two bad answers and an approval left unanswered: refused, each named with its question and
+    # field, nothing answered (an approval not chosen is never taken for no)
     form.evaluate("f => { f.noValidate = true }")
-    approve.check()
     name.fill("v")
     amount.fill("12.5")
     comment.fill("{calm")
     form.get_by_role("button", name="Answer all 4 and resume").click()
     problems = page.locator("#answers .problems li")
-    expect(problems).to_have_count(2)
+    expect(problems).to_have_count(3)
+    expect(problems.filter(has_text=asked["approve"])).to_contain_text(
+        "field approve: required: choose Yes or No for Approve")
     expect(problems.filter(has_text=asked["comment"])).to_contain_text("is not valid JSON")
     expect(problems.filter(has_text=asked["label"])).to_contain_text("field name: must be at least 2 characters")
     expect(page.locator(f'#answers [data-field="{asked["label"]}:f.name"] .field-error')).to_contain_text("2 characters")
     # what was typed is kept, for every question
-    expect(page.locator(f"#answers #{asked['approve']}-f-approve")).to_be_checked()
+    expect(page.locator(f"#answers #{asked['approve']}-f-approve").get_by_role("radio", checked=True)).to_have_count(0)
     expect(page.locator(f"#answers #{asked['amount']}-f-answer")).to_have_value("12.5")
     expect(page.locator(f"#answers #{asked['label']}-f-name")).to_have_value("v")
     expect(page).to_have_url(re.compile(rf"/runs/{run_id}/answers$"))
@@ -188,6 +192,7 @@ def test_answer_questions_of_different_shapes_together(page: Page, release: Any,
 
     # fixed, all four are answered in one go and the run resumes once
     form = page.locator("#answers form")
+    form.locator(f"#{asked['approve']}-f-approve").get_by_label("Yes").check()
     form.locator(f"#{asked['label']}-f-name").fill("v2.1")
     form.locator(f"#{asked['comment']}-f-answer").fill('{"tone": "calm"}')
     form.get_by_role("button", name="Answer all 4 and resume").click()

@@ -1,8 +1,8 @@
 """Answer forms: a JSON schema becomes form fields, and posted form data becomes a JSON value.
 
 A response model's JSON schema (as pydantic writes it) gives one input per property:
-strings, numbers and whole numbers as typed inputs, booleans as checkboxes, enums and
-literals as selects, nested models (``$ref`` into ``$defs``) as groups of their own
+strings, numbers and whole numbers as typed inputs, optional booleans as checkboxes and
+required ones as a Yes / No choice with neither preselected, enums and literals as selects, nested models (``$ref`` into ``$defs``) as groups of their own
 fields, and anything else (lists, free-form objects, unions) as a JSON textarea.
 Reading a post back checks what a form can check — required fields, types, choices,
 bounds, JSON syntax — and keeps what the person typed, so the page shows it again
@@ -28,6 +28,8 @@ PREFIX = "f."
 MAX_DEPTH = 3
 #: the option of a nullable select that means null
 NULL_OPTION = ""
+#: the choices of a required boolean
+YES_NO = {"true": True, "false": False}
 
 Loc = tuple[str | int, ...]
 
@@ -131,6 +133,12 @@ def _field(path: tuple[str, ...], node: Any, required: bool, root: Mapping[str, 
         elif not present:
             f.options.insert(0, (NULL_OPTION, "— choose —"))
         f.text = NULL_OPTION if not present or value is None else _option(value)
+    elif kind == "boolean" and required:
+        # an unticked checkbox would read as "no": a required one is chosen, never assumed
+        f.kind = "radio"
+        f.options = [("true", "Yes"), ("false", "No")]
+        f.values = dict(YES_NO)
+        f.text = _option(value) if present and isinstance(value, bool) else ""
     elif kind == "boolean":
         f.kind, f.checked = "checkbox", present and value is True
     elif kind in ("integer", "number"):
@@ -185,7 +193,7 @@ def build(schema: Mapping[str, Any], values: Mapping[str, JSON] | None = None) -
 
 def value_field(name: str, label: str, schema: Mapping[str, Any]) -> FormField | None:
     """One typed input for an answer that is a single value, not an object (a model like
-    ``RootModel[float]``): a checkbox, a number, a text or a choice; None when the schema
+    ``RootModel[float]``): a Yes / No choice, a number, a text or a choice; None when the schema
     gives no such type (the answer is then typed as JSON)."""
     f = _field((name,), schema, True, schema, (False, None), MAX_DEPTH)
     if f.kind == "json":
@@ -307,7 +315,7 @@ def _read_one(f: FormField, form: Mapping[str, str]) -> JSON | _Missing:
         if f.required and f.nullable:
             return None
         if f.required:
-            f.error = "required"
+            f.error = f"required: choose Yes or No for {f.label}" if f.values == YES_NO else "required"
         return MISSING
     try:
         if f.kind in ("select", "radio"):

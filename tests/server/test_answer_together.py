@@ -120,7 +120,7 @@ def test_every_open_question_is_on_one_form_with_inputs_for_its_own_shape(rt: Ru
     for q in ("Ship it?", "Name the release", "How much to refund?", "Anything to add?"):
         assert q in html
     c = controls(html).controls
-    assert c[field(asked["approve"], "approve")]["type"] == "checkbox"
+    assert c[field(asked["approve"], "approve")]["type"] == "radio"             # a required yes/no: a choice
     assert c[field(asked["label"], "name")]["type"] == "text" and c[field(asked["label"], "name")]["minlength"] == "2"
     assert c[field(asked["amount"], "answer")]["type"] == "number"        # a bare number: a number input
     assert c[field(asked["comment"], "answer")]["tag"] == "textarea"     # no model: any JSON
@@ -163,13 +163,29 @@ def test_questions_of_different_shapes_are_answered_together_and_the_run_resumes
     assert all(d["by"] == "local" for d in answered)
 
 
-def test_an_unticked_approval_is_an_answer_of_no(rt: Runtime, client: TestClient[Any]):
+def test_an_approval_left_unanswered_is_refused_naming_it_not_taken_for_no(rt: Runtime, client: TestClient[Any]):
     run_id, asked = paused(rt)
+    before = snapshot(rt, run_id)
     fields = good(asked)
     del fields[field(asked["approve"], "approve")]
+    reply = post_all(client, run_id, fields, htmx=True)
+    assert reply.status_code == 422 and "HX-Redirect" not in reply.headers
+    message = "required: choose Yes or No for Approve"
+    assert error_of(reply.text, f"{asked['approve'].id}-f-approve") == message
+    summary = reply.text[reply.text.index('class="problems"'):].split("</ul>")[0]
+    assert asked["approve"].id in summary and "approve" in summary and message in summary
+    settle(client)
+    assert snapshot(rt, run_id) == before and before[0] == RunStatus.INTERRUPTED
+
+
+@pytest.mark.parametrize(("choice", "approved"), [("true", True), ("false", False)])
+def test_an_approval_answered_yes_or_no_is_that_answer(rt: Runtime, client: TestClient[Any], choice: str,
+                                                       approved: bool):
+    run_id, asked = paused(rt)
+    fields = {**good(asked), field(asked["approve"], "approve"): choice}
     assert post_all(client, run_id, fields, htmx=True).headers["HX-Redirect"] == f"/runs/{run_id}"
     settle(client)
-    assert final_state(rt, run_id).approved is False
+    assert final_state(rt, run_id).approved is approved
 
 
 @pytest.mark.parametrize(("node", "name", "typed", "message"), [
@@ -192,7 +208,7 @@ def test_a_bad_answer_among_good_ones_is_refused_naming_its_question_and_field(
     for other in set(asked) - {node}:
         assert asked[other].id not in summary
     c = controls(html).controls          # what was typed stays, for every question
-    assert c[field(asked["approve"], "approve")].get("checked") is not None
+    assert controls(html).picked[field(asked["approve"], "approve")] == "true"
     if name == "name" and typed:
         assert c[field(bad, "name")]["value"] == typed
     settle(client)

@@ -234,6 +234,7 @@ class Controls(HTMLParser):
         super().__init__()
         self.controls: dict[str, dict[str, Any]] = {}
         self.radios: dict[str, list[str]] = {}
+        self.picked: dict[str, str] = {}   # a radio group's checked value
         self.select: str | None = None
         self.textarea: str | None = None
 
@@ -242,6 +243,8 @@ class Controls(HTMLParser):
         name = a.get("name", "")
         if tag == "input" and a.get("type") == "radio":
             self.radios.setdefault(name, []).append(a["value"])
+            if "checked" in a:
+                self.picked[name] = a["value"]
             self.controls[name] = {"tag": "radio", **a}
         elif tag in ("input", "select", "textarea") and name:
             self.controls[name] = {"tag": tag, **a, "options": [], "text": ""}
@@ -371,7 +374,11 @@ def test_proposed_tool_arguments_prefill_the_form_and_edited_ones_are_used(rt: R
     html = client.get(f"/interrupts/{q.id}").text
     c = controls(html).controls
     assert c["f.args.query"]["value"] == "cats" and c["f.args.limit"]["value"] == "3"
-    assert c["f.approve"]["type"] == "checkbox" and "checked" not in c["f.approve"]
+    # a required yes/no is a choice the person makes: nothing preselected, the browser asks for one
+    found = controls(html)
+    assert found.radios["f.approve"] == ["true", "false"] and "f.approve" not in found.picked
+    assert "required" in c["f.approve"] and re.search(r'<label class="choice"><input type="radio" name="f.approve" value="true"[^>]*> Yes<', html)
+    assert "run the tool?" in html
     assert "what the question proposes (args)" in html
     reply = post_answer(client, q.id, {"f.approve": "true", "f.args.query": "dogs", "f.args.limit": "7"})
     assert reply.status_code == 303 and reply.headers["location"] == f"/runs/{run_id}"
@@ -381,6 +388,34 @@ def test_proposed_tool_arguments_prefill_the_form_and_edited_ones_are_used(rt: R
 
 
 # --------------------------------------------------------------------------- answering
+
+def test_a_required_yes_or_no_left_unanswered_is_refused_naming_it_and_the_run_stays_paused(
+        rt: Runtime, client: TestClient[Any]):
+    run_id, q = start(rt, tool_graph(), {"q": "cats"})
+    before = snapshot(rt, run_id)
+    reply = post_answer(client, q.id, {"f.args.query": "dogs", "f.args.limit": "7"})
+    assert reply.status_code == 422
+    assert re.search(r'id="f-approve-error">required: choose Yes or No for Approve<', reply.text)
+    assert controls(reply.text).controls["f.args.query"]["value"] == "dogs"   # what was typed is kept
+    settle(client)
+    assert snapshot(rt, run_id) == before and before[0] == RunStatus.INTERRUPTED
+    # an answer the form cannot read as yes or no is refused too, never taken for no
+    reply = post_answer(client, q.id, {"f.approve": "on", "f.args.query": "dogs", "f.args.limit": "7"})
+    assert reply.status_code == 422 and re.search(r'id="f-approve-error">must be one of: Yes, No<', reply.text)
+    settle(client)
+    assert snapshot(rt, run_id) == before
+
+
+@pytest.mark.parametrize(("choice", "approved"), [("true", "True"), ("false", "False")])
+def test_yes_and_no_each_answer_a_required_yes_or_no(rt: Runtime, client: TestClient[Any], choice: str,
+                                                     approved: str):
+    run_id, q = start(rt, tool_graph(), {"q": "cats"})
+    reply = post_answer(client, q.id, {"f.approve": choice, "f.args.query": "dogs", "f.args.limit": "7"})
+    assert reply.status_code == 303
+    settle(client)
+    assert asyncio.run(rt.state_at(asyncio.run(rt.history(run_id))[-1].id)).value == f"{approved}:dogs:7"
+    assert asyncio.run(rt.interrupts(run_id, pending=False))[0].answer["approve"] is (choice == "true")
+
 
 def snapshot(rt: Runtime, run_id: str) -> tuple[Any, ...]:
     run = asyncio.run(rt.get_run(run_id))
@@ -595,6 +630,26 @@ def test_schema_shapes_become_the_right_fields():
     M.model_validate(value)
     value, ok = forms.read(forms.build(schema), {"f.pick": "5", "f.extra": "[1]"})
     assert not ok
+
+
+def test_a_required_boolean_is_a_yes_or_no_choice_and_an_optional_one_a_box():
+    class M(BaseModel):
+        must: bool
+        maybe: bool | None
+        nice: bool = True
+
+    by_name = {f.name: f for f in forms.build(M.model_json_schema())}
+    must, maybe, nice = by_name["f.must"], by_name["f.maybe"], by_name["f.nice"]
+    assert must.kind == "radio" and must.options == [("true", "Yes"), ("false", "No")] and must.text == ""
+    assert maybe.kind == "radio" and maybe.nullable and nice.kind == "checkbox" and nice.checked
+    one = forms.value_field("answer", "Answer", {"type": "boolean"})
+    assert one is not None and one.kind == "radio" and one.required
+    fields = forms.build(M.model_json_schema())
+    value, ok = forms.read(fields, {})
+    assert not ok and fields[0].error == "required: choose Yes or No for Must" and fields[1].error is None
+    assert value == {"maybe": None, "nice": False}
+    value, ok = forms.read(forms.build(M.model_json_schema()), {"f.must": "false", "f.maybe": "true"})
+    assert ok and value == {"must": False, "maybe": True, "nice": False}
 
 
 def test_model_errors_land_on_the_deepest_field_they_name():
