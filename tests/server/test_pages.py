@@ -190,6 +190,24 @@ def test_runs_list_filters_by_status_kind_graph_and_search(shared: Seeded, reade
     assert re.search(r'<option value="failed" selected>', reader.get("/runs?status=failed").text)
 
 
+def test_runs_list_counts_checkpoints_and_steps_as_the_run_page_does(shared: Seeded, reader: Client) -> None:
+    html = reader.get("/runs").text
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", html)
+    assert head[7:9] == ["Checkpoints", "Steps"] and "Attempts" not in head
+    assert 'title="node attempts started, retries included: what max_steps limits">Steps<' in html
+    for run_id in (shared.looped, shared.failed):
+        run = shared.rt.store.get_run(run_id)
+        row = re.search(rf'<td><a href="/runs/{run_id}">.*?</tr>', html, re.S)
+        assert row, run_id
+        cells = re.findall(r"<td>([^<]*)</td>", row.group(0))
+        checkpoints, steps = int(cells[-4]), int(cells[-3])
+        assert checkpoints == len(shared.rt.store.checkpoints(run_id)) and steps == run.usage["steps"]
+        # "steps" means one thing: the run page's usage says the same number
+        assert f"<dd>{steps} steps · " in reader.get(f"/runs/{run_id}").text
+    looped = shared.rt.store.get_run(shared.looped)
+    assert looped.usage["steps"] != looped.head_seq + 1   # the two columns are told apart
+
+
 def test_runs_list_fragment_is_only_the_table(shared: Seeded, reader: Client) -> None:
     r = reader.get("/runs?status=failed", headers={"HX-Request": "true", "HX-Target": "runs"})
     assert r.status_code == 200 and not full(r.text) and "<header" not in r.text
