@@ -17,12 +17,10 @@ from collections.abc import AsyncGenerator, Awaitable
 from ..core.records import EventType
 from ..core.states import RunStatus
 from ..core.streams import SINK, StreamEvent, merge_stream
-from ..store.base import CheckpointStore
+from ..store.base import MAX_SEQ, CheckpointStore
 
 #: a run still to be followed: it may record more events
 _LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
-#: above any checkpoint's sequence number (the stores keep it in a 32-bit column)
-_LAST = 2**31 - 1
 
 
 class RunStream:
@@ -97,7 +95,7 @@ async def _follow(store: CheckpointStore, run_id: str, after_seq: int,
             top = events[-1].seq
             # summaries of the new checkpoints only: reading every checkpoint with its node
             # states on every poll made following a long run cost more the longer it ran
-            cps = [c for c in store.checkpoint_summaries(run_id, last_cp + 1, _LAST) if c.event_seq <= top]
+            cps = [c for c in store.checkpoint_summaries(run_id, last_cp + 1, MAX_SEQ) if c.event_seq <= top]
             # the outcomes of the nodes that succeeded in the new events (the only ones a stream
             # shows), read by node: reading all of the run's on every poll made a poll cost what
             # the run had done. From the run's start all of them are new: one read is cheaper

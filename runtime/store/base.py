@@ -27,6 +27,10 @@ from ..core.records import (
 )
 from ..core.states import RunStatus
 
+#: the highest sequence number (of a checkpoint or event) a store keeps: PostgreSQL's
+#: seq columns are 32-bit. A read bounded beyond it selects what the end would
+MAX_SEQ = 2**31 - 1
+
 
 @runtime_checkable
 class CheckpointStore(Protocol):

@@ -1424,3 +1424,26 @@ def test_find_checkpoint_reads_one_checkpoint_by_seq_and_snapshot(store: Checkpo
     assert store.find_checkpoint("r1", -1) is None
     with pytest.raises(NotFound):
         store.find_checkpoint("nope")
+
+
+def test_seqs_past_what_a_column_holds_read_as_past_the_end(store: CheckpointStore) -> None:
+    """PostgreSQL keeps seqs in 32-bit columns: a bound beyond that range (up to a 64-bit
+    integer, and below zero) reads what it means rather than failing in the database."""
+    run = make_run("r1", head_seq=2, event_seq=3)
+    cps = [cp("r1", s, states_at(s)) for s in range(3)]
+    store.create_run(Batch(run_id="r1", run=run, checkpoints=cps, writes=[pw("r1", "n0", 1, seq=1)],
+                           events=[ev("r1", 1, "run.created"), ev("r1", 2), ev("r1", 3)], durable=True))
+    for big in (2**31, 99_999_999_999, 2**63 - 1):
+        assert store.find_checkpoint("r1", big) == cps[2]
+        assert store.checkpoints("r1", big) == [] and store.checkpoints("r1", big, 5) == []
+        assert store.checkpoint_summaries("r1", 0, big) == store.checkpoint_summaries("r1", 0, 2)
+        assert store.checkpoint_summaries("r1", big, big) == []
+        assert store.events("r1", big) == [] and store.events("r1", big, 5) == []
+        assert store.pending_writes("r1", big) == []
+    small = -(2**63)
+    assert store.find_checkpoint("r1", small) is None
+    assert store.checkpoints("r1", small) == cps
+    assert store.checkpoint_summaries("r1", small, 1) == store.checkpoint_summaries("r1", 0, 1)
+    assert store.checkpoint_summaries("r1", small, small) == []
+    assert [e.seq for e in store.events("r1", small)] == [1, 2, 3]
+    assert store.pending_writes("r1", small) == []

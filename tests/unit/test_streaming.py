@@ -363,3 +363,10 @@ async def test_following_from_past_any_stored_sequence_is_refused(rt: Runtime):
     run = await rt.start(chain(), {})
     with pytest.raises(Exception, match="after_seq must be a whole number"):
         rt.follow(run.id, after_seq=10**30)
+
+
+async def test_following_from_past_what_a_store_holds_streams_nothing(rt: Runtime):
+    """A seq beyond a 32-bit column (PostgreSQL's) is past the end, as on the other stores."""
+    run = await rt.start(chain(), {})
+    assert [ev async for ev in rt.follow(run.id, after_seq=99_999_999_999)] == []
+    assert await rt.events(run.id, after_seq=99_999_999_999) == []

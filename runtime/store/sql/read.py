@@ -32,11 +32,19 @@ from ...core.records import (
     event_type,
 )
 from ...core.states import NodeStatus, RunStatus
+from ..base import MAX_SEQ
 from .schema import ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, RUNS, WRITES
 
 
 #: node names in one ``IN (...)`` (SQLite allows 32766 parameters a statement, older builds 999)
 _NAMES_PER_QUERY = 500
+
+
+def _bound(seq: int) -> int:
+    """``seq`` as a bound of a seq column: stored seqs run from 0 to ``MAX_SEQ``, so one
+    clamped to -1..MAX_SEQ selects the same rows, and the database never sees a value its
+    column cannot hold (a driver error on PostgreSQL)."""
+    return max(-1, min(seq, MAX_SEQ))
 
 
 class RunKeys(dict[str, int]):
@@ -138,7 +146,7 @@ class Reader:
         c = CHECKPOINTS.c
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
-            stmt = select(CHECKPOINTS).where(c.run_pk == pk, c.seq >= first_seq).order_by(c.seq)
+            stmt = select(CHECKPOINTS).where(c.run_pk == pk, c.seq > _bound(first_seq - 1)).order_by(c.seq)
             rows = conn.execute(stmt if limit is None else stmt.limit(limit)).all()
             # a page that starts later starts from the statuses before it (None: the run's first)
             before = self._node_states(conn, pk, rows[0].seq - 1) if rows else None
@@ -156,7 +164,8 @@ class Reader:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
             rows = conn.execute(select(c.id, c.seq, c.nodes, c.source, c.created_at, c.event_seq)
-                                .where(c.run_pk == pk, c.seq >= first_seq, c.seq <= last_seq).order_by(c.seq)).all()
+                                .where(c.run_pk == pk, c.seq > _bound(first_seq - 1), c.seq <= _bound(last_seq))
+                                .order_by(c.seq)).all()
         return [CheckpointSummary(r.id, run_id, r.seq, tuple(r.nodes or ()), r.source, r.created_at, r.event_seq)
                 for r in rows]
 
@@ -175,7 +184,7 @@ class Reader:
             pk = self.pk(conn, run_id)
             stmt = select(CHECKPOINTS).where(CHECKPOINTS.c.run_pk == pk).order_by(CHECKPOINTS.c.seq.desc()).limit(1)
             if at_or_before is not None:
-                stmt = stmt.where(CHECKPOINTS.c.seq <= at_or_before)
+                stmt = stmt.where(CHECKPOINTS.c.seq <= _bound(at_or_before))
             if with_snapshot:
                 stmt = stmt.where(CHECKPOINTS.c.snapshot.is_not(None))
             row = conn.execute(stmt).first()
@@ -210,6 +219,8 @@ class Reader:
             pk = self.pk(conn, run_id)
             stmt = select(WRITES).where(WRITES.c.run_pk == pk).order_by(WRITES.c.pk)
             if checkpoint_seq is not None:
+                if _bound(checkpoint_seq) != checkpoint_seq:
+                    return []   # no checkpoint has that seq
                 stmt = stmt.where(WRITES.c.checkpoint_seq == checkpoint_seq)
             if nodes is None:
                 rows = conn.execute(stmt).all()
@@ -281,7 +292,7 @@ class Reader:
     def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
-            stmt = select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > after_seq).order_by(EVENTS.c.seq)
+            stmt = select(EVENTS).where(EVENTS.c.run_pk == pk, EVENTS.c.seq > _bound(after_seq)).order_by(EVENTS.c.seq)
             rows = conn.execute(stmt if limit is None else stmt.limit(limit)).all()
         # the type as the kernel recorded it (an EventType, as MemoryStore gives it back)
         return [TraceEvent(run_id, r.seq, r.at, event_type(r.type), r.node, r.attempt, r.data or {}) for r in rows]
