@@ -18,6 +18,7 @@ from runtime.core.errors import NotFound
 from runtime.core.records import RunKind
 from runtime.core.states import RunStatus
 from runtime.graph.instances import base_node, parse_instance
+from runtime.store.base import MAX_SEQ
 
 from . import dag, services
 from .render import is_htmx, render
@@ -172,7 +173,7 @@ async def event_page(request: Request[Any, Any, Any], run_id: FromPath[str], seq
 
     def load() -> dict[str, Any]:
         run = services.complete(rt.get_run(run_id))
-        around = rt.store.events(run_id, max(0, seq - 6), 11) if seq <= services.MAX_INT else []
+        around = rt.store.events(run_id, max(0, seq - 6), 11) if seq <= MAX_SEQ else []
         event = next((e for e in around if e.seq == seq), None)
         if event is None:
             raise NotFound(f"run {run_id} has no event #{seq}")

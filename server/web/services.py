@@ -33,6 +33,7 @@ from runtime.core.states import NodeStatus, RunStatus
 from runtime.core.streams import StreamEvent
 from runtime.graph.instances import base_node, parse_instance
 from runtime.history.state import state_json
+from runtime.store.base import MAX_SEQ
 from runtime.travel.diff import Change, diff
 from runtime.travel.views import CheckpointView
 
@@ -48,7 +49,8 @@ ROWS_PER_PAGE = 200
 INSTANCES_PER_PAGE = 50
 #: checkpoints shown around the selected one on the timeline
 TIMELINE_WINDOW = 60
-#: the largest integer a store holds: a page or sequence number beyond it names nothing
+#: the largest integer a store holds: a page number beyond it names nothing (and a
+#: sequence number beyond ``MAX_SEQ`` none either)
 MAX_INT = 2**63 - 1
 
 
@@ -124,7 +126,7 @@ def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
 
 
 def selected_checkpoint(rt: Runtime, run_id: str, seq: int | None) -> Checkpoint:
-    cp = rt.store.find_checkpoint(run_id, seq) if seq is None or seq <= MAX_INT else None
+    cp = rt.store.find_checkpoint(run_id, seq) if seq is None or seq <= MAX_SEQ else None
     if cp is None or (seq is not None and cp.seq != seq):
         raise NotFound(f"run {run_id} has no checkpoint #{seq}")
     return cp
@@ -157,6 +159,8 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
     """One page of the run's trace (searchable by type, node or data), never all of it."""
     page = max(1, min(page, MAX_INT // per_page))
     if not query:   # sequence numbers are gapless from 1: a page is a range of them
+        if (page - 1) * per_page >= MAX_SEQ:   # past any seq a store keeps
+            return [], False
         found = rt.store.events(run_id, (page - 1) * per_page, per_page + 1)
         return found[:per_page], len(found) > per_page
     q = query.lower()

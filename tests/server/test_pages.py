@@ -455,6 +455,26 @@ def test_page_numbers_past_the_end_are_empty_pages(shared: Seeded, reader: Clien
     assert event_rows(reader.get(f"/runs/{shared.failed}/panels/events?page={HUGE}&eq=node").text) == []
 
 
+#: past a 32-bit sequence column (PostgreSQL's), though within a 64-bit integer
+PAST_SEQ = 99_999_999_999
+
+
+def test_seq_and_page_numbers_past_what_a_store_holds_name_nothing(rt: Runtime) -> None:
+    """On every store (PostgreSQL keeps sequence numbers in 32-bit columns): the same 404s
+    and empty pages as for a number just past the end, not a database error."""
+    run_id = asyncio.run(rt.start(tiny_graph(), {})).id
+    with TestClient(create_app(rt)) as client:
+        for url in (f"/runs/{run_id}?cp={PAST_SEQ}", f"/runs/{run_id}/panels/events?cp={PAST_SEQ}",
+                    f"/runs/{run_id}/events/{PAST_SEQ}"):
+            error_page(client.get(url), 404)
+        for query in (f"page={PAST_SEQ}", f"page={PAST_SEQ}&eq=node"):
+            r = client.get(f"/runs/{run_id}/panels/events?{query}")
+            assert r.status_code == 200 and event_rows(r.text) == [] and "later →" not in r.text
+        for path in ("checkpoints", "events"):
+            page = client.get(f"/api/runs/{run_id}/{path}", params={"after": PAST_SEQ}).json()
+            assert page[path] == [] and not page["has_more"]
+
+
 def test_cp_must_be_a_number(shared: Seeded, reader: Client) -> None:
     r = reader.get(f"/runs/{shared.failed}?cp=abc")
     assert r.status_code == 400 and "cp" in r.text
