@@ -39,6 +39,7 @@ from ..history.creation import branch_statuses, inherited_of, insert_run, refuse
 from ..history.lineage import continued_chain, writes_lineage
 from ..history.registry import RUN_GRAPH_REF
 from ..history.state import base_state, state_json
+from .diff import json_equal
 
 
 def apply_patch(graph: ExecutableGraph, base: Mapping[str, JSON], patch: Any) -> dict[str, JSON]:
@@ -205,8 +206,8 @@ def _refuse_unfinished(run: Run) -> None:
 def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus], base: Mapping[str, JSON],
                           patched: Mapping[str, JSON]) -> dict[str, NodeStatus]:
     """The statuses of a branch whose patch edits the list of a map under way. Its finished
-    items are kept while the edited list still has each of them, unchanged, at its index
-    (items added or dropped after them); otherwise they all run again from the edited list,
+    items are kept while the edited list still has each of them, unchanged (JSON-equal, as
+    the diff compares: ``True`` is not ``1``), at its index (items added or dropped after them); otherwise they all run again from the edited list,
     so that its results still fold in item order (a mocked branch is served the recorded
     results of the items that did not change). A map that had finished keeps its results,
     as any finished node does."""
@@ -220,7 +221,7 @@ def _restart_edited_items(graph: ExecutableGraph, statuses: dict[str, NodeStatus
             continue
         old, new = base.get(field), patched.get(field)
         if not (isinstance(old, list) and isinstance(new, list) and item < min(len(old), len(new))
-                and old[item] == new[item]):
+                and json_equal(old[item], new[item])):
             redo.add(group)
     return {n: st for n, st in statuses.items()
             if (p := parse_instance(n)).item is None or group_of(p) not in redo}

@@ -73,7 +73,7 @@ def diff(a: Any, b: Any) -> list[Change]:
     its added items in ascending index order, or its removed items from the highest index
     down (so that ``apply`` can delete them one by one without shifting the rest).
     """
-    if _equal(a, b):
+    if json_equal(a, b):
         return []
     changes: list[Change] = []
     # Entries are finished changes or (path, x, y) pairs already known to differ; children
@@ -90,7 +90,7 @@ def diff(a: Any, b: Any) -> list[Change]:
             for key, old in x.items():
                 if key not in y:
                     todo.append(Change((*path, key), "removed", old=old))
-                elif not _equal(old, y[key]):
+                elif not json_equal(old, y[key]):
                     todo.append(((*path, key), old, y[key]))
             todo.extend(Change((*path, key), "added", new=new)
                         for key, new in y.items() if key not in x)
@@ -98,7 +98,7 @@ def diff(a: Any, b: Any) -> list[Change]:
             common = min(len(x), len(y))
             for i in range(common):
                 old, new = x[i], y[i]
-                if old is not new and not _equal(old, new):
+                if old is not new and not json_equal(old, new):
                     todo.append(((*path, i), old, new))
             todo.extend(Change((*path, i), "added", new=y[i]) for i in range(common, len(y)))
             todo.extend(Change((*path, i), "removed", old=x[i])
@@ -186,7 +186,7 @@ def _index(items: list[Any], key: str | int, extra: int = 0) -> int:
     return key
 
 
-def _equal(x: Any, y: Any) -> bool:
+def json_equal(x: Any, y: Any) -> bool:
     """JSON equality: ``==``, except that a bool never equals a number, at any depth.
 
     This runs on every item of a diffed list, hence one function with flat loops.

@@ -398,6 +398,31 @@ async def test_a_patch_of_a_maps_list_in_the_middle_of_it_decides_the_items_left
     await assert_instance_trace_consistent(rt, fork.id)
 
 
+class Loose(BaseModel):
+    items: list[Any] = []
+    log: Annotated[list[str], append] = []
+
+
+@pytest.mark.parametrize("first, runs", [(1, ["work[1]"]), (1.0, ["work[1]"]), (True, ["work[0]", "work[1]"])])
+async def test_a_patched_item_is_unchanged_only_if_json_equal(rt: Runtime, first, runs):
+    """As the diff compares values: ``1.0`` is ``1``, ``True`` is not."""
+    g = Graph("loose_map", state=Loose)
+
+    @g.node()
+    def plan(s: Loose) -> dict:
+        return {"items": [1, 2]}
+
+    @g.node(after=["plan"], map_over="items")
+    def work(s: Loose, item: Any) -> dict:
+        return {"log": [repr(item)]}
+
+    run = await rt.start(g.compile(), {}, max_concurrency=1)
+    base = await checkpoint_after(rt, run.id, "work[0]")
+    fork = await rt.fork(base, {"items": [first, 2]})
+    assert fork.status == RunStatus.SUCCEEDED, fork.error
+    assert await attempted(rt, fork.id) == runs
+
+
 async def test_editing_items_a_patched_fork_inherited_is_refused_and_writes_nothing(rt: Runtime):
     """A patched fork's input holds the results of the items it inherited: restarting them
     from a fork of that fork would count them twice. Refused, saying where to fork from."""
