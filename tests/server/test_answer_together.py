@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import re
 from html import unescape
+from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import TestClient
 from pydantic import BaseModel
 
-from runtime import EventType, Graph, Interrupt, InterruptKind, InterruptStatus, NodeContext, RunStatus, Runtime
+from runtime import (EventType, Graph, Interrupt, InterruptKind, InterruptStatus, NodeContext, RunStatus, Runtime,
+                     SqlStore)
+from server.web.app import create_app
 
 from e2e.mixed_questions import ask_four  # the browser journey's questions, one node each
 from test_approvals import client, controls, rt, settle  # noqa: F401 - the same fixtures: an app over a fresh SQLite store
@@ -333,3 +336,47 @@ def test_the_api_names_every_bad_answer_with_its_question_and_field_and_answers_
     message = api_error(client.post(f"/api/interrupts/{asked['label'].id}/answer", json={"answer": {}}), 422)
     assert f"interrupt {asked['label'].id} (node 'label', field 'name')" in message and "required" in message
     assert snapshot(rt, branch_id) == before
+
+
+class Crowd(BaseModel):
+    items: list[int] = list(range(300))
+    votes: list[bool] = []
+
+
+def crowd_graph() -> Graph:
+    """A map whose every item asks a question of its own."""
+    g = Graph("crowd", state=Crowd)
+
+    @g.node(map_over="items")
+    async def ask(s: Crowd, ctx: NodeContext, item: int) -> dict[str, Any]:
+        return {"votes": [bool(await ctx.interrupt({"question": f"keep {item}?"}))]}
+
+    return g
+
+
+def action_bar(html: str) -> str:
+    return html.split('id="run-actions"', 1)[1].split("</div>", 1)[0]
+
+
+def test_a_map_whose_every_item_asks_keeps_the_action_bar_to_a_few_questions(tmp_path: Path):
+    # a runtime that lets all 300 items run at once, so all 300 questions are open together
+    crowd_rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'crowd.db'}"), max_concurrency=300)
+    try:
+        run = asyncio.run(crowd_rt.start(crowd_graph(), {}))
+        assert run.status == RunStatus.INTERRUPTED and len(asyncio.run(crowd_rt.interrupts(run.id))) == 300
+        with TestClient(app=create_app(crowd_rt)) as crowd:
+            bar = action_bar(crowd.get(f"/runs/{run.id}").text)
+            assert bar.count('href="/interrupts/') == 3
+            assert f'href="/runs/{run.id}/answers">Answer all 300<' in bar and "and 297 more" in bar
+            assert bar.count(f'href="/runs/{run.id}/answers"') == 2
+            assert crowd.get(f"/runs/{run.id}/answers").status_code == 200
+    finally:
+        crowd_rt.close()
+
+
+@pytest.mark.parametrize("reviewers", [["ana"], ["ana", "ben", "cy"]])
+def test_a_few_open_questions_each_keep_their_button(rt: Runtime, client: TestClient[Any], reviewers: list[str]):
+    run = asyncio.run(rt.start(crowd_graph(), {"items": list(range(len(reviewers)))}))
+    bar = action_bar(client.get(f"/runs/{run.id}").text)
+    assert bar.count('href="/interrupts/') == len(reviewers) and "more" not in bar
+    assert ("Answer all" in bar) == (len(reviewers) > 1)
