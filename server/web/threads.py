@@ -1,6 +1,6 @@
-"""The thread tree (a run with its forks, replays and continuations as branches from
-their base checkpoints, each fork with the fields its patch edited) and comparing
-any two checkpoints of a thread."""
+"""The thread tree (a run with its forks and replays as branches from their base
+checkpoints, each fork with the fields its patch edited; turns and continuations carry
+their parent's line on at its depth) and comparing any two checkpoints of a thread."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from litestar.params import FromPath, FromQuery
 
 from runtime import Runtime
 from runtime.core.errors import NotFound
-from runtime.core.records import Checkpoint, EventType, Run
+from runtime.core.records import Checkpoint, EventType, Run, RunKind
 
 from .render import render
 from .services import complete, in_thread
@@ -24,9 +24,14 @@ THREAD_LIMIT = 2000
 @dataclass(frozen=True, slots=True)
 class Branch:
     run: Run
-    depth: int
+    depth: int                  # how many branches in from the thread's first run
     base_seq: int | None        # where on its parent it branched (checkpoint seq)
     patched: tuple[str, ...]    # the fields a fork's patch edited
+
+
+def _follows(run: Run) -> bool:
+    """A turn or continuation carries its parent's line on; a fork or replay branches off it."""
+    return run.kind == RunKind.CONTINUATION or (run.kind == RunKind.MAIN and run.parent_run_id is not None)
 
 
 def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
@@ -40,18 +45,23 @@ def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
         children.setdefault(parent, []).append(r)
     out: list[Branch] = []
 
-    def walk(parent: str | None, depth: int) -> None:
-        for r in children.get(parent, []):
-            base_seq = None
-            if r.base_checkpoint_id:
-                try:
-                    base_seq = rt.store.get_checkpoint(r.base_checkpoint_id).seq
-                except NotFound:
-                    base_seq = None
-            out.append(Branch(r, depth, base_seq, _patched_fields(rt, r)))
-            walk(r.id, depth + 1)
-
-    walk(None, 0)
+    # a run's first follower stays at its depth, so 60 turns are one line, not a staircase;
+    # its other children are branches one deeper, listed right under it before the line goes on
+    todo: list[tuple[Run, int]] = [(r, 0) for r in reversed(children.get(None, []))]
+    while todo:   # not recursive: a thread's line can be longer than Python's recursion limit
+        r, depth = todo.pop()
+        base_seq = None
+        if r.base_checkpoint_id:
+            try:
+                base_seq = rt.store.get_checkpoint(r.base_checkpoint_id).seq
+            except NotFound:
+                base_seq = None
+        out.append(Branch(r, depth, base_seq, _patched_fields(rt, r)))
+        kids = children.get(r.id, [])
+        line = next((k for k in kids if _follows(k)), None)
+        if line is not None:
+            todo.append((line, depth))
+        todo.extend((k, depth + 1) for k in reversed(kids) if k is not line)
     return out
 
 

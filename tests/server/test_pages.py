@@ -997,6 +997,50 @@ def test_thread_page_of_a_lone_run(shared: Seeded, reader: Client) -> None:
     assert "patched:" not in r.text
 
 
+class Talk(BaseModel):
+    said: list[str] = []
+    say: str = ""
+
+
+def talk_graph() -> Graph:
+    g = Graph("pages_talk", Talk)
+
+    @g.node()
+    def hear(s: Talk) -> dict[str, Any]:
+        return {"said": [*s.said, s.say]}
+
+    return g
+
+
+def tree_rows(html: str) -> list[tuple[float, str]]:
+    """The thread page's runs in order, each with its indentation in rem."""
+    return [(float(depth), rid) for depth, rid in re.findall(
+        r'<li style="margin-left: ([\d.]+)rem" class="branch kind-\w+">\s*<span class="kind">\w+</span>\s*'
+        r'<a href="/runs/(run_\w+)">', html)]
+
+
+def test_turns_that_follow_each_other_are_one_line_and_only_a_fork_is_indented(seeded: Seeded,
+                                                                                client: Client) -> None:
+    graph, rt = talk_graph(), seeded.rt
+
+    async def talk(n: int) -> list[str]:
+        return [(await rt.start(graph, {"say": f"t{k}"}, thread_id="chat")).id for k in range(n)]
+
+    turns = asyncio.run(talk(30))
+    rows = tree_rows(client.get("/threads/chat").text)
+    assert rows == [(0.0, t) for t in turns]   # one level, not a 30-step staircase
+
+    # a fork of turn 5 is a branch right under it; the next turn goes on from the fork, on its line
+    cp = rt.store.checkpoints(turns[4])[-1]
+    fork = asyncio.run(rt.fork(cp.id, patch={"say": "other"})).id
+    [after] = asyncio.run(talk(1))
+    page = client.get("/threads/chat").text
+    rows = tree_rows(page)
+    assert rows == [(0.0, t) for t in turns[:5]] + [(1.6, fork), (1.6, after)] + [(0.0, t) for t in turns[5:]]
+    assert f"from #{cp.seq} of {turns[4]}" in page
+    assert [b["depth"] for b in client.get("/api/threads/chat").json()["runs"]] == [d / 1.6 for d, _ in rows]
+
+
 # ------------------------------------------------------------------ the token rule
 
 
