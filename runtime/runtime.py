@@ -42,7 +42,6 @@ from .engine.slots import Slots
 from .engine.streaming import RunStream, follow, stream_call
 from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import insert_run, new_limits, validate_input
-from .history.lineage import origin
 from .history.registry import GraphRegistry, compiled
 from .history.state import state_json, state_model_at
 from .history.threads import given_fields, next_turn, thread_state, turn_base, turn_state
@@ -175,7 +174,7 @@ class Runtime:
         previous, base = follows
         turn_input, _ = turn_state(graph, before or {}, given_fields(input), state)
         run = run.evolve(input=turn_input, parent_run_id=previous.id, base_checkpoint_id=base.id,
-                         options={**options, "turn": next_turn(origin(self.store, previous))})
+                         options={**options, "turn": next_turn(self.store, previous)})
         # the state is rebuilt from the previous turn's: only the input is stored
         return insert_run(self.store, self.env, run, statuses, snapshot=None, claim=claim,
                           source=CheckpointSource.TURN)

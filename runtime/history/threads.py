@@ -88,6 +88,16 @@ def given_fields(input: Mapping[str, JSON] | BaseModel | None) -> set[str]:
     return {str(k) for k in (input or {})}
 
 
-def next_turn(previous: Run) -> int:
-    """Turn numbers count up a thread's lineage (the first run of a thread is turn 1)."""
-    return int(previous.options.get("turn") or 1) + 1
+def turn_of(store: CheckpointStore, run: Run) -> int:
+    """The turn a run belongs to (the first run of a thread is turn 1). Only a turn
+    stores its number: a continuation, fork or replay carries on the turn of the run
+    it came from, so the turn after a fork of turn k is k + 1 (which keeps the
+    recorder's snapshot schedule, turns 1, 2, 4, 8, …, doubling across forks)."""
+    while run.kind != RunKind.MAIN and run.parent_run_id is not None:
+        run = store.get_run(run.parent_run_id)
+    return int(run.options.get("turn") or 1)
+
+
+def next_turn(store: CheckpointStore, previous: Run) -> int:
+    """Turn numbers count up a thread's lineage: one more than the run it follows."""
+    return turn_of(store, previous) + 1
