@@ -4,6 +4,7 @@ reducers; storage per turn grows with what the turn wrote."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -412,5 +413,62 @@ async def test_a_thread_whose_later_turns_leave_out_a_required_field_imports(rt:
         with pytest.raises(InvalidRequest, match=r"messages\.\d: Input should be a valid string") as e:
             await Runtime(store=MemoryStore(), graphs=[session()]).import_thread(doc)
         assert "user" not in str(e.value)
+    finally:
+        other.close()
+
+
+async def _chat_turns(rt: Runtime, words: list[str], thread_id: str = "t") -> list[Any]:
+    return [await rt.start(chat_graph(), {"messages": [w]}, thread_id=thread_id) for w in words]
+
+
+async def test_the_turn_after_a_fork_of_turn_k_is_turn_k_plus_1(rt: Runtime):
+    *_, third = await _chat_turns(rt, ["a", "b", "c"])
+    await _chat_turns(rt, ["d"])
+    fork = await rt.fork((await rt.history(third.id))[-1].id)   # continues turn 3
+    after_fork = (await _chat_turns(rt, ["e"]))[0]
+    assert after_fork.parent_run_id == fork.id and after_fork.options["turn"] == 4
+    # a fork of a fork, and a replay (which the next turn does not follow), keep the turn
+    refork = await rt.fork((await rt.history(fork.id))[-1].id)
+    await rt.replay(after_fork.id)
+    nxt = (await _chat_turns(rt, ["f"]))[0]
+    assert nxt.parent_run_id == refork.id and nxt.options["turn"] == 4
+    assert (await _chat_turns(rt, ["g"]))[0].options["turn"] == 5
+
+
+async def test_the_snapshot_schedule_after_a_fork_follows_the_turn_numbers(rt: Runtime):
+    *_, third = await _chat_turns(rt, ["a", "b", "c"])
+    await rt.fork((await rt.history(third.id))[-1].id)
+    later = await _chat_turns(rt, ["d", "e", "f", "g", "h"])
+    numbers = [r.options["turn"] for r in later]
+    ends = [(await rt.history(r.id))[-1].snapshot is not None for r in later]
+    assert numbers == [4, 5, 6, 7, 8]
+    assert ends == [True, False, False, False, True]   # turns 1, 2, 4, 8, … snapshot at their end
+
+
+async def test_a_thread_with_forks_stores_its_turns_snapshots_linearly(rt: Runtime):
+    """Every fourth turn is forked and the thread goes on from the fork: the turns'
+    full snapshots still add up to about twice the final state."""
+    message = "x" * 200
+    for turn in range(1, 65):
+        last = (await _chat_turns(rt, [f"{turn} {message}"]))[0]
+        if turn % 4 == 0:
+            await rt.fork((await rt.history(last.id))[-1].id)
+    turns = [r for r in await rt.runs(thread_id="t", limit=1000) if r.kind == RunKind.MAIN]
+    assert len(turns) == 64
+    stored = 0
+    for r in turns:
+        stored += sum(len(json.dumps(cp.snapshot)) for cp in await rt.history(r.id) if cp.snapshot is not None)
+    final = len(json.dumps((await rt.thread_state("t")).model_dump(mode="json")))
+    assert stored <= 3 * final
+
+
+async def test_an_imported_thread_numbers_the_turn_after_a_fork_as_it_was_numbered(rt: Runtime, tmp_path: Path):
+    *_, third = await _chat_turns(rt, ["a", "b", "c"])
+    fork = await rt.fork((await rt.history(third.id))[-1].id)
+    doc = await rt.export_thread(fork.id)
+    other = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'other.db'}"), graphs=[chat_graph()])
+    try:
+        await other.import_thread(doc)
+        assert (await other.start(chat_graph(), {"messages": ["d"]}, thread_id="t")).options["turn"] == 4
     finally:
         other.close()
