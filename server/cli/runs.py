@@ -170,8 +170,10 @@ def register(sub: Any) -> None:
         c.add_argument("--graph", help=GRAPH_HELP)
         c.set_defaults(fn=fn)
         if name == "resume":
-            c.add_argument("--response", help="answer to the pending interrupt (JSON)")
-            c.add_argument("--answers", help='answers by interrupt id: {"int_…": …} (JSON)')
+            # one or the other: given both, one of the answers would be dropped unsaid
+            answer = c.add_mutually_exclusive_group()
+            answer.add_argument("--response", help="answer to the pending interrupt (JSON)")
+            answer.add_argument("--answers", help='answers by interrupt id: {"int_…": …} (JSON)')
             add_limit_options(c, "replaces the run's from now on, or those a continuation inherits")
         if name == "cancel":
             c.add_argument("--reason", default="cancelled from the command line")

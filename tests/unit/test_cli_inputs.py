@@ -225,6 +225,14 @@ def test_answers_that_are_not_an_object_are_one_line(harness: Harness, given: st
     assert harness.json("show", run_id)["run"]["status"] == "interrupted"
 
 
+def test_response_and_answers_together_are_refused_and_the_run_still_waits(harness: Harness):
+    run_id = harness.paused_run()
+    interrupt = harness.json("show", run_id)["interrupts"][0]["id"]
+    one_line_mistake(*harness("resume", run_id, "--response", "1", "--answers", json.dumps({interrupt: 2})),
+                     "--answers", "not allowed with argument --response")
+    assert harness.json("show", run_id)["run"]["status"] == "interrupted"
+
+
 # ------------------------------------------------------------------ import files
 
 def test_an_import_file_that_is_not_utf8_is_one_line(harness: Harness):
