@@ -109,22 +109,28 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
 
     decls: list[NodeDecl] = []
     for i, raw in enumerate(doc.nodes):
+        unknown_when = False
         try:
             node = _Node.model_validate(raw)
         except ValidationError as e:
             problems.extend(Problem(_loc(("nodes", i, *err["loc"]), plan), err["msg"]) for err in e.errors())
-            if isinstance(raw, dict):
-                _check_names(raw, _loc(("nodes", i), plan), registry, problems)
-            node_id = raw.get("id") if isinstance(raw, dict) else None
-            if isinstance(node_id, str):  # keep the id known, so its dependents are not misreported
-                # (its when= unknown too: a loop after it is not also called endless)
-                decls.append(NodeDecl(name=node_id, fn=_unresolved, location=f"nodes[{i}] ({node_id!r})",
-                                      retry=NO_RETRY, when=_unresolved))
-            continue
+            salvaged = _without_unknown_keys(raw, e)
+            if salvaged is None:
+                if isinstance(raw, dict):
+                    _check_names(raw, _loc(("nodes", i), plan), registry, problems)
+                node_id = raw.get("id") if isinstance(raw, dict) else None
+                if isinstance(node_id, str):  # keep the id known, so its dependents are not misreported
+                    # (its when= unknown too: a loop after it is not also called endless)
+                    decls.append(NodeDecl(name=node_id, fn=_unresolved, location=f"nodes[{i}] ({node_id!r})",
+                                          retry=NO_RETRY, when=_unresolved))
+                continue
+            # its own fields are still checked, and its dependencies kept; an unknown key may be
+            # a misspelt ``when``, so without one its condition is not known either
+            node, unknown_when = salvaged, salvaged.when is None
         where = f"nodes[{i}] ({node.id!r})"
         fn = _callable(node.fn, registry, f"{where}.fn", problems, "function")
         when = _callable(node.when, registry, f"{where}.when", problems, "predicate") if node.when else None
-        if node.when and when is None:
+        if (node.when and when is None) or unknown_when:
             when = _unresolved   # said above; kept as a condition, so its loop is not also called exitless
         retry = RetryPolicy(**{**node.retry.model_dump(), "retry_on": frozenset(node.retry.retry_on)}) if node.retry else NO_RETRY
         decls.append(NodeDecl(
@@ -139,6 +145,18 @@ def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> E
     if problems:
         raise GraphError(problems)
     return graph
+
+
+def _without_unknown_keys(raw: Any, error: ValidationError) -> _Node | None:
+    """The node ``raw`` describes when only unknown keys are wrong with it: those are
+    reported already, and hiding its other fields would hide their problems too (a
+    dependency that does not exist, a map over a field the state lacks)."""
+    if not isinstance(raw, dict) or any(err["type"] != "extra_forbidden" for err in error.errors()):
+        return None
+    try:
+        return _Node.model_validate({k: v for k, v in raw.items() if k in _Node.model_fields})
+    except ValidationError:
+        return None
 
 
 def _check_names(raw: Mapping[str, Any], where: str, registry: Registry, problems: list[Problem]) -> None:

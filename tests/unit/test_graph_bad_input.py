@@ -225,3 +225,25 @@ def test_cli_reports_an_unusable_plan_file_in_one_line(tmp_path: Path, capsys: p
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert str(path) in err and message in err
+
+
+def test_a_plan_node_with_an_unknown_key_still_has_its_other_fields_checked():
+    """An unknown key is reported, and does not hide what else is wrong with the node: a
+    dependency that does not exist, a function that is not there (all in one answer)."""
+    found = problems_of({"name": "p", "nodes": [
+        {"id": "a", "fn": f"{__name__}:noop"},
+        {"id": "b", "fn": f"{__name__}:missing", "after": ["a", "ghost"], "subgraph": "x"},
+    ]})
+    assert "nodes[1] ('b').subgraph: Extra inputs are not permitted" in found
+    assert any("ghost" in p for p in found), found
+    assert any("nodes[1] ('b').fn" in p and "missing" in p for p in found), found
+
+
+def test_a_plan_node_with_a_misspelt_when_is_not_also_called_an_endless_loop():
+    """``whn`` may be the node's condition misspelt: the loop through it is not refused as
+    exitless on top of the unknown key (the problem to fix is the key)."""
+    found = problems_of({"name": "p", "nodes": [
+        {"id": "model", "fn": f"{__name__}:noop", "after": ["tool"], "max_iterations": 3},
+        {"id": "tool", "fn": f"{__name__}:noop", "after": ["model"], "whn": f"{__name__}:noop"},
+    ]})
+    assert found == ["nodes[1] ('tool').whn: Extra inputs are not permitted"]
