@@ -35,7 +35,20 @@ async def cmd_run(args: argparse.Namespace) -> int:
     graph = resolve_ref(args.graph)
     data = parse_object(args.input, "--input", INPUT_MEANING) if args.input is not None else {}
     with opened(args) as rt:
-        run = await rt.start(graph, data, thread_id=args.thread, **limit_args(args))
+        # streamed only to learn the run's id as it is created: a Ctrl-C then names the run
+        # it cancelled, which otherwise had to be looked up among all the runs
+        run_id: str | None = None
+        try:
+            async with rt.stream(graph, data, thread_id=args.thread, **limit_args(args)) as events:
+                async for ev in events:
+                    run_id = run_id or ev.run_id
+        except asyncio.CancelledError:
+            if run_id is not None:
+                print(f"harness: run {run_id} cancelled; continue it with  harness resume {run_id}",
+                      file=sys.stderr, flush=True)
+            raise
+        assert run_id is not None   # a start that creates no run raises instead
+        run = await rt.get_run(run_id)
         await show_run(rt, args, run.id)
     return exits.for_run(run)
 

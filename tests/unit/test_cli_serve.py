@@ -75,3 +75,59 @@ def test_serve_answers_with_the_runs_page_and_requires_its_token(tmp_path: Path)
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+SLOW_GRAPH = '''
+import asyncio
+from pydantic import BaseModel
+from runtime import Graph
+
+class S(BaseModel):
+    done: bool = False
+
+async def wait(state):
+    await asyncio.sleep(60)
+    return {"done": True}
+
+graph = Graph("slow", S)
+graph.add_node("wait", wait)
+'''
+
+
+def test_ctrl_c_during_run_names_the_run_it_cancelled(tmp_path: Path) -> None:
+    """Ctrl-C ends the run cancelled (as a caller that stops waiting) and says which run,
+    with the command that continues it: there may be many runs in the store."""
+    from runtime import RunStatus, SqlStore
+
+    (tmp_path / "slowmod.py").write_text(SLOW_GRAPH)
+    db = tmp_path / "h.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "run", "slowmod:graph", "--db", str(db)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        runs: list = []
+        while not runs:   # until the run is recorded as running
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+            if db.exists():
+                store = SqlStore(f"sqlite:///{db}")
+                try:
+                    runs = [r for r in store.list_runs() if r.status == RunStatus.RUNNING]
+                finally:
+                    store.close()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    run_id = runs[0].id
+    assert proc.returncode == 130
+    assert f"harness: run {run_id} cancelled; continue it with  harness resume {run_id}" in err
+    assert "Traceback" not in err
+    store = SqlStore(f"sqlite:///{db}")
+    try:
+        assert store.get_run(run_id).status == RunStatus.CANCELLED
+    finally:
+        store.close()
