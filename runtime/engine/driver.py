@@ -52,10 +52,11 @@ class Driver:
 
     async def drive(self, run: Run, graph: ExecutableGraph | None = None,
                     fresh: Checkpoint | None = None) -> Run:
-        return await self.finished(await self.run_loop(load_loop(self.deps, run, graph, fresh)))
+        return await self.run_loop(load_loop(self.deps, run, graph, fresh))
 
     async def run_loop(self, loop: RunLoop) -> Run:
-        """Drive a loop; remember the state it stopped at (a thread's next turn starts there)."""
+        """Drive a loop; remember the state it stopped at (a thread's next turn starts there),
+        and apply the run's policy for how it ended, however it ended."""
         try:
             run = await loop.drive()
         except LeaseLost:
@@ -70,7 +71,7 @@ class Driver:
                 log.exception("run %s: could not compensate it as its policy asks", loop.run_id)
             raise
         self.deps.graphs.remember_state(loop.rec.head.id, loop.state.head_state())
-        return run
+        return await self.finished(run)
 
     async def finished(self, run: Run) -> Run:
         """A run's opt-in policy: compensate its effects when it ends failed or cancelled."""
@@ -113,7 +114,7 @@ class Driver:
                 validate_answer(self.deps.graphs, i, value)
             answer, answers = MISSING, {i.id: value for i, value in given}
             # new limits apply from here on: to the recovery too (an expired deadline would fail it)
-            run = await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits)))
+            run = await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits))
             path = RESUME_PATHS[run.status]
             limits = None
         if path == ResumePath.ANSWER:
@@ -130,13 +131,13 @@ class Driver:
         if path == ResumePath.REFUSE:
             raise InvalidRequest(f"run {run_id} already succeeded; a succeeded run never changes")
         if path == ResumePath.CLAIM:
-            return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.CLAIM, limits=limits)))
+            return await self.run_loop(self.take_lease(run, RunEvent.CLAIM, limits=limits))
         if self.driven_here(run_id):
             raise_busy(run, "in this process")
         if not self.lease_expired(run):
             raise_busy(run, f"by {run.lease_owner} until its lease expires")
         log.info("run %s: its process stopped while running; recovering it here", run_id)
-        return await self.finished(await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits)))
+        return await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits))
 
     async def answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None,
                      limits: Mapping[str, JSON] | None = None, by: str | None = None) -> Run:
@@ -146,7 +147,7 @@ class Driver:
             loop = self.take_lease(run, RunEvent.RESUME, answered=checked, limits=limits, by=by)
         except LeaseLost:
             raise InvalidAnswer(f"run {run.id} was already answered by another caller") from None
-        return await self.finished(await self.run_loop(loop))
+        return await self.run_loop(loop)
 
     def continuation(self, parent: Run, limits: Mapping[str, JSON] | None = None
                      ) -> tuple[Run, Checkpoint, ExecutableGraph]:
@@ -206,7 +207,7 @@ class Driver:
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
         loop = load_loop(self.deps, run)
         loop.begin_cancel(reason)
-        return await self.finished(await self.run_loop(loop))
+        return await self.run_loop(loop)
 
     async def wait_terminal(self, run_id: str, wait: float) -> Run:
         """Poll until the run ends or stops being RUNNING (or ``wait`` seconds pass)."""
