@@ -231,14 +231,16 @@ class Recorder:
         doubt, which is safe). The usage it reported goes onto the run's row in the same
         transaction: a continuation starts with it and is served the result without
         counting it again, so it is counted once, in the budget of the run's lineage."""
+        # held through the commit: two late effects committing out of order would otherwise
+        # leave the row with the older, smaller usage
         with self.usage_lock:
             run = self.committed.evolve(usage=dict(self.usage))
-        try:
-            self.store.commit(Batch(run_id=run.id, fence=run.fence, run=run, effects=[entry]))
-            self.committed = run
-        except LeaseLost:
-            log.info("run %s: effect %s finished after the run ended and another process took the run over; "
-                     "left in doubt", self.run.id, entry.name)
+            try:
+                self.store.commit(Batch(run_id=run.id, fence=run.fence, run=run, effects=[entry]))
+                self.committed = run
+            except LeaseLost:
+                log.info("run %s: effect %s finished after the run ended and another process took the run "
+                         "over; left in doubt", self.run.id, entry.name)
 
     def publish_now(self, event: StreamEvent) -> None:
         """Deliver an ephemeral event after everything recorded before it."""
