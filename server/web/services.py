@@ -222,8 +222,8 @@ def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1,
                           page.run):
         effects.setdefault(e.node, []).append(e)
     writes: dict[str, list[PendingWrite]] = {}
-    for w in rt.store.pending_writes(page.run.id):
-        if w.node in wanted and w.checkpoint_seq < page.selected.checkpoint.seq + 1:
+    for w in rt.store.pending_writes(page.run.id, nodes=sorted(wanted)):   # by the (run, node) index
+        if w.checkpoint_seq < page.selected.checkpoint.seq + 1:
             writes.setdefault(w.node, []).append(w)
     out = [{"name": inst, "status": page.node_states[inst].value, "attempts": attempts.get(inst, []),
             "effects": effects.get(inst, []), "writes": writes.get(inst, [])} for inst in shown]

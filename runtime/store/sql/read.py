@@ -149,7 +149,7 @@ class Reader:
             stmt = select(CHECKPOINTS).where(c.run_pk == pk, c.seq > _bound(first_seq - 1)).order_by(c.seq)
             rows = conn.execute(stmt if limit is None else stmt.limit(limit)).all()
             # a page that starts later starts from the statuses before it (None: the run's first)
-            before = self._node_states(conn, pk, rows[0].seq - 1) if rows else None
+            before = self._node_states(conn, pk, rows[0].seq - 1) if rows and rows[0].seq > 0 else None
         out: list[Checkpoint] = []
         states: dict[str, str] = before or {}
         for row in rows:
