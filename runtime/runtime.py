@@ -39,13 +39,13 @@ from .engine.driver import Driver
 from .engine.host import CompensationRegistry
 from .engine.leases import make_owner
 from .engine.slots import Slots
-from .engine.streaming import RunStream, follow, stream_call
+from .engine.streaming import DEFAULT_BUFFER, RunStream, follow, stream_call
 from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import insert_run, new_limits, validate_input
 from .history.registry import GraphRegistry, compiled
 from .history.state import state_json, state_model_at
 from .history.threads import given_fields, next_turn, thread_state, turn_base, turn_state
-from .store.base import CheckpointStore
+from .store.base import MAX_SEQ, CheckpointStore
 from .store.memory import MemoryStore
 from .travel.branches import new_fork, new_replay
 from .travel.diff import Change, diff
@@ -214,7 +214,7 @@ class Runtime:
         return await self._driver.cancel(id_arg(run_id, "run_id"), reason, wait)
 
     def stream(self, target: Graph | ExecutableGraph | Awaitable[object], input: Mapping[str, JSON] | BaseModel | None = None,
-               **options: Any) -> RunStream:
+               *, buffer: int = DEFAULT_BUFFER, **options: Any) -> RunStream:
         """Run a graph (as ``start`` does) and yield its events as they commit:
         ``run.created`` first (it names the run), node starts and outputs
         (``node.succeed`` carries the writes), checkpoints, interrupts, ``ctx.emit``
@@ -227,9 +227,19 @@ class Runtime:
 
         The call stops (its run ends CANCELLED) when the stream is closed before it is
         done: leaving an inline ``async for``, the end of ``async with rt.stream(...) as
-        events:``, or ``await events.aclose()`` (see ``RunStream``)."""
+        events:``, or ``await events.aclose()`` (see ``RunStream``).
+
+        The run never waits for its reader: the stream holds at most ``buffer`` events.
+        A reader that falls further behind is handed the recorded events it missed from
+        the store once it has taken the held ones (the same sequence, no gap, no
+        duplicate); ephemeral events emitted meanwhile are dropped, and a
+        ``stream.dropped`` event (itself ephemeral) says how many (``data["count"]``)."""
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or not 1 <= buffer <= MAX_SEQ:
+            if not isinstance(target, (Graph, ExecutableGraph)):
+                close_call(target)   # never awaited: say so once, here, not as a warning later
+            raise InvalidRequest(f"buffer must be a whole number of events from 1 to 2**31 - 1, got {buffer!r}")
         if isinstance(target, (Graph, ExecutableGraph)):
-            return stream_call(self.start(target, input, **options))
+            return stream_call(self.start(target, input, **options), self.store, buffer)
         streamable = (Runtime.start, Runtime.resume, Runtime.fork, Runtime.replay)
         if getattr(target, "cr_code", None) not in {f.__code__ for f in streamable}:
             close_call(target)   # never awaited: say so once, here, not as a warning later
@@ -238,7 +248,7 @@ class Runtime:
         if input is not None or options:
             close_call(target)
             raise InvalidRequest("stream(call) takes the call alone; give the input and options to the call")
-        return stream_call(target)
+        return stream_call(target, self.store, buffer)
 
     def follow(self, run_id: str, *, after_seq: int = 0, poll: float = 0.1) -> RunStream:
         """The stream of a run that another process (or another call) drives, read from

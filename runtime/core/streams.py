@@ -19,26 +19,31 @@ from dataclasses import dataclass, field
 from .jsonvalues import JSON
 from .records import Checkpoint, CheckpointSummary, EventType, PendingWrite, TraceEvent, WriteKind
 
-__all__ = ["CHECKPOINT", "CUSTOM", "SINK", "StreamEvent", "merge_stream", "publish"]
+__all__ = ["CHECKPOINT", "CUSTOM", "DROPPED", "SINK", "StreamEvent", "merge_stream", "publish"]
 
 #: stream event type of a committed checkpoint (not a trace event of its own)
 CHECKPOINT = "checkpoint"
 #: trace and stream event type of ``ctx.emit`` payloads
 CUSTOM = EventType.CUSTOM.value
+#: stream event type of the notice that a live stream which fell behind its reader dropped
+#: ``data["count"]`` ephemeral events of the run (they cannot be read back); itself ephemeral
+DROPPED = "stream.dropped"
 
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
     run_id: str
     #: the trace sequence number of the event (recorded events are gapless from 1);
-    #: for a checkpoint or an ephemeral event, the last recorded event before it
+    #: for a checkpoint, an ephemeral event or a ``stream.dropped`` notice, the last
+    #: recorded event before it
     seq: int
-    type: str                  # an EventType value, "checkpoint", or "custom"
+    type: str                  # an EventType value, "checkpoint", "custom" or "stream.dropped"
     node: str | None = None
     attempt: int | None = None
     data: Mapping[str, JSON] = field(default_factory=dict)
     at: float = 0.0
-    #: an ``emit(..., ephemeral=True)`` payload: delivered live, never stored
+    #: an ``emit(..., ephemeral=True)`` payload (or a ``stream.dropped`` notice): delivered
+    #: live, never stored
     ephemeral: bool = False
 
     def to_json(self) -> dict[str, JSON]:

@@ -6,21 +6,39 @@ drives — is published there and yielded in order. Stopping to read the stream
 cancels the call, as cancelling an awaited ``start`` does. ``follow`` reads the same records
 back from the store at a polling pace, so another process sees the same sequence
 (ephemeral events excepted: they are never stored).
+
+A live stream holds at most ``buffer`` events for its reader, and the run never waits
+for the reader. A batch that does not fit puts the stream *behind*: from then on
+recorded events are not held but remembered as a gap (per run, up to which event and
+checkpoint), and ephemeral ones are dropped and counted. Once the reader has taken
+what is held, the gap is read back from the store a buffer's worth at a time (as
+``follow`` reads, with the same code), a ``stream.dropped`` notice says how many
+ephemeral events were lost, and the stream is live again: the reader sees the
+recorded sequence with no gap and no duplicate, and memory stays bounded by
+``buffer`` however slowly it reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncGenerator, Awaitable
+import logging
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Sequence
+from dataclasses import dataclass
+from typing import cast
 
-from ..core.records import EventType
+from ..core.records import CheckpointSummary, EventType, TraceEvent
 from ..core.states import RunStatus
-from ..core.streams import SINK, StreamEvent, merge_stream
+from ..core.streams import CHECKPOINT, DROPPED, SINK, StreamEvent, merge_stream
 from ..store.base import MAX_SEQ, CheckpointStore
+
+log = logging.getLogger(__name__)
 
 #: a run still to be followed: it may record more events
 _LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
+#: how many events a live stream holds for a reader that has not taken them yet
+DEFAULT_BUFFER = 1000
 
 
 class RunStream:
@@ -32,8 +50,15 @@ class RunStream:
     ``await events.aclose()`` (Python closes an abandoned iterator only when it is
     collected, so a ``break`` alone does not stop the call behind a kept stream)."""
 
-    def __init__(self, events: AsyncGenerator[StreamEvent, None]):
+    def __init__(self, events: AsyncGenerator[StreamEvent, None], held: _Buffer | None = None):
         self._events = events
+        self._held = held
+
+    @property
+    def buffered(self) -> int:
+        """Events published to this stream that its reader has not taken yet (never more
+        than its ``buffer``; always 0 for ``follow``, which reads the store as it goes)."""
+        return 0 if self._held is None else len(self._held.items)
 
     def __aiter__(self) -> RunStream:
         return self
@@ -51,33 +76,43 @@ class RunStream:
         await self.aclose()
 
 
-def stream_call(call: Awaitable[object]) -> RunStream:
-    return RunStream(_stream_call(call))
+# ---------------------------------------------------------------------- reading back from the store
 
 
-async def _stream_call(call: Awaitable[object]) -> AsyncGenerator[StreamEvent, None]:
-    queue: asyncio.Queue[list[StreamEvent] | None] = asyncio.Queue()
-    context = contextvars.copy_context()
-    context.run(SINK.set, queue.put_nowait)
+def _checkpoints(store: CheckpointStore, run_id: str, after: int, upto: int, top: int,
+                 window: int | None) -> list[CheckpointSummary]:
+    """The run's checkpoints after seq ``after`` (up to ``upto``) that reflect no event
+    past ``top``. They are a prefix of those checkpoints (a later checkpoint never reflects
+    an earlier event), read ``window`` at a time when given, so that reading back a long
+    gap a page at a time does not read the rest of the gap with every page."""
+    found: list[CheckpointSummary] = []
+    while after < upto:
+        cps = store.checkpoint_summaries(run_id, after + 1, upto if window is None else min(upto, after + window))
+        fit = [c for c in cps if c.event_seq <= top]
+        found += fit
+        if window is None or not cps or len(fit) < len(cps):
+            break
+        after = cps[-1].seq
+    return found
 
-    async def run() -> None:
-        try:
-            await call
-        finally:
-            queue.put_nowait(None)
 
-    task = asyncio.get_running_loop().create_task(run(), context=context)
-    try:
-        while (items := await queue.get()) is not None:
-            for item in items:
-                yield item
-        await task  # the call's own error, if it raised
-    finally:
-        if not task.done():
-            # the consumer stopped listening (break, timeout, cancel): like a caller that stops
-            # awaiting start(), it cancels the call; the run ends CANCELLED, and resume continues it
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+def _read_back(store: CheckpointStore, run_id: str, last_seq: int, last_cp: int, events: Sequence[TraceEvent],
+               cp_upto: int = MAX_SEQ, window: int | None = None) -> tuple[list[StreamEvent], int, int]:
+    """The stream items of ``events`` (the run's next events after ``last_seq``) and of the
+    checkpoints after ``last_cp`` that reflect them: what the live stream showed of those
+    records. Returns the items, and the last event and checkpoint they reach."""
+    top = events[-1].seq if events else last_seq
+    # summaries of the new checkpoints only: reading every checkpoint with its node
+    # states on every poll made following a long run cost more the longer it ran
+    cps = _checkpoints(store, run_id, last_cp, cp_upto, top, window)
+    # the outcomes of the nodes that succeeded in the new events (the only ones a stream
+    # shows), read by node: reading all of the run's on every poll made a poll cost what
+    # the run had done. From the run's start all of them are new: one read is cheaper
+    # (unless read a page at a time: the run may be far ahead of the page)
+    done = {(e.node, e.attempt) for e in events if e.type == EventType.NODE_SUCCEED and e.node}
+    names = None if last_seq == 0 and window is None else {n for n, _ in done}
+    writes = [w for w in store.pending_writes(run_id, nodes=names) if (w.node, w.attempt) in done] if done else []
+    return merge_stream(run_id, events, cps, writes), top, max([c.seq for c in cps], default=last_cp)
 
 
 def follow(store: CheckpointStore, run_id: str, *, after_seq: int = 0, poll: float = 0.1) -> RunStream:
@@ -92,22 +127,173 @@ async def _follow(store: CheckpointStore, run_id: str, after_seq: int,
         run = store.get_run(run_id)   # read first: events it counts are already committed
         events = store.events(run_id, last_seq)
         if events:
-            top = events[-1].seq
-            # summaries of the new checkpoints only: reading every checkpoint with its node
-            # states on every poll made following a long run cost more the longer it ran
-            cps = [c for c in store.checkpoint_summaries(run_id, last_cp + 1, MAX_SEQ) if c.event_seq <= top]
-            # the outcomes of the nodes that succeeded in the new events (the only ones a stream
-            # shows), read by node: reading all of the run's on every poll made a poll cost what
-            # the run had done. From the run's start all of them are new: one read is cheaper
-            done = {(e.node, e.attempt) for e in events if e.type == EventType.NODE_SUCCEED and e.node}
-            names = None if last_seq == 0 else {n for n, _ in done}
-            writes = [w for w in store.pending_writes(run_id, nodes=names)
-                      if (w.node, w.attempt) in done] if done else []
-            for item in merge_stream(run_id, events, cps, writes):
+            items, last_seq, last_cp = _read_back(store, run_id, last_seq, last_cp, events)
+            for item in items:
                 if item.seq > after_seq:
                     yield item
-            last_seq = top
-            last_cp = max([c.seq for c in cps], default=last_cp)
         if run.status not in _LIVE and last_seq >= run.event_seq:
             return
         await asyncio.sleep(poll)
+
+
+# ---------------------------------------------------------------------- the live stream
+
+
+@dataclass(slots=True)
+class _Position:
+    """How far a run's records have reached the reader (held, or read back): its last
+    event and checkpoint; anything at or before them is delivered or before the stream.
+    ``cp`` is None until the stream meets one of the run's checkpoints (a resumed run's
+    first batches may have none)."""
+    ev: int
+    cp: int | None
+
+
+@dataclass(slots=True)
+class _Gap:
+    """Records of one run that were not held, up to its event ``ev`` and checkpoint ``cp``
+    (None: no checkpoint was missed); gaps are read back in the order they opened."""
+    run_id: str
+    ev: int
+    cp: int | None
+
+
+class _Buffer:
+    """A live stream's sink (called with each commit's stream items, in the run's thread
+    of control: it never blocks) and what its reader takes from."""
+
+    def __init__(self, store: CheckpointStore, size: int):
+        self.store, self.size = store, size
+        self.items: deque[StreamEvent] = deque()
+        self.wake = asyncio.Event()
+        self.ended = False
+        #: a batch did not fit: recorded events go to ``gaps``, ephemeral ones are counted,
+        #: until the reader has taken what is held and read the gaps back
+        self.behind = False
+        self.gaps: list[_Gap] = []
+        self.reached: dict[str, _Position] = {}
+        #: per run, ephemeral events dropped while behind, and when the last one was emitted
+        self.dropped: dict[str, tuple[int, float]] = {}
+
+    def __call__(self, items: list[StreamEvent]) -> None:
+        if not items:
+            return   # a heartbeat's commit
+        if not self.behind and len(self.items) + len(items) <= self.size:
+            self.items.extend(items)
+            self._reach(items)
+        else:
+            self.behind = True
+            if items[0].ephemeral:   # published one at a time (``publish_now``)
+                count, _ = self.dropped.get(items[0].run_id, (0, 0.0))
+                self.dropped[items[0].run_id] = (count + len(items), items[-1].at)
+            else:
+                self._miss(items)
+        self.wake.set()
+
+    def close(self) -> None:
+        self.ended = True
+        self.wake.set()
+
+    def _position(self, items: list[StreamEvent]) -> _Position:
+        """The run's position, from the first batch of it the stream meets: just before it."""
+        run_id = items[0].run_id
+        found = self.reached.get(run_id)
+        if found is None:
+            # a checkpoint item carries the seq of the (earlier) event it reflects
+            found = self.reached[run_id] = _Position(
+                min(e.seq if e.type == CHECKPOINT else e.seq - 1 for e in items), None)
+        return found
+
+    def _reach(self, items: list[StreamEvent]) -> None:
+        if items[0].ephemeral:
+            return
+        at = self._position(items)
+        for e in items:
+            if e.type == CHECKPOINT:
+                at.cp = cast(int, e.data["seq"])
+            else:
+                at.ev = e.seq
+
+    def _miss(self, items: list[StreamEvent]) -> None:
+        at = self._position(items)
+        evs = [e.seq for e in items if e.type != CHECKPOINT]
+        cps = [cast(int, e.data["seq"]) for e in items if e.type == CHECKPOINT]
+        if cps and at.cp is None:   # none of its checkpoints reached the reader: these are its first
+            at.cp = min(cps) - 1
+        run_id = items[0].run_id
+        gap = self.gaps[-1] if self.gaps and self.gaps[-1].run_id == run_id else None
+        if gap is None:
+            gap = _Gap(run_id, at.ev, None)
+            self.gaps.append(gap)
+        gap.ev = max([gap.ev, *evs])
+        if cps:
+            gap.cp = max([gap.cp if gap.cp is not None else -1, *cps])
+
+    def read_back(self) -> list[StreamEvent]:
+        """The next page (at most ``size`` events) of the first gap, from the store: the
+        store holds everything published to the sink (each commit is published after it)."""
+        gap = self.gaps[0]
+        at = self.reached[gap.run_id]
+        last_cp = at.cp if at.cp is not None else -1
+        cp_upto = gap.cp if gap.cp is not None else last_cp
+        events = self.store.events(gap.run_id, at.ev, min(self.size, gap.ev - at.ev)) if at.ev < gap.ev else []
+        items, ev, cp = _read_back(self.store, gap.run_id, at.ev, last_cp, events, cp_upto, self.size)
+        if not items:   # the store lacks what was published: never wait for it forever
+            log.warning("run %s: events %d to %d of a stream could not be read back", gap.run_id, at.ev + 1, gap.ev)
+            ev, cp = gap.ev, cp_upto
+        at.ev = ev
+        if cp >= 0:
+            at.cp = cp
+        if at.ev >= gap.ev and (gap.cp is None or cp >= gap.cp):
+            self.gaps.pop(0)
+        return items
+
+    def caught_up(self) -> list[StreamEvent]:
+        """Live again: a notice for each run whose ephemeral events were dropped."""
+        self.behind = False
+        notices = [StreamEvent(run_id, self.reached[run_id].ev if run_id in self.reached else 0, DROPPED,
+                               data={"count": count}, at=at, ephemeral=True)
+                   for run_id, (count, at) in self.dropped.items()]
+        self.dropped = {}
+        return notices
+
+
+def stream_call(call: Awaitable[object], store: CheckpointStore, buffer: int = DEFAULT_BUFFER) -> RunStream:
+    held = _Buffer(store, buffer)
+    return RunStream(_stream_call(call, held), held)
+
+
+async def _stream_call(call: Awaitable[object], held: _Buffer) -> AsyncGenerator[StreamEvent, None]:
+    context = contextvars.copy_context()
+    context.run(SINK.set, held)
+
+    async def run() -> None:
+        try:
+            await call
+        finally:
+            held.close()
+
+    task = asyncio.get_running_loop().create_task(run(), context=context)
+    try:
+        while True:
+            # each branch decides without awaiting: nothing is published in between
+            if held.items:
+                yield held.items.popleft()
+            elif held.gaps:
+                for item in held.read_back():
+                    yield item
+            elif held.behind:
+                for item in held.caught_up():
+                    yield item
+            elif held.ended:
+                break
+            else:
+                held.wake.clear()
+                await held.wake.wait()
+        await task  # the call's own error, if it raised
+    finally:
+        if not task.done():
+            # the consumer stopped listening (break, timeout, cancel): like a caller that stops
+            # awaiting start(), it cancels the call; the run ends CANCELLED, and resume continues it
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

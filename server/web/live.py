@@ -19,7 +19,7 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from runtime.core.records import InterruptStatus
-from runtime.core.streams import StreamEvent
+from runtime.core.streams import DROPPED, StreamEvent
 
 from .render import ENV, badge_html
 from .services import Background, LiveHub, complete, in_thread
@@ -70,7 +70,10 @@ async def merged(recorded: AsyncIterator[StreamEvent], hub: LiveHub | None,
 
 def _chunk(ev: StreamEvent) -> str:
     """A live-only payload as text: a model's token chunk ({"token": ...} or {"text": ...})
-    as itself, anything else as JSON."""
+    as itself, anything else as JSON; a ``stream.dropped`` notice as how many were missed."""
+    if ev.type == DROPPED:
+        return ENV.from_string('<span class="chunk dropped">[{{ n }} live-only events missed]</span>').render(
+            n=ev.data.get("count"))
     payload = ev.data.get("payload")
     text = payload.get("token", payload.get("text")) if isinstance(payload, dict) else None
     shown = text if isinstance(text, str) else json.dumps(payload, default=str)[:300]

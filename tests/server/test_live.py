@@ -149,6 +149,16 @@ async def test_live_only_chunks_of_runs_this_server_drives_reach_the_page() -> N
     assert hub._queues == {}   # the page's subscription ends with the run
 
 
+def test_live_only_chunks_the_servers_stream_dropped_are_said_to_be_missed() -> None:
+    """A run's stream that fell behind drops token chunks and says how many: the page
+    shows that, not an empty chunk."""
+    from runtime.core.streams import StreamEvent
+    from server.web.live import _chunk
+
+    notice = StreamEvent("r1", 7, "stream.dropped", data={"count": 12}, ephemeral=True)
+    assert _chunk(notice) == '<span class="chunk dropped">[12 live-only events missed]</span>'
+
+
 def test_a_run_started_from_the_debugger_streams_its_token_chunks_live(tmp_path: Path) -> None:
     import re
 
