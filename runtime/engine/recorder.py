@@ -220,6 +220,10 @@ class Recorder:
         batch.run = self.run
         batch.durable = durable
         self.store.commit(batch)
+        self.flushed(batch)
+
+    def flushed(self, batch: Batch) -> None:
+        """What follows the commit of ``batch`` (the current one): a new batch, the stream."""
         self.committed = self.run
         self.batch = Batch(run_id=self.run.id, fence=self.run.fence)
         if self.sink is not None:
