@@ -11,6 +11,7 @@ import logging
 
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.errors import (
+    EndNotRecorded,
     ErrorClass,
     GraphError,
     HarnessError,
@@ -79,6 +80,7 @@ __all__ = [
     "EffectStatus",
     "EffectVerdict",
     "EffectsMode",
+    "EndNotRecorded",
     "ErrorClass",
     "EventType",
     "ExecutableGraph",

@@ -9,6 +9,7 @@ Hierarchy (what a caller catches)::
     ├── InvalidRequest                a call that does not fit the run's current state
     │   └── InvalidAnswer             a resume answer that fails validation (run unchanged)
     ├── LeaseLost                     this process no longer owns the run (fencing token moved on)
+    ├── EndNotRecorded                the store kept refusing to record a run's end or pause; resume it
     └── NodeError                     raised *by node code* to classify its own failure
         ├── TransientError            retry with backoff
         ├── InvalidInputError         fail fast
@@ -28,6 +29,7 @@ from enum import StrEnum
 __all__ = [
     "AttemptCancelled",
     "DeadlineExceeded",
+    "EndNotRecorded",
     "ErrorClass",
     "GraphError",
     "HarnessError",
@@ -109,6 +111,22 @@ class InvalidAnswer(InvalidRequest):
 
 class LeaseLost(HarnessError):
     """Another process took over the run; this one must stop writing."""
+
+
+class EndNotRecorded(HarnessError):
+    """The store kept refusing the commit that ends or pauses a run (the database locked
+    or unreachable, the disk full). The store still shows the run RUNNING: ``resume``
+    finishes recording it, serving what it already did (effects are not repeated).
+    ``released``: whether its lease was given up, so that any process may resume it now
+    rather than once the lease expires."""
+
+    def __init__(self, run_id: str, cause: BaseException, released: bool):
+        self.run_id, self.released = run_id, released
+        when = "now" if released else "once its lease expires"
+        super().__init__(f"run {run_id}: the store refused to record its end ({type(cause).__name__}: {cause}); "
+                         f"it is still running in the store and can be resumed {when} "
+                         f"(rt.resume({run_id!r}) or `harness resume {run_id}`), which ends it without "
+                         f"repeating its effects")
 
 
 class NodeError(HarnessError):

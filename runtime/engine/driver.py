@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from ..core.errors import InvalidAnswer, InvalidRequest, LeaseLost
+from ..core.errors import EndNotRecorded, InvalidAnswer, InvalidRequest, LeaseLost
 from ..core.jsonvalues import JSON
 from ..core.records import COMPENSATION_STATUSES, Checkpoint, CheckpointSource, InterruptStatus, Run, RunKind
 from ..core.states import RESUME_PATHS, TERMINAL_RUN, ResumePath, RunEvent, RunStatus
@@ -59,8 +59,10 @@ class Driver:
         and apply the run's policy for how it ended, however it ended."""
         try:
             run = await loop.drive()
-        except LeaseLost:
-            raise   # another process drives the run now: its end, and its policy, are that one's
+        except (LeaseLost, EndNotRecorded):
+            # another process drives the run now, or will once resumed: its end, and its
+            # policy, are that one's
+            raise
         except (asyncio.CancelledError, Exception):
             # the caller stopped waiting (a stream's reader left), or the driver itself failed:
             # the run ended CANCELLED or FAILED all the same, and its policy for that end holds;

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import ValidationError
 
-from ..core.errors import ErrorClass, InvalidWrites, LeaseLost, NodeError, classify
+from ..core.errors import EndNotRecorded, ErrorClass, InvalidWrites, LeaseLost, NodeError, classify
 from ..core.jsonvalues import JSON
 from ..core.records import Checkpoint, Interrupt, JournalEntry, Run, WriteKind
 from ..core.states import (
@@ -34,6 +34,7 @@ from .context import NodeContext
 from .decisions import on_failure
 from .effects import CANCEL_GRACE
 from .deps import EngineDeps
+from .ending import commit_end
 from .executor import InFlight, OutcomeKind
 from .folding import StateFold, view_of
 from .growth import Growth
@@ -187,12 +188,16 @@ class RunLoop(Outcomes, Growth):
             log.warning("run %s: lease lost to another owner; this process stops writing", self.run_id)
             self._stop_in_flight()  # another process owns the run now: write nothing
             raise
+        except EndNotRecorded:
+            raise   # its end is computed, not stored: resume records it
         except asyncio.CancelledError:
             if self.run.status == RunStatus.RUNNING:   # not ended above
-                self._abort(stop(StopKind.CANCEL, ErrorClass.CANCELLED, STOPPED_WAITING))
+                await self._abort(stop(StopKind.CANCEL, ErrorClass.CANCELLED, STOPPED_WAITING))
             raise
         except BaseException as e:
-            self._abort(stop(StopKind.FAIL, ErrorClass.INTERNAL, f"{type(e).__name__}: {e}"))
+            unrecorded = await self._abort(stop(StopKind.FAIL, ErrorClass.INTERNAL, f"{type(e).__name__}: {e}"))
+            if unrecorded is not None and isinstance(e, Exception):
+                raise unrecorded from e
             raise
         finally:
             self.rec.closed = True
@@ -207,7 +212,7 @@ class RunLoop(Outcomes, Growth):
             # a stopping run does not wait out retry backoffs: those nodes end with it
             if not self._in_flight and not self._starved and (not self._retry_at or self._stop is not None):
                 finish_run(self.rec, self.host, self.deps.store, self._stop)
-                self.rec.flush(durable=True)
+                await commit_end(self.rec)
                 return self.run
             if until is not None and self.rec.now() >= until:
                 return None
@@ -216,9 +221,9 @@ class RunLoop(Outcomes, Growth):
             self._collect()
             self.rec.checkpoint_if_dirty()
 
-    def _abort(self, why: Stop) -> None:
-        """The driver itself is stopping (its caller was cancelled, or an unexpected
-        error): end the run here rather than leave it RUNNING until its lease expires."""
+    async def _abort(self, why: Stop) -> EndNotRecorded | None:
+        """The driver itself is stopping (its caller was cancelled, or an unexpected error): end
+        the run here rather than leave it RUNNING; an end the store would not record is returned."""
         cancel = why.kind == StopKind.CANCEL
         try:
             for scope in self._in_flight.abandon_all():
@@ -228,10 +233,13 @@ class RunLoop(Outcomes, Growth):
                 self._node(scope.node, NodeEvent.CANCEL if cancel else NodeEvent.FAIL)
             self._stop = why
             finish_run(self.rec, self.host, self.deps.store, self._stop)
-            self.rec.flush(durable=True)
+            await commit_end(self.rec)
+        except EndNotRecorded as e:
+            return e
         except Exception:  # recording failed too: the lease will expire and resume recovers
             log.exception("run %s: could not record its end (%s); it will be recovered once its "
                           "lease expires", self.run_id, why.error.get("message"))
+        return None
 
     def _stop_in_flight(self) -> None:
         """Cancel every running attempt; their outcomes arrive through ``_collect``."""
