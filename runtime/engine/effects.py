@@ -24,8 +24,8 @@ identity even when the request changed, and its report shows the change.
 
 Usage an effect reports with ``info.usage(tokens=, cost=)`` belongs to the effect:
 it counts against the run's budget (which holds across a run's continuations) only
-when ``fn`` really runs. A result served from the journal, or a mock, was paid for
-once already (or never), so it counts nothing, however often the node re-executes.
+when ``fn`` really runs, journaled or not (no JSON form, a deadline). A result served
+from the journal, or a mock, was paid for once already (or never): it counts nothing.
 """
 
 from __future__ import annotations

@@ -242,6 +242,9 @@ class RunHost:
             if over and self.over_budget is None:
                 # the run ends even if node code catches the error
                 self.over_budget, self.over_budget_by = over, scope.node
+            late = self.rec.closed
+        if late:   # a thread that outlived the run: no commit of the run will carry it
+            self.rec.late_usage()
         return over
 
     def budget_error(self) -> dict[str, JSON] | None:

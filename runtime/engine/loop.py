@@ -200,7 +200,7 @@ class RunLoop(Outcomes, Growth):
                 raise unrecorded from e
             raise
         finally:
-            self.rec.closed = True
+            self.rec.close()
             self._waiter.close()
             self.deps.slots.detach(self)
 

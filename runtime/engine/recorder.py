@@ -238,13 +238,48 @@ class Recorder:
         # held through the commit: two late effects committing out of order would otherwise
         # leave the row with the older, smaller usage
         with self.usage_lock:
-            run = self.committed.evolve(usage=dict(self.usage))
+            self._commit_late([entry])
+
+    def late_usage(self) -> None:
+        """Put usage reported after the run's end onto its row: an effect whose thread
+        outlived the run spent it whether or not its outcome can be journaled (a result
+        with no JSON form, a call its deadline gave up on). Never raises: the caller is
+        effect code in a thread, and nobody waits for the ended run."""
+        with self.usage_lock:
             try:
-                self.store.commit(Batch(run_id=run.id, fence=run.fence, run=run, effects=[entry]))
-                self.committed = run
-            except LeaseLost:
-                log.info("run %s: effect %s finished after the run ended and another process took the run "
-                         "over; left in doubt", self.run.id, entry.name)
+                self._commit_late([])
+            except Exception:
+                log.exception("run %s: usage reported after the run ended could not be recorded", self.run.id)
+
+    def close(self) -> None:
+        """The run's driver stopped: nothing more is recorded but late effects and usage.
+        Usage a thread reported after the last commit goes onto the row now; any reported
+        from here on, as it comes (``late_usage``): with ``closed`` set under the lock,
+        each report is seen by one or the other."""
+        with self.usage_lock:
+            self.closed = True
+            committed = self.committed.usage
+            unsaved = any(v != committed.get(k, 0) for k, v in self.usage.items())
+        if unsaved:
+            self.late_usage()
+
+    def _commit_late(self, effects: list[JournalEntry]) -> None:
+        """Commit the run's row as last committed, with the usage so far (the caller holds
+        ``usage_lock``). A run taken over since (recovered, resumed or continued: its fence
+        moved on) refuses it: the new owner holds the effect in doubt and started from the
+        usage it found, so what was reported here is not counted. Counting it would need a
+        write outside the fence that the new owner's own usage does not overwrite; the
+        store offers none, and an effect in doubt is settled by a person anyway."""
+        run = self.committed.evolve(usage=dict(self.usage))
+        try:
+            self.store.commit(Batch(run_id=run.id, fence=run.fence, run=run, effects=effects))
+            self.committed = run
+        except LeaseLost:
+            saved = self.committed.usage
+            lost = {k: v - saved.get(k, 0) for k, v in self.usage.items() if v != saved.get(k, 0)}
+            doubt = f"effect {effects[0].name} finished after the run ended and is left in doubt; " if effects else ""
+            log.info("run %s: another process took the run over: %susage %s is not counted", self.run.id, doubt,
+                     lost)
 
     def publish_now(self, event: StreamEvent) -> None:
         """Deliver an ephemeral event after everything recorded before it."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import sys
 import textwrap
@@ -245,6 +246,118 @@ async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_
     cont = await rt.resume(over.id, max_tokens=1000)
     assert cont.status == RunStatus.SUCCEEDED and calls.counts == {"model": 1}   # served from the journal
     assert (await rt.get_run(cont.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 2}
+
+
+async def test_usage_of_an_effect_whose_late_result_cannot_be_stored_counts_once_across_the_lineage(
+        rt: Runtime):
+    """The effect ran and was paid for, but its result has no JSON form: the entry stays in
+    doubt, and the usage still goes onto the ended run, so the lineage's budget holds it."""
+    g = Graph("late_unstorable", state=S)
+    calls, started, release, finished = Calls(), threading.Event(), threading.Event(), threading.Event()
+
+    def call(info: EffectInfo) -> object:
+        calls("model")
+        started.set()
+        release.wait(10)
+        info.usage(tokens=500, cost=5)
+        return object()   # no JSON form
+
+    @g.node()
+    def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+        try:
+            return {"text": ctx.effect("llm", call)}
+        finally:
+            finished.set()
+
+    task = asyncio.create_task(rt.start(g, {}, max_tokens=400))
+    await asyncio.to_thread(started.wait, 10)
+    [ended] = await rt.runs()
+    await rt.cancel(ended.id, "stop")
+    await task
+    release.set()
+    await asyncio.to_thread(finished.wait, 10)
+    assert [e.status for e in rt.store.journal([ended.id])] == [EffectStatus.STARTED]
+    assert (await rt.get_run(ended.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 1}
+
+    over = await rt.resume(ended.id)
+    assert over.status == RunStatus.FAILED and "tokens 500 > max_tokens 400" in over.error["message"]
+    paused = await rt.resume(over.id, max_tokens=1000)   # in doubt: a person says what it returned
+    assert paused.status == RunStatus.INTERRUPTED
+    done = await rt.resume(paused.id, {"action": "result", "result": "late answer"})
+    assert done.status == RunStatus.SUCCEEDED and calls.counts == {"model": 1}
+    assert (await rt.get_run(done.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 3}   # asked, answered
+
+
+async def test_usage_of_an_effect_that_outlived_its_deadline_counts_once_across_the_lineage(rt: Runtime):
+    """The node's deadline gave up on the effect (it stays in doubt), but its thread went on,
+    called the model and reported what it spent after the run had failed: that goes onto the
+    failed run, where a continuation starts from it."""
+    g = Graph("late_deadline", state=S)
+    calls, release, reported = Calls(), threading.Event(), threading.Event()
+
+    def call(info: EffectInfo) -> str:
+        try:
+            release.wait(10)
+            calls("model")
+            info.usage(tokens=500, cost=5)
+            return "too late"
+        finally:
+            reported.set()
+
+    @g.node(timeout=0.2)
+    def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+        return {"text": ctx.effect("llm", call)}
+
+    failed = await rt.start(g, {})
+    assert failed.status == RunStatus.FAILED and failed.error["class"] == ErrorClass.DEADLINE
+    release.set()
+    await asyncio.to_thread(reported.wait, 10)
+    assert [e.status for e in rt.store.journal([failed.id])] == [EffectStatus.STARTED]
+    assert (await rt.get_run(failed.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 1}
+    paused = await rt.resume(failed.id)   # in doubt: a person says what it returned
+    assert paused.status == RunStatus.INTERRUPTED
+    assert (await rt.get_run(paused.id)).usage["tokens"] == 500
+
+
+async def test_a_late_effect_of_a_run_already_continued_is_left_in_doubt_and_changes_neither_run(
+        rt: Runtime, caplog: pytest.LogCaptureFixture):
+    """The continuation claimed the ended run and copied its usage: the late outcome is refused
+    (the run's fence moved on), so the continuation's question stands and nothing is counted twice."""
+    caplog.set_level(logging.INFO, logger="runtime.engine.recorder")
+    g = Graph("late_continued", state=S)
+    calls, started, release, finished = Calls(), threading.Event(), threading.Event(), threading.Event()
+
+    def call(info: EffectInfo) -> str:
+        calls("model")
+        started.set()
+        release.wait(10)
+        info.usage(tokens=500, cost=5)
+        return "late answer"
+
+    @g.node()
+    def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+        first = calls("ask") == 1   # the continuation's attempt is asked about the effect at once
+        try:
+            return {"text": ctx.effect("llm", call)}
+        finally:
+            if first:
+                finished.set()
+
+    task = asyncio.create_task(rt.start(g, {}))
+    await asyncio.to_thread(started.wait, 10)
+    [ended] = await rt.runs()
+    await rt.cancel(ended.id, "stop")
+    await task
+    paused = await rt.resume(ended.id)   # the effect is in doubt: a person is asked
+    assert paused.status == RunStatus.INTERRUPTED
+    release.set()
+    await asyncio.to_thread(finished.wait, 10)
+    assert [e.status for e in rt.store.journal([ended.id])] == [EffectStatus.STARTED]
+    assert (await rt.get_run(ended.id)).usage["tokens"] == 0
+    assert (await rt.get_run(paused.id)).usage["tokens"] == 0
+    assert "another process took the run over" in caplog.text
+    done = await rt.resume(paused.id, {"action": "result", "result": "late answer"})
+    assert done.status == RunStatus.SUCCEEDED and calls.counts["model"] == 1
 
 
 async def test_an_effect_over_the_budget_ends_the_run_and_its_paid_result_is_served_later(rt: Runtime):
