@@ -43,8 +43,8 @@ from .engine.streaming import DEFAULT_BUFFER, RunStream, follow, stream_call
 from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import insert_run, new_limits, validate_input
 from .history.registry import GraphRegistry, compiled
-from .history.state import state_json, state_model_at
-from .history.threads import given_fields, next_turn, thread_state, turn_base, turn_state
+from .history.state import DROPPED_FIELDS, state_json, state_model_at
+from .history.threads import given_fields, known_fields, next_turn, thread_state, turn_base, turn_state
 from .store.base import MAX_SEQ, CheckpointStore
 from .store.memory import MemoryStore
 from .travel.branches import new_fork, new_replay
@@ -151,7 +151,8 @@ class Runtime:
             raise InvalidRequest(f"thread {thread_id} runs graph {follows[0].graph_name!r}; a turn must run "
                                  f"that graph (a new version of it is fine), not {graph.name!r}")
         # a turn's input is applied to the thread's state: what it leaves out is there already
-        before = state_json(self.store, self.graphs, follows[1]) if follows is not None else None
+        before, dropped = (known_fields(graph, state_json(self.store, self.graphs, follows[1]))
+                           if follows is not None else (None, []))
         state = validate_input(graph, input, before)
         if isinstance(compensate_on, str) or not isinstance(compensate_on, Iterable):
             raise InvalidRequest(f"compensate_on takes a list of 'failed' and/or 'cancelled', got {compensate_on!r}")
@@ -174,7 +175,8 @@ class Runtime:
         previous, base = follows
         turn_input, _ = turn_state(graph, before or {}, given_fields(input), state)
         run = run.evolve(input=turn_input, parent_run_id=previous.id, base_checkpoint_id=base.id,
-                         options={**options, "turn": next_turn(self.store, previous)})
+                         options={**options, "turn": next_turn(self.store, previous),
+                                  **({DROPPED_FIELDS: dropped} if dropped else {})})
         # the state is rebuilt from the previous turn's: only the input is stored
         return insert_run(self.store, self.env, run, statuses, snapshot=None, claim=claim,
                           source=CheckpointSource.TURN)

@@ -17,7 +17,7 @@ from ..core.jsonvalues import JSON
 from ..core.records import Checkpoint, Run
 from ..core.states import NodeStatus
 from ..graph import AnyState, ExecutableGraph, FoldShape
-from ..graph.reducers import fold
+from ..graph.reducers import Reducer, fold
 from ..store.base import CheckpointStore
 from .lineage import origin, writes_lineage
 from .registry import GraphRegistry
@@ -55,7 +55,7 @@ def state_json(store: CheckpointStore, graphs: GraphRegistry, cp: Checkpoint) ->
         cp = store.get_checkpoint(first.base_checkpoint_id)
     for run, graph, nodes in reversed(pending):
         if nodes is None:
-            state = fold(state, [(TURN_INPUT, dict(run.input))], graph.reducers)
+            state = turn_start(state, run, graph.reducers)
             continue
         writes = store.node_writes(writes_lineage(store, run))
         # nodes a patched fork inherited have no writes: their writes are in its input
@@ -65,6 +65,18 @@ def state_json(store: CheckpointStore, graphs: GraphRegistry, cp: Checkpoint) ->
 
 #: the name the reducers see for a turn's input (it is folded like a node's writes)
 TURN_INPUT = "(turn input)"
+#: a turn's run option: the fields of the thread's state its graph no longer has, left behind
+DROPPED_FIELDS = "dropped_fields"
+
+
+def turn_start(previous: Mapping[str, JSON], turn: Run, reducers: Mapping[str, Reducer]) -> dict[str, JSON]:
+    """The state a conversation turn starts from: the previous turn's, without the fields
+    the turn recorded as dropped, with its input applied through the reducers. What was
+    dropped is read from the turn, not worked out again from whatever code is here."""
+    dropped = turn.options.get(DROPPED_FIELDS)
+    if dropped:
+        previous = {k: v for k, v in previous.items() if k not in dropped}
+    return fold(previous, [(TURN_INPUT, dict(turn.input))], reducers)
 
 
 def base_state(store: CheckpointStore, graphs: GraphRegistry, run: Run) -> dict[str, JSON]:
@@ -74,7 +86,7 @@ def base_state(store: CheckpointStore, graphs: GraphRegistry, run: Run) -> dict[
     if not first.options.get("turn") or first.base_checkpoint_id is None:
         return dict(first.input)
     previous = state_json(store, graphs, store.get_checkpoint(first.base_checkpoint_id))
-    return fold(previous, [(TURN_INPUT, dict(first.input))], graphs.shape_for(first).reducers)
+    return turn_start(previous, first, graphs.shape_for(first).reducers)
 
 
 def _snapshot_prefix(store: CheckpointStore, graph: ExecutableGraph | FoldShape, run: Run, cp: Checkpoint,

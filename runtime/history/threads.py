@@ -6,6 +6,8 @@ is that run's last checkpoint. It stores only the turn's input (the fields given
 as the state model accepts them); its state is the previous state with that input
 applied through the reducers, so a chat turn appends its message to the history
 instead of replacing it — and storage per turn grows with what the turn wrote.
+A turn whose graph (a new version) no longer has a field of that state leaves it
+behind, and records which in its ``dropped_fields`` option.
 """
 
 from __future__ import annotations
@@ -53,6 +55,17 @@ def turn_base(store: CheckpointStore, graphs: GraphRegistry, thread_id: str) -> 
         raise InvalidRequest(f"thread {thread_id}'s latest run {last.id} is {last.status.value}; "
                              f"{what} before starting the next turn")
     return last, head(store, last.id)
+
+
+def known_fields(graph: ExecutableGraph, previous: Mapping[str, JSON]) -> tuple[dict[str, JSON], list[str]]:
+    """(the thread's state as the turn's graph knows it; the fields it left out). A new
+    version of the graph may remove a field: the turn starts without it, unless the state
+    model takes extra fields (then it keeps them, as it would any input's)."""
+    model = graph.state_model
+    if model.model_config.get("extra") == "allow":
+        return dict(previous), []
+    dropped = sorted(k for k in previous if k not in model.model_fields)
+    return {k: v for k, v in previous.items() if k not in dropped}, dropped
 
 
 def turn_state(graph: ExecutableGraph, previous: Mapping[str, JSON], given: set[str],

@@ -1041,6 +1041,22 @@ def test_turns_that_follow_each_other_are_one_line_and_only_a_fork_is_indented(s
     assert [b["depth"] for b in client.get("/api/threads/chat").json()["runs"]] == [d / 1.6 for d, _ in rows]
 
 
+class Quiet(BaseModel):
+    """``talk_graph``'s state in a later version: ``say`` was removed."""
+
+    said: list[str] = []
+
+
+def test_a_turn_that_left_a_field_behind_says_so_in_the_thread(seeded: Seeded, client: Client) -> None:
+    g = Graph("pages_talk", Quiet)
+    g.add_node("hush", lambda s: None)
+    asyncio.run(seeded.rt.start(talk_graph(), {"say": "hi"}, thread_id="versions"))
+    turn = asyncio.run(seeded.rt.start(g, {}, thread_id="versions"))
+    page = client.get("/threads/versions").text
+    assert page.count("left behind:") == 1 and "left behind: <code>say</code>" in page
+    assert turn.id in page
+
+
 # ------------------------------------------------------------------ the token rule
 
 

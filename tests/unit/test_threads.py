@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from runtime import (
     CheckpointSource,
@@ -472,3 +472,81 @@ async def test_an_imported_thread_numbers_the_turn_after_a_fork_as_it_was_number
         assert (await other.start(chat_graph(), {"messages": ["d"]}, thread_id="t")).options["turn"] == 4
     finally:
         other.close()
+
+
+class NotesV1(BaseModel):
+    notes: Annotated[list[str], append] = []
+    draft: str = ""
+
+
+class NotesV2(BaseModel):
+    """Version 2 of the notes graph's state: ``draft`` was removed."""
+
+    notes: Annotated[list[str], append] = []
+
+
+class NotesV2Strict(NotesV2):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NotesOpen(BaseModel):
+    """Version 2 that keeps whatever it does not know."""
+
+    model_config = ConfigDict(extra="allow")
+    notes: Annotated[list[str], append] = []
+
+
+def notes_graph(state: type[BaseModel]) -> Graph:
+    g = Graph("notes", state=state)
+
+    @g.node()
+    def take(state: Any) -> dict[str, Any]:
+        return {"notes": [f"seen {len(state.notes)}"]}
+
+    return g
+
+
+@pytest.mark.parametrize("v2", [NotesV2, NotesV2Strict])
+async def test_a_field_the_new_graph_version_removed_is_dropped_from_the_thread(rt: Runtime, v2: type[BaseModel]):
+    await rt.start(notes_graph(NotesV1), {"notes": ["a"], "draft": "unsent"}, thread_id="t")
+    turn = await rt.start(notes_graph(v2), {"notes": ["b"]}, thread_id="t")
+    assert turn.status == RunStatus.SUCCEEDED
+    assert turn.options["dropped_fields"] == ["draft"]   # the turn says what it left behind
+    assert (await rt.thread_state("t")).model_dump() == {"notes": ["a", "seen 1", "b", "seen 3"]}
+    cps = await rt.history(turn.id)
+    assert "draft" not in cps[-1].snapshot and "draft" not in (await rt.state_at(cps[0].id)).model_dump()
+    again = await rt.start(notes_graph(v2), {"notes": ["c"]}, thread_id="t")
+    assert "dropped_fields" not in again.options   # dropped once, by the turn that left it
+
+
+async def test_a_dropped_field_stays_dropped_where_the_graph_code_is_not(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    rt = Runtime(store=SqlStore(url))
+    try:
+        await rt.start(notes_graph(NotesV1), {"notes": ["a"], "draft": "unsent"}, thread_id="t")
+        turn = await rt.start(notes_graph(NotesV2), {"notes": ["b"]}, thread_id="t")
+    finally:
+        rt.close()
+    elsewhere = Runtime(store=SqlStore(url))   # no graphs: states are rebuilt from the store
+    try:
+        first = (await elsewhere.history(turn.id))[0]
+        assert (await elsewhere.state_at(first.id)).model_dump() == {"notes": ["a", "seen 1", "b"]}
+    finally:
+        elsewhere.close()
+
+
+async def test_a_state_model_that_allows_extra_fields_keeps_them_across_versions(rt: Runtime):
+    await rt.start(notes_graph(NotesV1), {"notes": ["a"], "draft": "unsent"}, thread_id="t")
+    turn = await rt.start(notes_graph(NotesOpen), {"notes": ["b"]}, thread_id="t")
+    assert turn.status == RunStatus.SUCCEEDED and "dropped_fields" not in turn.options
+    assert (await rt.thread_state("t")).model_dump() == {"notes": ["a", "seen 1", "b", "seen 3"], "draft": "unsent"}
+
+
+async def test_a_thread_whose_turn_dropped_a_field_exports_and_imports(rt: Runtime, other_store):
+    await rt.start(notes_graph(NotesV1), {"notes": ["a"], "draft": "unsent"}, thread_id="t")
+    await rt.start(notes_graph(NotesV2Strict), {"notes": ["b"]}, thread_id="t")
+    last = await rt.start(notes_graph(NotesV2Strict), {"notes": ["c"]}, thread_id="t")   # no full snapshot
+    doc = await rt.export_thread(last.id)
+    other = Runtime(store=other_store, graphs=[notes_graph(NotesV1), notes_graph(NotesV2Strict)])
+    await other.import_thread(doc)
+    assert (await other.thread_state("t")).model_dump() == {"notes": ["a", "seen 1", "b", "seen 3", "c", "seen 5"]}
