@@ -91,26 +91,10 @@ class Graph:
             self._problems.extend(Problem(f"subgraph {name!r}: {p.location}", p.message) for p in e.problems)
             return
         where = f"subgraph {name!r}"
-        self._problems.extend(_view_problems(where, child, self.state))
-        view = None if child.state_model is self.state else child.state_model
+        self._problems.extend(view_problems(where, child, self.state))
         deps = tuple(after) if not isinstance(after, str) else (after,)
-        for n in child.order:
-            spec = child.nodes[n]
-            # the child's first nodes run after ``after``: a loop's entry among them too,
-            # whose own ``after`` holds only the edges back to it
-            first = deps if not child.forward_deps(n) else ()
-            self._decls.append(NodeDecl(
-                name=f"{name}/{n}", fn=spec.fn, after=(*(f"{name}/{d}" for d in spec.after), *first),
-                retry=spec.retry, timeout=spec.timeout, when=spec.when, args=dict(spec.args),
-                location=f"{where} {spec.location}", fn_ref=spec.fn_ref, when_ref=spec.when_ref,
-                max_iterations=spec.max_iterations, map_over=spec.map_over, view=spec.view or view, scoped=True,
-                subgraph_root=f"{name}/{spec.subgraph_root}" if spec.subgraph_root else None))
-        last = [f"{name}/{n}" for n in child.order if not child.children(n) and not child.loop_of.get(n)]
-        last += [f"{name}/{n}" for n in child.order if child.loop_path.get(n, ())[:1] == (n,)]   # a loop ends the subgraph
-        root = next(n for n in child.order if not child.forward_deps(n))
-        self._decls.append(NodeDecl(name=name, fn=subgraph_done, after=tuple(dict.fromkeys(last)),
-                                    retry=NO_RETRY, location=f"{where} (its end)",
-                                    fn_ref="runtime.graph.builder:subgraph_done", subgraph_root=f"{name}/{root}"))
+        self._decls.extend(subgraph_decls(name, child, deps, self.state, prefix=f"{where} ",
+                                          end=f"{where} (its end)"))
 
     def compile(self) -> ExecutableGraph:
         if self._problems:
@@ -122,7 +106,33 @@ class Graph:
         return build(self.name, self.state, self._decls)
 
 
-def _view_problems(where: str, child: ExecutableGraph, parent: type[BaseModel]) -> list[Problem]:
+def subgraph_decls(name: str, child: ExecutableGraph, after: Sequence[str], parent: type[BaseModel], *,
+                   prefix: str, end: str) -> list[NodeDecl]:
+    """The declarations that put ``child`` into a graph of state ``parent`` as node ``name``:
+    its nodes as ``name/<node>`` (located as ``prefix`` + their own location), then the
+    node ``name`` itself (located at ``end``), which settles once they have."""
+    view = None if child.state_model is parent else child.state_model
+    decls: list[NodeDecl] = []
+    for n in child.order:
+        spec = child.nodes[n]
+        # the child's first nodes run after ``after``: a loop's entry among them too,
+        # whose own ``after`` holds only the edges back to it
+        first = tuple(after) if not child.forward_deps(n) else ()
+        decls.append(NodeDecl(
+            name=f"{name}/{n}", fn=spec.fn, after=(*(f"{name}/{d}" for d in spec.after), *first),
+            retry=spec.retry, timeout=spec.timeout, when=spec.when, args=dict(spec.args),
+            location=f"{prefix}{spec.location}", fn_ref=spec.fn_ref, when_ref=spec.when_ref,
+            max_iterations=spec.max_iterations, map_over=spec.map_over, view=spec.view or view, scoped=True,
+            subgraph_root=f"{name}/{spec.subgraph_root}" if spec.subgraph_root else None))
+    last = [f"{name}/{n}" for n in child.order if not child.children(n) and not child.loop_of.get(n)]
+    last += [f"{name}/{n}" for n in child.order if child.loop_path.get(n, ())[:1] == (n,)]   # a loop ends the subgraph
+    root = next(n for n in child.order if not child.forward_deps(n))
+    decls.append(NodeDecl(name=name, fn=subgraph_done, after=tuple(dict.fromkeys(last)), retry=NO_RETRY,
+                          location=end, fn_ref="runtime.graph.builder:subgraph_done", subgraph_root=f"{name}/{root}"))
+    return decls
+
+
+def view_problems(where: str, child: ExecutableGraph, parent: type[BaseModel]) -> list[Problem]:
     """A subgraph's state must be a view of its parent's: same fields, types, reducers."""
     if child.state_model is parent or child.state_model is AnyState:
         return []
