@@ -232,9 +232,9 @@ def test_a_plan_node_with_an_unknown_key_still_has_its_other_fields_checked():
     dependency that does not exist, a function that is not there (all in one answer)."""
     found = problems_of({"name": "p", "nodes": [
         {"id": "a", "fn": f"{__name__}:noop"},
-        {"id": "b", "fn": f"{__name__}:missing", "after": ["a", "ghost"], "subgraph": "x"},
+        {"id": "b", "fn": f"{__name__}:missing", "after": ["a", "ghost"], "retries": 3},
     ]})
-    assert "nodes[1] ('b').subgraph: Extra inputs are not permitted" in found
+    assert "nodes[1] ('b').retries: Extra inputs are not permitted" in found
     assert any("ghost" in p for p in found), found
     assert any("nodes[1] ('b').fn" in p and "missing" in p for p in found), found
 
