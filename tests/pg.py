@@ -6,7 +6,8 @@ shared database emptied for it (``SharedDatabase.empty``: every table's rows del
 and every other connection to it closed first; creating and dropping a database
 per test would add about half a second to each). When the server cannot be
 reached, every test that asks for PostgreSQL is skipped with the reason, and the
-server is asked only once per session.
+server is asked only once per session. Under pytest-xdist each worker is a session
+of its own: its own connection to the server and its own shared database.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from runtime.store.sql.schema import TABLES, VERSIONS
 
 #: a database on the server to connect to while creating and dropping the tests' own
 PG_ADMIN_URL = os.environ.get("HARNESS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+#: the pytest-xdist worker ("gw0", "gw1", ...; "main" without xdist). Every database name
+#: carries it besides its random part, so each worker's shared database is its own (one
+#: worker emptying it, and closing every connection to it, never reaches another's tests)
+#: and a database left behind by a killed run says which worker made it.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 class Unreachable(Exception):
@@ -53,9 +60,9 @@ class Server:
         return make_url(self.admin_url).set(database=database).render_as_string(hide_password=False)
 
     def create(self, prefix: str, *, icu_locale: str | None = None) -> str:
-        """A new, empty database named ``<prefix>_<random>``; its URL. With ``icu_locale``
+        """A new, empty database named ``<prefix>_<worker>_<random>``; its URL. With ``icu_locale``
         its text sorts by that ICU locale where the server has ICU, else as the server's default."""
-        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        name = f"{prefix}_{WORKER}_{uuid.uuid4().hex[:12]}"
         with self.admin.connect() as conn:
             if icu_locale is not None:
                 try:
