@@ -102,8 +102,11 @@ def test_ctrl_c_during_run_names_the_run_it_cancelled(tmp_path: Path) -> None:
     (tmp_path / "slowmod.py").write_text(SLOW_GRAPH)
     db = tmp_path / "h.db"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # a terminal's Ctrl-C, whoever started the tests: a shell's background job (`make test-unit &`)
+    # ignores SIGINT and its children inherit that, so Python would never see the signal
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", "run", "slowmod:graph", "--db", str(db)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         runs: list = []
