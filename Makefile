@@ -11,8 +11,12 @@ demo: setup
 walkthrough: setup
 	@bash scripts/demo.sh
 
+# The fast suite runs on every core (pytest-xdist; WORKERS=0 for one process). The crash
+# and browser suites stay in one process: they time real subprocesses and a browser.
+WORKERS ?= auto
+
 test-unit: setup
-	.venv/bin/python -m pytest -m "not slow"
+	.venv/bin/python -m pytest -m "not slow" -n $(WORKERS)
 
 test-slow: setup
 	.venv/bin/python -m pytest -m slow
@@ -25,7 +29,8 @@ test-e2e: setup
 
 # the browser tests run on their own: Playwright keeps an event loop for its session
 test: setup typecheck
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -m "not slow" -n $(WORKERS)
+	.venv/bin/python -m pytest -m slow
 	.venv/bin/python -m pytest e2e
 
 bench:
