@@ -253,14 +253,17 @@ class Recorder:
 
     def close(self) -> None:
         """The run's driver stopped: nothing more is recorded but late effects and usage.
-        Usage a thread reported after the last commit goes onto the row now; any reported
+        Usage a thread reported after the recorded end goes onto the row now; any reported
         from here on, as it comes (``late_usage``): with ``closed`` set under the lock,
         each report is seen by one or the other."""
         with self.usage_lock:
             self.closed = True
             committed = self.committed.usage
             unsaved = any(v != committed.get(k, 0) for k, v in self.usage.items())
-        if unsaved:
+            # an end that was never recorded (the store refused it, the lease was lost): what
+            # was done since the last commit is done again by whoever resumes, usage included
+            ended = self.committed.status != RunStatus.RUNNING
+        if unsaved and ended:
             self.late_usage()
 
     def _commit_late(self, effects: list[JournalEntry]) -> None:
