@@ -60,6 +60,13 @@ class RunStream:
         than its ``buffer``; always 0 for ``follow``, which reads the store as it goes)."""
         return 0 if self._held is None else len(self._held.items)
 
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        """The runs whose records were published to this stream, in the order they first
+        were, whether or not the reader has taken them yet (empty for ``follow``): a caller
+        cancelled before reading the first event can still say which run it stopped."""
+        return () if self._held is None else tuple(self._held.runs)
+
     def __aiter__(self) -> RunStream:
         return self
 
@@ -167,6 +174,8 @@ class _Buffer:
         self.items: deque[StreamEvent] = deque()
         self.wake = asyncio.Event()
         self.ended = False
+        #: every run published here, in order (a dict as an ordered set)
+        self.runs: dict[str, None] = {}
         #: a batch did not fit: recorded events go to ``gaps``, ephemeral ones are counted,
         #: until the reader has taken what is held and read the gaps back
         self.behind = False
@@ -178,6 +187,7 @@ class _Buffer:
     def __call__(self, items: list[StreamEvent]) -> None:
         if not items:
             return   # a heartbeat's commit
+        self.runs.setdefault(items[0].run_id)
         if not self.behind and len(self.items) + len(items) <= self.size:
             self.items.extend(items)
             self._reach(items)

@@ -38,11 +38,14 @@ async def cmd_run(args: argparse.Namespace) -> int:
         # streamed only to learn the run's id as it is created: a Ctrl-C then names the run
         # it cancelled, which otherwise had to be looked up among all the runs
         run_id: str | None = None
+        stream = rt.stream(graph, data, thread_id=args.thread, **limit_args(args))
         try:
-            async with rt.stream(graph, data, thread_id=args.thread, **limit_args(args)) as events:
+            async with stream as events:
                 async for ev in events:
                     run_id = run_id or ev.run_id
         except asyncio.CancelledError:
+            # a Ctrl-C before the first event was read: the run may exist all the same
+            run_id = run_id or next(iter(stream.run_ids), None)
             if run_id is not None:
                 print(f"harness: run {run_id} cancelled; continue it with  harness resume {run_id}",
                       file=sys.stderr, flush=True)

@@ -258,3 +258,28 @@ async def test_a_bad_buffer_is_refused_before_anything_runs(rt: Runtime, buffer:
         with pytest.raises(Exception, match="buffer must be a whole number of events"):
             rt.stream(rt.start(fan_out(), {}), buffer=buffer)
     assert await rt.runs() == []
+
+
+async def test_a_stream_names_the_runs_published_to_it_whether_or_not_they_were_read(rt: Runtime) -> None:
+    """What ``harness run`` reports on Ctrl-C: the run published to the stream, even when
+    the cancel came before its reader took an event of it."""
+    g = Graph("waits", state=S)
+    started = asyncio.Event()
+
+    async def slow(s: S) -> dict:
+        started.set()
+        await asyncio.sleep(30)
+        return {}
+
+    g.add_node("slow", slow)
+    stream = rt.stream(g, {}, buffer=100)
+    assert stream.run_ids == ()    # nothing runs before the first read
+    first = await stream.__anext__()
+    await started.wait()
+    assert stream.buffered > 0     # published, not read
+    [run] = await rt.runs()
+    assert first.run_id == run.id and stream.run_ids == (run.id,)
+    await stream.aclose()          # the reader leaves: the run is cancelled
+    assert (await rt.get_run(run.id)).status == RunStatus.CANCELLED
+    assert stream.run_ids == (run.id,)
+    assert rt.follow(run.id).run_ids == ()   # a follower reads the store: nothing published to it
