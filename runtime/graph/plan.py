@@ -92,6 +92,10 @@ class _SubgraphNode(BaseModel):
 
 _M = TypeVar("_M", bound=BaseModel)
 
+#: how many plans may run inside one another: a document's own nesting is bounded by
+#: MAX_NESTING, a chain of registered plans naming the next only by this
+MAX_SUBGRAPH_DEPTH = 50
+
 
 @dataclass
 class _Scope:
@@ -102,6 +106,7 @@ class _Scope:
     state: type[BaseModel]
     state_known: bool            # False when its state could not be found: views go unchecked
     within: tuple[str, ...]      # the named plans being compiled around it (to refuse a plan in itself)
+    depth: int                   # how many plans, named or inline, are around it
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -118,12 +123,14 @@ class _Subgraph:
 
 def compile_plan(plan: Mapping[str, Any], registry: Registry | None = None) -> ExecutableGraph:
     """Validate and compile a plan; ``GraphError`` lists every problem with its location."""
-    return _compile(plan, registry or Registry(), AnyState, ())
+    return _compile(plan, registry or Registry(), AnyState, (), 0)
 
 
 def _compile(plan: Mapping[str, Any], registry: Registry, inherited: type[BaseModel],
-             within: tuple[str, ...]) -> ExecutableGraph:
+             within: tuple[str, ...], depth: int) -> ExecutableGraph:
     """``compile_plan``, for a plan whose state is ``inherited`` unless it names its own."""
+    if depth > MAX_SUBGRAPH_DEPTH:   # a chain of named plans, which no one document's nesting bounds
+        raise GraphError([Problem("plan", f"subgraphs nested more than {MAX_SUBGRAPH_DEPTH} plans deep")])
     deep = nesting_path(plan)
     if deep is not None:  # checked first: everything below walks the plan recursively
         raise GraphError([Problem(_loc(tuple(deep[:4]), plan), f"nested more than {MAX_NESTING} levels deep")])
@@ -132,7 +139,7 @@ def _compile(plan: Mapping[str, Any], registry: Registry, inherited: type[BaseMo
     except ValidationError as e:
         raise GraphError([Problem(_loc(err["loc"], plan), err["msg"]) for err in e.errors()]) from None
 
-    scope = _Scope(plan, registry, inherited, True, within)
+    scope = _Scope(plan, registry, inherited, True, within, depth)
     problems = scope.problems
     if doc.state is not None:
         before = len(problems)
@@ -267,7 +274,7 @@ def _nested(plan: Mapping[str, Any], name: str, label: str, sep: str, scope: _Sc
     its problems are located under ``label``."""
     doc = plan if "name" in plan else {"name": name, **plan}
     try:
-        return _compile(doc, scope.registry, scope.state, within)
+        return _compile(doc, scope.registry, scope.state, within, scope.depth + 1)
     except GraphError as e:
         scope.problems.extend(Problem(label if p.location in ("plan", "graph") else f"{label}{sep}{p.location}",
                                       p.message) for p in e.problems)

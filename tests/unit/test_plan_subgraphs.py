@@ -255,6 +255,22 @@ def test_a_plan_that_contains_itself_is_refused() -> None:
         "nodes[0] ('again').subgraph: subgraph 'a' contains itself: 'a' → 'b' → 'a'"]
 
 
+def chain_of_plans(depth: int) -> Registry:
+    """Plans p0 … p{depth-1}, each running the next as a subgraph; the last runs ``search``."""
+    reg = registry_with("p0", {"nodes": [{"id": "n", "subgraph": "p1"}]})
+    for i in range(1, depth):
+        reg.graph({"nodes": [{"id": "n", "subgraph": f"p{i + 1}"}] if i < depth - 1 else CHILD_NODES}, f"p{i}")
+    return reg
+
+
+def test_a_chain_of_registered_plans_too_deep_to_run_is_refused_not_a_crash() -> None:
+    from runtime.graph.plan import MAX_SUBGRAPH_DEPTH
+    problems = problems_of(plan_around("p0"), chain_of_plans(300))
+    assert len(problems) == 1 and problems[0].endswith(f"subgraphs nested more than {MAX_SUBGRAPH_DEPTH} plans deep")
+    nodes = compile_plan(plan_around("p0"), chain_of_plans(5)).nodes
+    assert "research/n/n/n/n/search" in nodes
+
+
 def test_a_subgraph_nodes_dependencies_are_checked_at_the_node() -> None:
     plan = plan_around({"nodes": CHILD_NODES})
     plan["nodes"][1]["after"] = ["start", "ghost", "start"]
