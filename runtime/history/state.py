@@ -73,7 +73,7 @@ def turn_start(previous: Mapping[str, JSON], turn: Run, reducers: Mapping[str, R
     """The state a conversation turn starts from: the previous turn's, without the fields
     the turn recorded as dropped, with its input applied through the reducers. What was
     dropped is read from the turn, not worked out again from whatever code is here."""
-    dropped = turn.options.get(DROPPED_FIELDS)
+    dropped = set(turn.options.get(DROPPED_FIELDS) or ())
     if dropped:
         previous = {k: v for k, v in previous.items() if k not in dropped}
     return fold(previous, [(TURN_INPUT, dict(turn.input))], reducers)

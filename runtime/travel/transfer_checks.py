@@ -17,6 +17,7 @@ from ..core.errors import Problem
 from ..core.records import Batch, EffectsMode, Run, RunKind
 from ..core.states import RunStatus
 from ..graph.spec import ExecutableGraph
+from ..history.state import DROPPED_FIELDS
 
 __all__ = ["Check", "GraphInfo", "LoadedRun", "Thread", "check_graph_versions", "check_references", "check_settings",
            "check_statuses", "check_unique_ids", "is_integer", "is_member", "is_number", "names"]
@@ -212,6 +213,9 @@ def _option_problems(opts: Mapping[str, Any], run_ids: Set[str], cps: Set[str]) 
     policy = opts.get("compensate_on", [])
     if not isinstance(policy, list) or any(s not in ("failed", "cancelled") for s in policy):
         yield f"options.compensate_on must list 'failed' and/or 'cancelled', got {policy!r}"
+    dropped = opts.get(DROPPED_FIELDS, [])
+    if not isinstance(dropped, list) or not all(isinstance(f, str) for f in dropped):
+        yield f"options.{DROPPED_FIELDS} must list field names, got {dropped!r}"
     for flag in ("patched", "compare"):
         if not isinstance(opts.get(flag, False), bool):
             yield f"options.{flag} must be true or false, got {opts[flag]!r}"

@@ -466,6 +466,9 @@ async def test_an_outcome_value_that_is_not_an_object_is_rejected(doc, target):
 @pytest.mark.parametrize("field, value, problem", [
     ("options.effects", "sometimes", "options.effects must be one of 'live', 'mock'"),
     ("options.patched", "yes", "options.patched must be true or false"),
+    # a string would be read as a set of letters, a number not at all
+    ("options.dropped_fields", "notes", "options.dropped_fields must list field names"),
+    ("options.dropped_fields", [5], "options.dropped_fields must list field names"),
     ("limits.max_steps", "ten", "limits.max_steps must be a number"),
     ("usage.tokens", None, "usage.tokens must be a number"),
     ("max_concurrency", 0, "max_concurrency must be at least 1"),
