@@ -122,9 +122,11 @@ class EndNotRecorded(HarnessError):
 
     def __init__(self, run_id: str, cause: BaseException, released: bool):
         self.run_id, self.released = run_id, released
-        when = "now" if released else "once its lease expires"
+        # released: the store's row was read, RUNNING; otherwise the end may have gone in after all
+        state = "it is still running in the store and can be resumed now" if released else \
+            "it may still be running in the store, and can then be resumed once its lease expires"
         super().__init__(f"run {run_id}: the store refused to record its end ({type(cause).__name__}: {cause}); "
-                         f"it is still running in the store and can be resumed {when} "
+                         f"{state} "
                          f"(rt.resume({run_id!r}) or `harness resume {run_id}`), which ends it without "
                          f"repeating its effects")
 

@@ -50,7 +50,13 @@ async def commit_end(rec: Recorder) -> None:
             break
         log.warning("run %s: the store refused to record its end (%r); trying again in %.1fs",
                     rec.run.id, refused, delay)
-        await asyncio.sleep(delay)
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            # the caller left while the end waited to be tried again: the run may be resumed at once
+            if stored is not None:
+                _release(rec, stored)
+            raise
     released = stored is not None and _release(rec, stored)
     error = EndNotRecorded(rec.run.id, refused, released)
     log.error("%s", error)

@@ -77,6 +77,9 @@ class Recorder:
         #: the run's driver stopped (the run ended, was abandoned, or its lease was lost):
         #: an attempt still running in a thread records nothing more
         self.closed = False
+        #: the usage when the driver stopped without its end recorded: whoever resumes does
+        #: that work again, usage included, so only what is reported after it is late usage
+        self._redone: dict[str, Any] | None = None
         self._folded: list[str] = []
         self._since_snapshot = 0
         self._bytes_since_snapshot = 0
@@ -263,6 +266,8 @@ class Recorder:
             # an end that was never recorded (the store refused it, the lease was lost): what
             # was done since the last commit is done again by whoever resumes, usage included
             ended = self.committed.status != RunStatus.RUNNING
+            if not ended:
+                self._redone = dict(self.usage)
         if unsaved and ended:
             self.late_usage()
 
@@ -272,8 +277,25 @@ class Recorder:
         moved on) refuses it: the new owner holds the effect in doubt and started from the
         usage it found, so what was reported here is not counted. Counting it would need a
         write outside the fence that the new owner's own usage does not overwrite; the
-        store offers none, and an effect in doubt is settled by a person anyway."""
-        run = self.committed.evolve(usage=dict(self.usage))
+        store offers none, and an effect in doubt is settled by a person anyway.
+
+        A row last committed RUNNING is read first: the end may have gone in though the
+        store reported it refused (the row then holds it, and usage counts in full), and
+        a row that moved on otherwise is not written back over."""
+        base = self.committed
+        if base.status == RunStatus.RUNNING:
+            stored = self.store.get_run(base.id)
+            if stored.fence == base.fence and (stored.status, stored.event_seq) == (self.run.status, self.run.event_seq):
+                base, self._redone = stored, None
+            elif stored.fence == base.fence and (stored.status, stored.event_seq) != (base.status, base.event_seq):
+                doubt = f"effect {effects[0].name} is left in doubt and " if effects else ""
+                log.info("run %s: its row moved on from what this process committed: %slate usage %s is not "
+                         "written", base.id, doubt, dict(self.usage))
+                return
+        redone = self._redone
+        usage = dict(self.usage) if redone is None else {
+            k: base.usage.get(k, 0) + v - redone.get(k, 0) for k, v in self.usage.items()}
+        run = base.evolve(usage=usage)
         try:
             self.store.commit(Batch(run_id=run.id, fence=run.fence, run=run, effects=effects))
             self.committed = run

@@ -9,12 +9,15 @@ repeated. ``LeaseLost`` is never retried: another process owns the run.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from runtime import (
+    NodeContext,
     EffectInfo,
     EffectStatus,
     EndNotRecorded,
@@ -242,3 +245,117 @@ async def test_a_driver_error_whose_failed_end_is_refused_too_leaves_the_run_res
     finally:
         rt.close()
         other.close()
+
+
+# ------------------------------------------------------------------ usage reported after an end that was not recorded
+
+
+class Late(BaseModel):
+    text: str = ""
+    done: bool = False
+
+
+class LateCall:
+    """An effect in a ``def`` node whose deadline gives up on it; its thread goes on until
+    ``release`` and then reports 500 tokens, after the run's driver has stopped."""
+
+    def __init__(self) -> None:
+        self.release, self.reported = threading.Event(), threading.Event()
+        self.started = threading.Event()
+        self.calls = {"llm": 0, "other": 0}
+
+    def graph(self) -> Graph:
+        g = Graph("late-usage", state=Late)
+
+        def llm(info: EffectInfo) -> str:
+            self.started.set()   # its start is on disk: forced before the call
+            self.release.wait(10)
+            self.calls["llm"] += 1
+            info.usage(tokens=500)
+            self.reported.set()
+            return "late"
+
+        @g.node(timeout=0.3)
+        def ask(state: Late, ctx: NodeContext) -> dict[str, Any]:
+            return {"text": ctx.effect("llm", llm)}
+
+        @g.node()
+        async def other(state: Late, ctx: NodeContext) -> dict[str, Any]:
+            # after the effect's start was committed: this node's outcome waits for the end's batch
+            await asyncio.to_thread(self.started.wait, 10)
+            self.calls["other"] += 1
+            ctx.usage(tokens=7)
+            return {"done": True}
+
+        return g
+
+    async def report(self, store: CheckpointStore, run_id: str, tokens: int) -> None:
+        """Let the effect finish, and wait until the run's row shows ``tokens``."""
+        self.release.set()
+        assert await asyncio.to_thread(self.reported.wait, 10)
+        for _ in range(500):
+            if store.get_run(run_id).usage["tokens"] == tokens:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"the row's usage is {store.get_run(run_id).usage}, not {tokens} tokens")
+
+
+async def test_usage_reported_after_an_unrecorded_end_counts_once_with_the_work_resume_redoes(
+        store: CheckpointStore) -> None:
+    late = LateCall()
+    # one batch for the whole run: ``other``'s success and its 7 tokens are in the refused end
+    rt = Runtime(store=RefusingStore(store, refuse=10**6), lease_ttl=3600.0, group_commit=5.0)
+    other = Runtime(store=store, lease_ttl=3600.0, graphs=[late.graph()])
+    try:
+        with pytest.raises(EndNotRecorded):
+            await rt.start(late.graph(), {})
+        [run] = store.list_runs()
+        assert run.status == RunStatus.RUNNING and run.usage["tokens"] == 0
+        # the late 500 tokens go on the row; the 7 of the unrecorded work do not: resume redoes it
+        await late.report(store, run.id, 500)
+        resumed = await other.resume(run.id)
+        assert late.calls == {"llm": 1, "other": 2}
+        assert store.get_run(resumed.id).usage["tokens"] == 507
+    finally:
+        rt.close()
+        other.close()
+
+
+class DroppedConnection(RefusingStore):
+    """The end's commit goes in, then the connection drops: the commit and every read
+    fail until ``down`` is cleared."""
+
+    down = False
+
+    def commit(self, batch: Batch) -> None:
+        if self.down:
+            raise OSError("connection down")
+        self.inner.commit(batch)
+        if batch.run is not None and batch.run.status != RunStatus.RUNNING:
+            self.down = True
+            raise OSError("connection lost while committing")
+
+    def get_run(self, run_id: str) -> Any:
+        if self.down:
+            raise OSError("connection down")
+        return self.inner.get_run(run_id)
+
+
+async def test_late_usage_after_an_end_of_unknown_outcome_keeps_the_end_that_went_in(
+        store: CheckpointStore) -> None:
+    late = LateCall()
+    dropping = DroppedConnection(store)
+    rt = Runtime(store=dropping, lease_ttl=3600.0)
+    try:
+        with pytest.raises(EndNotRecorded) as raised:
+            await rt.start(late.graph(), {})
+        assert not raised.value.released and "may still be running" in str(raised.value)
+        [run] = store.list_runs()
+        assert run.status == RunStatus.FAILED   # the end did go in
+        ended = (run.status, run.event_seq, len(store.events(run.id)))
+        dropping.down = False
+        await late.report(store, run.id, 507)
+        run = store.get_run(run.id)
+        assert (run.status, run.event_seq, len(store.events(run.id))) == ended   # not set back to RUNNING
+    finally:
+        rt.close()
