@@ -33,6 +33,7 @@ from ...core.records import (
 )
 from ...core.states import NodeStatus, RunStatus
 from ..base import MAX_SEQ
+from .connection import read_again
 from .schema import ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, RUNS, WRITES
 
 
@@ -65,7 +66,8 @@ class RunKeys(dict[str, int]):
 
 
 class Reader:
-    """Every query of the store; each opens its own pooled connection."""
+    """Every query of the store; each opens its own pooled connection, and runs once more
+    on a new one if that connection is lost meanwhile (``read_again``)."""
 
     def __init__(self, engine: Engine, pks: dict[str, int], text: Callable[[str], str] | None = None):
         self.engine = engine
@@ -90,26 +92,22 @@ class Reader:
             self.pks[run_id] = pk
         return pk
 
+    @read_again
     def graph_description(self, version: str) -> Mapping[str, JSON] | None:
         with self.engine.connect() as conn:
             return conn.execute(select(GRAPHS.c.description).where(GRAPHS.c.version == version)).scalar()
 
+    @read_again
     def cancel_request(self, run_id: str) -> str | None:
-        # asked by every running run at heartbeat pace: a plain statement on a pooled
-        # connection, without building and compiling an expression each time
-        conn = self.engine.raw_connection()
-        try:
-            cur = conn.cursor()
-            cur.execute(self._cancel_sql, (run_id,))
-            row = cur.fetchone()
-            cur.close()
-        finally:
-            conn.close()
-        reason = None if row is None else row[0]
+        # asked by every running run at heartbeat pace: a plain statement, without building
+        # and compiling an expression each time
+        with self.engine.connect() as conn:
+            reason = conn.exec_driver_sql(self._cancel_sql, (run_id,)).scalar()
         return None if reason is None else self.text(reason)
 
     # ------------------------------------------------------------------ runs
 
+    @read_again
     def get_run(self, run_id: str) -> Run:
         with self.engine.connect() as conn:
             row = conn.execute(select(RUNS).where(RUNS.c.id == run_id)).first()
@@ -117,6 +115,7 @@ class Reader:
             raise NotFound(f"no run with id {run_id!r}")
         return run_record(row)
 
+    @read_again
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
                   limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
                   search: str | None = None, offset: int = 0) -> list[Run]:
@@ -135,6 +134,7 @@ class Reader:
         with self.engine.connect() as conn:
             return [run_record(r) for r in conn.execute(stmt)]
 
+    @read_again
     def child_runs(self, run_id: str) -> list[Run]:
         with self.engine.connect() as conn:
             return [run_record(r) for r in conn.execute(select(RUNS).where(RUNS.c.parent_run_id == run_id)
@@ -142,6 +142,7 @@ class Reader:
 
     # ------------------------------------------------------------------ checkpoints
 
+    @read_again
     def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
         c = CHECKPOINTS.c
         with self.engine.connect() as conn:
@@ -159,6 +160,7 @@ class Reader:
             out.append(checkpoint_record(run_id, row, states, changed))
         return out
 
+    @read_again
     def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
         c = CHECKPOINTS.c
         with self.engine.connect() as conn:
@@ -169,6 +171,7 @@ class Reader:
         return [CheckpointSummary(r.id, run_id, r.seq, tuple(r.nodes or ()), r.source, r.created_at, r.event_seq)
                 for r in rows]
 
+    @read_again
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         with self.engine.connect() as conn:
             row = conn.execute(select(CHECKPOINTS).where(CHECKPOINTS.c.id == checkpoint_id)).first()
@@ -178,6 +181,7 @@ class Reader:
             states = self._node_states(conn, row.run_pk, row.seq) or {}
         return checkpoint_record(run_id, row, states)
 
+    @read_again
     def find_checkpoint(self, run_id: str, at_or_before: int | None = None, *,
                         with_snapshot: bool = False) -> Checkpoint | None:
         with self.engine.connect() as conn:
@@ -193,6 +197,7 @@ class Reader:
             states = self._node_states(conn, pk, row.seq) or {}
         return checkpoint_record(run_id, row, states)
 
+    @read_again
     def node_states(self, pk: int, seq: int) -> dict[str, str] | None:
         """Full node states at checkpoint ``seq`` of run ``pk``; None if it has none stored."""
         with self.engine.connect() as conn:
@@ -213,6 +218,7 @@ class Reader:
 
     # ------------------------------------------------------------------ outcomes and trace
 
+    @read_again
     def pending_writes(self, run_id: str, checkpoint_seq: int | None = None, *,
                        nodes: Collection[str] | None = None) -> list[PendingWrite]:
         with self.engine.connect() as conn:
@@ -236,6 +242,7 @@ class Reader:
         return [PendingWrite(run_id, r.checkpoint_seq, r.node, r.attempt, WriteKind(r.kind), r.value, r.created_at)
                 for r in rows]
 
+    @read_again
     def node_writes(self, run_ids: Sequence[str]) -> dict[str, JSON]:
         out: dict[str, JSON] = {}
         with self.engine.connect() as conn:
@@ -246,6 +253,7 @@ class Reader:
                     out.setdefault(r.node, r.value)
         return out
 
+    @read_again
     def node_attempts(self, run_id: str) -> list[NodeAttempt]:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)
@@ -254,6 +262,7 @@ class Reader:
         return [NodeAttempt(run_id, r.node, r.attempt, NodeStatus(r.status), r.started_at, r.ended_at,
                             r.error_class, None if r.error is None else text(r.error), r.decision) for r in rows]
 
+    @read_again
     def journal(self, run_ids: Sequence[str]) -> list[JournalEntry]:
         out: list[JournalEntry] = []
         text = self.text
@@ -267,6 +276,7 @@ class Reader:
                                             r.compensate))
         return out
 
+    @read_again
     def interrupts(self, run_id: str | None = None,
                    status: InterruptStatus | None = None) -> list[Interrupt]:
         stmt = self._interrupt_rows().order_by(*self._interrupt_order)
@@ -278,6 +288,7 @@ class Reader:
             rows = conn.execute(stmt).all()
         return [_interrupt(r) for r in rows]
 
+    @read_again
     def interrupt(self, interrupt_id: str) -> Interrupt:
         with self.engine.connect() as conn:   # by primary key: one row read, however many there are
             row = conn.execute(self._interrupt_rows().where(INTERRUPTS.c.id == interrupt_id)).first()
@@ -289,6 +300,7 @@ class Reader:
     def _interrupt_rows() -> Select[Any]:
         return select(INTERRUPTS, RUNS.c.id.label("run_id")).join(RUNS, RUNS.c.pk == INTERRUPTS.c.run_pk)
 
+    @read_again
     def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[TraceEvent]:
         with self.engine.connect() as conn:
             pk = self.pk(conn, run_id)

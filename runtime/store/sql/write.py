@@ -17,17 +17,16 @@ the other.
 
 Durability follows the output-commit rule (ADR 0001): an ordinary batch commits
 without waiting for the disk, a ``durable`` one is forced, and with it everything
-committed before it. On SQLite that is ``synchronous=NORMAL`` / ``FULL``; on
-PostgreSQL ``synchronous_commit`` is off for this connection, and a durable batch
-commits with the server's own setting.
+committed before it (``connection.WriteConnection``, which also opens a new
+PostgreSQL connection after one was lost). The caches here stay valid through such a
+loss: a run's key never changes, and a batch that fails drops what it cached.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,6 +38,7 @@ from ...core.errors import InvalidRequest, LeaseLost, NotFound
 from ...core.jsonvalues import JSON as JSONValue
 from ...core.records import Batch, Checkpoint, Run, RunKind
 from ...core.states import NodeStatus, RunStatus
+from .connection import WriteConnection
 from .read import Reader, run_record
 from .schema import TABLES, VERSIONS
 from .statements import NO_INT, NO_TEXT, Statements, dumps, pg_dumps, pg_text, same
@@ -67,11 +67,7 @@ class Writer:
         sqlite = self.dialect == "sqlite"
         #: the JSON text and the free-text values as this database can store them
         self._dumps, self._text = (dumps, same) if sqlite else (pg_dumps, pg_text)
-        # its own connection, out of the pool: its session settings never reach a reader
-        self._conn: Any = engine.raw_connection()
-        self._conn.detach()
-        #: how a durable batch commits on PostgreSQL: the server's own synchronous_commit
-        self._forced = None if sqlite else self._relax_commits()
+        self._db = WriteConnection(engine)
         #: what a check-then-write adds to its SELECT (SQLite's BEGIN IMMEDIATE locks it all)
         self._for_update = "" if sqlite else " FOR UPDATE"
         self._stmts = {t.name: Statements(t, engine.dialect, self._dumps, stand_ins=t.name in _TUPLE_COLUMNS)
@@ -103,45 +99,8 @@ class Writer:
         """Statements are written with ``?``; this gives them the driver's parameter style."""
         return text if self.dialect == "sqlite" else text.replace("?", "%s")
 
-    def _relax_commits(self) -> str:
-        """Make ordinary commits on this PostgreSQL connection skip the wait for the disk;
-        the server's own ``synchronous_commit``, which durable batches keep."""
-        cur = self._conn.cursor()
-        try:
-            cur.execute("SHOW synchronous_commit")
-            forced = str(cur.fetchone()[0])
-            cur.execute("SET synchronous_commit TO OFF")
-            self._conn.commit()
-        finally:
-            cur.close()
-        return forced
-
-    @contextmanager
-    def transaction(self, durable: bool) -> Iterator[Any]:
-        """A cursor in a transaction that commits on exit, forced to disk when ``durable``."""
-        conn = self._conn
-        sqlite = self.dialect == "sqlite"
-        if sqlite and durable:
-            conn.execute("PRAGMA synchronous=FULL")  # force this commit to disk (output-commit rule)
-        cur = conn.cursor()
-        try:
-            if sqlite:
-                cur.execute("BEGIN IMMEDIATE")  # take the write lock now, not on first write
-            elif durable and self._forced != "off":
-                # a synchronous commit also flushes every commit before it (the WAL is in order)
-                cur.execute("SELECT set_config('synchronous_commit', %s, true)", [self._forced])
-            yield cur
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            cur.close()
-            if sqlite and durable:
-                conn.execute("PRAGMA synchronous=NORMAL")
-
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     # ------------------------------------------------------------------ runs and batches
 
@@ -151,7 +110,7 @@ class Writer:
             raise InvalidRequest("create_run needs batch.run")
         with self._lock:
             try:
-                with self.transaction(any(b.durable for b in batches)) as cur:
+                with self._db.transaction(any(b.durable for b in batches)) as cur:
                     for batch, run in zip(batches, runs):
                         self._insert_run(cur, run, batch)
             except self._integrity_errors as e:
@@ -216,7 +175,7 @@ class Writer:
     def commit(self, batch: Batch) -> None:
         with self._lock:
             try:
-                with self.transaction(batch.durable) as cur:
+                with self._db.transaction(batch.durable) as cur:
                     pk = self._pk(cur, batch.run_id)
                     if batch.run is not None:
                         stmt = self._update_run[batch.run.status != RunStatus.RUNNING, batch.fence is not None]
@@ -312,7 +271,7 @@ class Writer:
     # ------------------------------------------------------------------ outside batches
 
     def acquire_lease(self, run_id: str, owner: str, expires_at: float, expected_fence: int) -> Run:
-        with self._lock, self.transaction(True) as cur:
+        with self._lock, self._db.transaction(True) as cur:
             pk = self._pk(cur, run_id)
             cur.execute(self._sql("UPDATE runs SET lease_owner = ?, lease_expires_at = ?, fence = ? "
                                   "WHERE pk = ? AND fence = ?"),
@@ -328,7 +287,7 @@ class Writer:
                                              for c, v, j in zip(st.columns, row, st.json)}))
 
     def request_cancel(self, run_id: str, reason: str) -> None:
-        with self._lock, self.transaction(True) as cur:
+        with self._lock, self._db.transaction(True) as cur:
             cur.execute(self._sql("UPDATE runs SET cancel_reason = ? WHERE id = ?"), [self._text(reason), run_id])
             if cur.rowcount == 0:
                 raise NotFound(f"no run with id {run_id!r}")
@@ -337,7 +296,7 @@ class Writer:
         version = description["version"]
         with self._lock:
             try:
-                with self.transaction(False) as cur:
+                with self._db.transaction(False) as cur:
                     cur.execute(self._sql("SELECT 1 FROM graphs WHERE version = ?"), [version])
                     if cur.fetchone() is None:
                         graphs = self._stmts["graphs"]
