@@ -21,7 +21,7 @@ import logging
 from ..core.errors import EndNotRecorded, HarnessError
 from ..core.records import Batch, Run
 from ..core.states import RunStatus
-from .recorder import Recorder
+from .recorder import Recorder, holds
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,8 @@ async def commit_end(rec: Recorder) -> None:
             raise
         except Exception as e:
             refused = e
-        stored = _stored(rec)
-        if stored is not None and _holds(stored, rec.run):
+        stored = rec.stored_run()
+        if holds(stored, rec.run):
             log.info("run %s: its end was recorded though the store reported %r", rec.run.id, refused)
             rec.flushed(rec.batch)
             return
@@ -61,21 +61,6 @@ async def commit_end(rec: Recorder) -> None:
     error = EndNotRecorded(rec.run.id, refused, released)
     log.error("%s", error)
     raise error from refused
-
-
-def _stored(rec: Recorder) -> Run | None:
-    """The run's row as the store has it now; None when the store cannot say."""
-    try:
-        return rec.store.get_run(rec.run.id)
-    except Exception:
-        return None
-
-
-def _holds(stored: Run, ending: Run) -> bool:
-    """Whether the row already holds the ending batch: under the run's fence, only this
-    batch writes its status and last event number."""
-    return (stored.fence == ending.fence and stored.status == ending.status
-            and stored.event_seq == ending.event_seq)
 
 
 def _release(rec: Recorder, stored: Run) -> bool:

@@ -151,7 +151,7 @@ class RunHost:
             return  # nothing outside was touched: it may share the next group commit
         # STARTED is forced to disk before the call; outcomes are committed at once
         # (a process crash keeps them) so that recovery never repeats the effect.
-        self.rec.flush(durable=durable)
+        self.rec.flush_checked(durable=durable)
 
     # ------------------------------------------------------------------ interrupts
 

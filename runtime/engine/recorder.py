@@ -18,7 +18,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from ..core.env import Environment
-from ..core.errors import ErrorClass, LeaseLost
+from ..core.errors import ErrorClass, HarnessError, LeaseLost
 from ..core.jsonvalues import JSON
 from ..core.records import (
     Batch,
@@ -209,9 +209,9 @@ class Recorder:
         before the commit just runs those pure nodes again."""
         now = self.now()
         if self.lease_due(now):
-            self.flush()  # heartbeat: renew the lease even when nothing else happened
+            self.flush_checked()  # heartbeat: renew the lease even when nothing else happened
         elif not self.batch.empty() and now - self.last_flush >= self.env.group_commit:
-            self.flush()
+            self.flush_checked()
 
     def flush(self, durable: bool = False) -> None:
         batch = self.batch
@@ -224,6 +224,34 @@ class Recorder:
         batch.durable = durable
         self.store.commit(batch)
         self.flushed(batch)
+
+    def flush_checked(self, durable: bool = False) -> None:
+        """``flush`` a batch the run goes on after (a step, a heartbeat, an effect's journal
+        entry); one the store refused is tried once more at once. A store that lost its
+        connection opens a new one for the next commit, so a dropped connection costs one
+        try. The run's row says first whether the refused commit went in after all (the
+        connection lost while committing): then it is not written twice. A refusal that
+        lasts raises, and the run ends as on any unexpected error."""
+        try:
+            self.flush(durable)
+            return
+        except HarnessError:
+            raise   # refused on purpose (the lease lost): trying again cannot help
+        except Exception as e:
+            refused = e
+        if holds(self.stored_run(), self.run):
+            log.info("run %s: its commit was recorded though the store reported %r", self.run.id, refused)
+            self.flushed(self.batch)
+            return
+        log.warning("run %s: the store refused a commit (%r); trying it again", self.run.id, refused)
+        self.flush(durable)
+
+    def stored_run(self) -> Run | None:
+        """The run's row as the store has it now; None when the store cannot say."""
+        try:
+            return self.store.get_run(self.run.id)
+        except Exception:
+            return None
 
     def flushed(self, batch: Batch) -> None:
         """What follows the commit of ``batch`` (the current one): a new batch, the stream."""
@@ -313,3 +341,11 @@ class Recorder:
         if self.batch.events:
             self.flush()
         self.sink([event])
+
+
+def holds(stored: Run | None, committing: Run) -> bool:
+    """Whether the run's row as stored already holds the batch that writes ``committing``:
+    under the run's fence only that batch writes its status, last event number and lease."""
+    return (stored is not None and stored.fence == committing.fence and stored.status == committing.status
+            and stored.event_seq == committing.event_seq
+            and stored.lease_expires_at == committing.lease_expires_at)
