@@ -1,0 +1,76 @@
+"""A store that refuses a commit in the middle of a run (a step's outcome, an effect's
+journal entry), on every store: the commit is tried once more at once, and the run
+goes on as if nothing happened. A refused commit the store had in fact applied (a
+connection lost while committing) is recognised from the run's row and not written twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runtime import Runtime, RunStatus
+from runtime.core.records import Batch
+from runtime.store.base import CheckpointStore
+
+from test_end_commit import Order, World, assert_gapless_trace, order_graph
+
+
+class RefusingStore:
+    """A real store whose ``refuse`` commits after the first ``skip`` that keep the run
+    RUNNING are refused (``applied``: the commit went in, but its caller was told it failed)."""
+
+    def __init__(self, inner: CheckpointStore, *, skip: int, refuse: int = 1, applied: bool = False):
+        self.inner, self.skip, self.refuse, self.applied = inner, skip, refuse, applied
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def commit(self, batch: Batch) -> None:
+        if batch.run is not None and batch.run.status == RunStatus.RUNNING:
+            if self.skip > 0:
+                self.skip -= 1
+            elif self.refuse > 0:
+                self.refuse -= 1
+                self.refused += 1
+                if self.applied:
+                    self.inner.commit(batch)
+                raise OSError("connection reset by peer")
+        self.inner.commit(batch)
+
+
+@pytest.mark.parametrize("skip", [0, 1])   # the effect's STARTED entry, its outcome
+async def test_a_commit_refused_once_mid_run_is_tried_again_and_the_run_ends_normally(
+        store: CheckpointStore, skip: int) -> None:
+    world = World()
+    refusing = RefusingStore(store, skip=skip)
+    rt = Runtime(store=refusing)
+    try:
+        run = await rt.start(order_graph(world), {})
+        assert refusing.refused == 1
+        assert run.status == RunStatus.SUCCEEDED, run.error
+        assert world.charges == [world.charges[0]]
+        assert store.get_run(run.id).usage["tokens"] == 11
+        assert_gapless_trace(store, run.id)
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("skip", [0, 1])   # the effect's STARTED entry, its outcome
+async def test_a_commit_applied_but_reported_refused_mid_run_is_not_written_again(
+        store: CheckpointStore, skip: int) -> None:
+    world = World()
+    refusing = RefusingStore(store, skip=skip, applied=True)
+    rt = Runtime(store=refusing)
+    try:
+        run = await rt.start(order_graph(world), {})
+        assert refusing.refused == 1 and run.status == RunStatus.SUCCEEDED, run.error
+        assert_gapless_trace(store, run.id)
+        assert len(store.checkpoints(run.id)) == len({c.id for c in store.checkpoints(run.id)})
+        assert world.charges == [world.charges[0]]
+        assert (await rt.state_at((await rt.history(run.id))[-1].id)).model_dump() == \
+            Order(receipt="receipt-1", sent=True).model_dump()
+    finally:
+        rt.close()
