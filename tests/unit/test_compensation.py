@@ -249,18 +249,19 @@ async def test_a_run_whose_caller_stops_waiting_is_compensated_as_its_policy_ask
 
 class FailingCommits:
     """A store (wrapping a real one) whose disk fills up at chosen commits: the one that
-    records node ``done`` while the run is still running, and, if asked, every compensation."""
+    records node ``done`` while the run is still running (and its one retry), and, if
+    asked, every compensation."""
 
     def __init__(self, inner: CheckpointStore, undo_too: bool = False):
-        self.inner, self.undo_too, self.failed = inner, undo_too, False
+        self.inner, self.undo_too, self.fails = inner, undo_too, 2
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def commit(self, batch: Batch) -> None:
         running = batch.run is not None and batch.run.status == RunStatus.RUNNING
-        if not self.failed and running and any("done" in cp.nodes for cp in batch.checkpoints):
-            self.failed = True
+        if self.fails and running and any("done" in cp.nodes for cp in batch.checkpoints):
+            self.fails -= 1
             raise OSError("disk full")
         if self.undo_too and any(e.status == S.COMPENSATING for e in batch.effects):
             raise OSError("disk full again")
