@@ -312,13 +312,14 @@ class Recorder:
         a row that moved on otherwise is not written back over."""
         base = self.committed
         if base.status == RunStatus.RUNNING:
-            stored = self.store.get_run(base.id)
-            if stored.fence == base.fence and (stored.status, stored.event_seq) == (self.run.status, self.run.event_seq):
+            stored = self.stored_run()
+            if stored is not None and holds(stored, self.run):
                 base, self._redone = stored, None
-            elif stored.fence == base.fence and (stored.status, stored.event_seq) != (base.status, base.event_seq):
+            elif stored is None or (stored.fence == base.fence
+                                    and (stored.status, stored.event_seq) != (base.status, base.event_seq)):
                 doubt = f"effect {effects[0].name} is left in doubt and " if effects else ""
-                log.info("run %s: its row moved on from what this process committed: %slate usage %s is not "
-                         "written", base.id, doubt, dict(self.usage))
+                log.info("run %s: its row moved on from what this process committed, or cannot be read: "
+                         "%slate usage %s is not written", base.id, doubt, dict(self.usage))
                 return
         redone = self._redone
         usage = dict(self.usage) if redone is None else {
