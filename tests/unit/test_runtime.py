@@ -568,7 +568,9 @@ def hanging_graph(calls: list[str], idempotent: bool = False) -> Graph:
             await asyncio.sleep(5)
         return f"paid:{len(calls)}"
 
-    @g.node(timeout=0.1, retry=RetryPolicy(max_attempts=2, **FAST))
+    # the first call sleeps far past the timeout; the retry (durable commits, the repeated call)
+    # must fit in it on a machine busy with parallel test workers
+    @g.node(timeout=0.5, retry=RetryPolicy(max_attempts=2, **FAST))
     async def charge(state, ctx):
         return {"value": await ctx.effect("pay", pay, request={"amount": 5}, idempotent=idempotent)}
 
