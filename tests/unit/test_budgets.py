@@ -13,6 +13,7 @@ import math
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -202,6 +203,19 @@ async def test_effect_usage_reported_from_a_thread_is_counted_once_across_a_cont
     assert (await rt.get_run(cont.id)).usage == {"tokens": 30, "cost": 0.25, "steps": 2}
 
 
+def late_answer(calls: Calls, started: threading.Event, release: threading.Event,
+                result: Callable[[], object] = lambda: "late answer") -> Callable[[EffectInfo], object]:
+    """An effect that waits for ``release`` (its run may end meanwhile), then reports 500
+    tokens and returns ``result()``."""
+    def call(info: EffectInfo) -> object:
+        calls("model")
+        started.set()
+        release.wait(10)
+        info.usage(tokens=500, cost=5)
+        return result()
+    return call
+
+
 @pytest.mark.parametrize("end", ["cancel", "stop_waiting"])
 async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_lineage(rt: Runtime, end: str):
     """A ``def`` node's thread outlives its run's end; the effect it finishes then is journaled,
@@ -210,12 +224,7 @@ async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_
     g = Graph("late", state=S)
     calls, started, release, finished = Calls(), threading.Event(), threading.Event(), threading.Event()
 
-    def call(info: EffectInfo) -> str:
-        calls("model")
-        started.set()
-        release.wait(10)
-        info.usage(tokens=500, cost=5)
-        return "late answer"
+    call = late_answer(calls, started, release)
 
     @g.node()
     def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
@@ -255,12 +264,7 @@ async def test_usage_of_an_effect_whose_late_result_cannot_be_stored_counts_once
     g = Graph("late_unstorable", state=S)
     calls, started, release, finished = Calls(), threading.Event(), threading.Event(), threading.Event()
 
-    def call(info: EffectInfo) -> object:
-        calls("model")
-        started.set()
-        release.wait(10)
-        info.usage(tokens=500, cost=5)
-        return object()   # no JSON form
+    call = late_answer(calls, started, release, result=object)   # no JSON form
 
     @g.node()
     def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
@@ -327,12 +331,7 @@ async def test_a_late_effect_of_a_run_already_continued_is_left_in_doubt_and_cha
     g = Graph("late_continued", state=S)
     calls, started, release, finished = Calls(), threading.Event(), threading.Event(), threading.Event()
 
-    def call(info: EffectInfo) -> str:
-        calls("model")
-        started.set()
-        release.wait(10)
-        info.usage(tokens=500, cost=5)
-        return "late answer"
+    call = late_answer(calls, started, release)
 
     @g.node()
     def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
