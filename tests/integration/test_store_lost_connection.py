@@ -91,6 +91,32 @@ def test_reads_work_after_the_stores_connections_were_terminated(store: SqlStore
     assert store.cancel_request("r1") is None
 
 
+def test_the_cancel_poll_is_answered_after_the_stores_connections_were_terminated(
+        store: SqlStore, killer: Killer) -> None:
+    """Asked by running runs at heartbeat pace, on the driver's connection: first after the kill."""
+    add_run(store, "r1")
+    store.request_cancel("r1", "enough")
+    assert store.cancel_request("r1") == "enough"   # a pooled read connection, as well as the write one
+    assert killer.kill() >= 2
+    assert store.cancel_request("r1") == "enough"
+
+    # and a connection lost past the pool's ping, as the poll's own statement runs
+    lost: list[int] = []
+
+    def terminate_first(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        if not lost:
+            lost.append(dbapi_conn.info.backend_pid)
+            with killer.engine.connect() as other:
+                other.exec_driver_sql("SELECT pg_terminate_backend(%s, 5000)", (lost[0],))
+
+    event.listen(store.engine.pool, "checkout", terminate_first)
+    try:
+        assert store.cancel_request("r1") == "enough"
+    finally:
+        event.remove(store.engine.pool, "checkout", terminate_first)
+    assert lost
+
+
 def test_a_read_whose_connection_is_lost_midway_runs_once_more_on_a_new_one(
         store: SqlStore, killer: Killer) -> None:
     add_run(store, "r1")
