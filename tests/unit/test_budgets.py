@@ -29,6 +29,7 @@ from runtime import (
     MemoryStore,
     NodeContext,
     RetryPolicy,
+    Run,
     RunKind,
     RunStatus,
     Runtime,
@@ -216,26 +217,39 @@ def late_answer(calls: Calls, started: threading.Event, release: threading.Event
     return call
 
 
+class LateRun:
+    """A run of one ``def`` node calling ``late_answer``; ``finished`` once ``ctx.effect`` returned."""
+
+    def __init__(self, rt: Runtime, name: str, result: Callable[[], object] = lambda: "late answer"):
+        self.rt, self.calls = rt, Calls()
+        started, self.release, self.finished = threading.Event(), threading.Event(), threading.Event()
+        self.started = started
+        call = late_answer(self.calls, started, self.release, result)
+        self.graph = g = Graph(name, state=S)
+
+        @g.node()
+        def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+            try:
+                return {"text": ctx.effect("llm", call)}
+            finally:
+                self.finished.set()
+
+    async def start(self) -> tuple[asyncio.Task[Run], Run]:
+        """Start it (max_tokens=400) and wait until the effect is called: its task and run."""
+        task = asyncio.create_task(self.rt.start(self.graph, {}, max_tokens=400))
+        await asyncio.to_thread(self.started.wait, 10)
+        [run] = await self.rt.runs()
+        return task, run
+
+
 @pytest.mark.parametrize("end", ["cancel", "stop_waiting"])
 async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_lineage(rt: Runtime, end: str):
     """A ``def`` node's thread outlives its run's end; the effect it finishes then is journaled,
     and its usage goes onto the ended run: the continuation served that result starts with it,
     is held to the budget by it, and never counts it again."""
-    g = Graph("late", state=S)
-    calls, started, release, finished = Calls(), threading.Event(), threading.Event(), threading.Event()
-
-    call = late_answer(calls, started, release)
-
-    @g.node()
-    def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
-        try:
-            return {"text": ctx.effect("llm", call)}
-        finally:
-            finished.set()
-
-    task = asyncio.create_task(rt.start(g, {}, max_tokens=400))
-    await asyncio.to_thread(started.wait, 10)
-    [ended] = await rt.runs()
+    late = LateRun(rt, "late")
+    calls, release, finished = late.calls, late.release, late.finished
+    task, ended = await late.start()
     if end == "cancel":
         await rt.cancel(ended.id, "stop")
     else:   # the caller's task is cancelled: the run ends CANCELLED as well
@@ -261,21 +275,9 @@ async def test_usage_of_an_effect_whose_late_result_cannot_be_stored_counts_once
         rt: Runtime):
     """The effect ran and was paid for, but its result has no JSON form: the entry stays in
     doubt, and the usage still goes onto the ended run, so the lineage's budget holds it."""
-    g = Graph("late_unstorable", state=S)
-    calls, started, release, finished = Calls(), threading.Event(), threading.Event(), threading.Event()
-
-    call = late_answer(calls, started, release, result=object)   # no JSON form
-
-    @g.node()
-    def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
-        try:
-            return {"text": ctx.effect("llm", call)}
-        finally:
-            finished.set()
-
-    task = asyncio.create_task(rt.start(g, {}, max_tokens=400))
-    await asyncio.to_thread(started.wait, 10)
-    [ended] = await rt.runs()
+    late = LateRun(rt, "late_unstorable", result=object)   # no JSON form
+    calls, release, finished = late.calls, late.release, late.finished
+    task, ended = await late.start()
     await rt.cancel(ended.id, "stop")
     await task
     release.set()
