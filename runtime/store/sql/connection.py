@@ -92,10 +92,16 @@ class WriteConnection:
             conn.commit()
         except BaseException as e:
             if self._lost(e, conn):
-                self._conn = None   # nothing to roll back: the server ended the transaction with it
-                _close_quietly(conn)
+                self._drop(conn)   # nothing to roll back: the server ended the transaction with it
             else:
-                conn.rollback()
+                try:
+                    conn.rollback()
+                except Exception:
+                    if sqlite:
+                        raise
+                    # a connection that cannot even roll back is lost, whatever the first error
+                    # said (a backend terminated amid a pipelined batch reports a pipeline error)
+                    self._drop(conn)
             raise
         finally:
             cur.close()
@@ -104,9 +110,16 @@ class WriteConnection:
 
     def _lost(self, error: BaseException, conn: Any) -> bool:
         """Whether ``error`` means the PostgreSQL connection is gone."""
-        # the dialect's own test: the driver's error on a connection it found closed or broken
-        return (not self._sqlite and isinstance(error, Exception)
-                and self._engine.dialect.is_disconnect(cast(Any, error), conn.dbapi_connection, None))
+        if self._sqlite or not isinstance(error, Exception):
+            return False
+        # the driver's own flag, then the dialect's test of the error
+        return bool(getattr(conn.dbapi_connection, "broken", False)) or \
+            self._engine.dialect.is_disconnect(cast(Any, error), conn.dbapi_connection, None)
+
+    def _drop(self, conn: Any) -> None:
+        """Forget a lost connection: the next transaction opens a new one."""
+        self._conn = None
+        _close_quietly(conn)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
