@@ -151,7 +151,25 @@ class RunHost:
             return  # nothing outside was touched: it may share the next group commit
         # STARTED is forced to disk before the call; outcomes are committed at once
         # (a process crash keeps them) so that recovery never repeats the effect.
-        self.rec.flush_checked(durable=durable)
+        try:
+            self.rec.flush_checked(durable=durable)
+        except Exception as e:
+            if entry.status == EffectStatus.STARTED:
+                self._not_called(entry, e)
+            raise
+
+    def _not_called(self, started: JournalEntry, error: Exception) -> None:
+        """A STARTED entry the store would not take: the effect is not called. The entry
+        stays in the batch (the store may even hold it already, a commit reported refused
+        that went in), so its outcome is journaled beside it: whatever commits the batch
+        next (the node's failure) records the call as not made, and a resume makes it
+        rather than ask a person whether it happened."""
+        failed = replace(started, status=EffectStatus.FAILED, at=self.now(), result=None,
+                         error=f"not called: its start could not be recorded ({type(error).__name__}: {error})")
+        self._journal[(failed.node, failed.name, failed.occurrence)] = failed
+        self.rec.batch.effects.append(failed)
+        self.rec.emit(EventType.of_effect(failed.status), failed.node, failed.attempt, name=failed.name,
+                      occurrence=failed.occurrence, key=failed.key)
 
     # ------------------------------------------------------------------ interrupts
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runtime import Runtime, RunStatus
+from runtime import EffectStatus, Runtime, RunStatus
 from runtime.core.records import Batch
 from runtime.store.base import CheckpointStore
 
@@ -72,5 +72,42 @@ async def test_a_commit_applied_but_reported_refused_mid_run_is_not_written_agai
         assert world.charges == [world.charges[0]]
         assert (await rt.state_at((await rt.history(run.id))[-1].id)).model_dump() == \
             Order(receipt="receipt-1", sent=True).model_dump()
+    finally:
+        rt.close()
+
+
+
+class RefusingStarts(RefusingStore):
+    """Refuses ``refuse`` commits that journal an effect's STARTED entry, and only those."""
+
+    def commit(self, batch: Batch) -> None:
+        if self.refuse > 0 and any(e.status == EffectStatus.STARTED for e in batch.effects):
+            self.refuse -= 1
+            self.refused += 1
+            raise OSError("connection reset by peer")
+        self.inner.commit(batch)
+
+
+async def test_an_effect_whose_start_cannot_be_recorded_is_not_called_and_not_left_in_doubt(
+        store: CheckpointStore) -> None:
+    """The STARTED entry's commit is refused twice (the retry too): the effect is not
+    called and its node fails. The entry still goes into the store with the failure's
+    batch, but beside an outcome saying it was not called: a resume calls the effect
+    once, with no question about whether it happened."""
+    world = World()
+    refusing = RefusingStarts(store, skip=0, refuse=2)
+    rt = Runtime(store=refusing)
+    try:
+        run = await rt.start(order_graph(world), {})
+        assert refusing.refused == 2
+        assert run.status == RunStatus.FAILED and world.charges == []
+        assert "connection reset" in run.error["message"]
+        journal = store.journal([run.id])
+        assert [e.status for e in journal] == [EffectStatus.STARTED, EffectStatus.FAILED]
+        assert "not called" in (journal[-1].error or "")
+        resumed = await rt.resume(run.id)
+        assert resumed.status == RunStatus.SUCCEEDED, resumed.error
+        assert len(world.charges) == 1 and store.interrupts(run.id) == []
+        assert_gapless_trace(store, run.id)
     finally:
         rt.close()
