@@ -102,7 +102,8 @@ def build_report(deps: EngineDeps, replay: Run) -> ReplayReport:
     for ev in store.events(replay.id):
         if ev.type == EventType.INTERRUPT_REUSED and ev.node:
             reused.setdefault(ev.node, []).append(str(ev.data.get("interrupt_id")))
-    graph = deps.graphs.graph_for(replay)
+    # the code the replay ran with here, when it was given to this Runtime and never registered
+    graph = deps.graphs.run_graph(replay)
     # every instance either side has of the replayed graph's nodes (a loop's iterations,
     # a map's items): one report each, in canonical order
     named = [n for n in (*replayed.statuses, *recorded.statuses) if base_node(n) in graph.nodes]

@@ -672,6 +672,24 @@ async def test_export_and_import_keep_instance_histories(rt: Runtime, other_stor
         other.close()
 
 
+async def test_an_imported_run_replays_with_the_graph_given_to_the_replay(rt: Runtime, other_store: CheckpointStore):
+    # the importing Runtime never registered the graph: the replay's own code must serve its report too
+    world = World()
+    graph = everything_graph(world)
+    run = await rt.start(graph, {})
+    doc = json.loads(json.dumps(await rt.export_thread(run.id)))
+    other = Runtime(other_store)
+    try:
+        await other.import_thread(doc)
+        calls = len(world.calls)
+        report = await other.replay(run.id, graph=graph)
+        assert report.same and report.status == "succeeded" and len(world.calls) == calls
+        assert "work[2]" in [n.node for n in report.nodes] and "sub/inner" in [n.node for n in report.nodes]
+        assert (await other.replay_report(report.run_id)).same
+    finally:
+        other.close()
+
+
 # --------------------------------------------------------------------------- state at every checkpoint
 
 
