@@ -156,7 +156,8 @@ class Driver:
         """A new run in the thread continuing a failed or cancelled one from its last
         checkpoint, with its parent's usage so far (and limits, unless ``limits`` replace them)."""
         graphs = self.deps.graphs
-        graph = graphs.graph_for(parent)
+        # the code the parent ran with here first: a branch given code this Runtime never registered
+        graph = graphs.run_graph(parent)
         self._check_not_continued(parent)
         if any(e.status in COMPENSATION_STATUSES for e in self.store.journal(continued_chain(self.store, parent))):
             raise InvalidRequest(f"run {parent.id} was compensated (its effects were undone, or may have "

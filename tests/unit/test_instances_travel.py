@@ -690,6 +690,26 @@ async def test_an_imported_run_replays_with_the_graph_given_to_the_replay(rt: Ru
         other.close()
 
 
+async def test_a_failed_fork_of_an_imported_run_continues_with_the_graph_it_was_given(rt: Runtime,
+                                                                                      other_store: CheckpointStore):
+    world = World()
+    run = await rt.start(map_graph(world), {})
+    doc = json.loads(json.dumps(await rt.export_thread(run.id)))
+    other = Runtime(other_store)
+    try:
+        await other.import_thread(doc)
+        fork = await other.fork(await checkpoint_after(other, run.id, "plan"), graph=map_graph(world, fail_once={2}))
+        assert fork.status == RunStatus.FAILED and fork.error and fork.error["node"] == "work[2]"
+        calls = len(world.calls)
+        cont = await other.resume(fork.id)     # the code given to the fork, not a registered version
+        assert cont.kind == RunKind.CONTINUATION and cont.status == RunStatus.SUCCEEDED
+        redone = await attempted(other, cont.id)
+        assert "work[2]" in redone and redone[-1] == "collect" and len(world.calls) == calls
+        assert (await final_state(other, cont.id)).log == ["w0", "w1", "w2", "w3", "w4"]
+    finally:
+        other.close()
+
+
 # --------------------------------------------------------------------------- state at every checkpoint
 
 
