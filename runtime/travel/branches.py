@@ -155,7 +155,7 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
         compiled.state_model.model_validate(recorded_input)
     except ValidationError as e:
         raise InvalidRequest(f"the recorded input does not fit {compiled.state_model.__name__} of the "
-                             f"graph given: {e.errors()[0]['msg']}") from None
+                             f"graph given: {problems(e, 'input')}") from None
     if compiled.version != base_run.graph_version:
         _refuse_moved_loops(deps, base_run, compiled, cp.node_states)
     statuses = branch_statuses(cp.node_states, compiled)

@@ -846,6 +846,27 @@ async def test_rejected_fork_and_replay_save_no_graph(rt: Runtime):
     assert rt.store.graph_description(other.version) is None
 
 
+async def test_a_replay_whose_graph_refuses_the_recorded_input_names_every_field(rt: Runtime):
+    run = await rt.start(abc([]), {"x": 1})
+
+    class Other(BaseModel):
+        x: str
+        order_id: int
+
+    g = Graph("abc", state=Other)
+
+    @g.node()
+    def a(s: Other) -> dict:
+        return {}
+
+    before = await rt.runs()
+    with pytest.raises(InvalidRequest) as refused:
+        await rt.replay(run.id, graph=g)
+    assert "x: Input should be a valid string" in str(refused.value)
+    assert "order_id: Field required" in str(refused.value)
+    assert await rt.runs() == before
+
+
 async def test_a_fork_asking_about_an_effect_the_source_left_in_doubt_says_so(rt: Runtime):
     from runtime import RetryPolicy
     from server.present import interrupt_question
