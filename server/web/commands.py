@@ -62,11 +62,12 @@ def _fork_context(rt: Runtime, checkpoint_id: FromPath[str]) -> dict[str, Any]:
 
 
 def _preview(rt: Runtime, ctx: dict[str, Any], patch_text: str) -> tuple[dict[str, Any] | None, list[Any]]:
-    patch = services.parse_json_field(patch_text, "patch")
-    if patch is None:
+    if not patch_text.strip():   # left empty: no patch; a typed `null` is a patch that is not an object
         return None, []
+    patch = services.parse_json_field(patch_text, "patch")
     if not isinstance(patch, dict):
-        raise InvalidRequest(f"patch must be a JSON object of state fields, got {type(patch).__name__}")
+        got = "null" if patch is None else type(patch).__name__
+        raise InvalidRequest(f"patch must be a JSON object of state fields, got {got}")
     if ctx["graph"] is None:
         raise InvalidRequest("the graph's code is not loaded in this server: its state cannot be checked")
     patched = apply_patch(ctx["graph"], ctx["state"], patch)

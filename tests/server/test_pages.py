@@ -677,6 +677,7 @@ def test_fork_create_redirects_to_the_new_run(seeded: Seeded, client: Client) ->
     ('{"n": "two"}', "field &#39;n&#39;: Input should be a valid integer"),
     ("[1]", "must be a JSON object of state fields, got list"),
     ('{"n": ', "patch is not valid JSON"),
+    ("null", "must be a JSON object of state fields, got null"),   # typed, not left empty: not "no patch"
 ])
 def test_an_invalid_patch_is_a_422_with_its_message_and_creates_nothing(seeded: Seeded, client: Client,
                                                                          patch: str, named: str) -> None:
