@@ -109,7 +109,7 @@ def state_model_at(store: CheckpointStore, graphs: GraphRegistry, cp: Checkpoint
     state = state_json(store, graphs, cp)
     model: type[BaseModel]
     try:
-        model = graphs.graph_for(store.get_run(cp.run_id)).state_model
+        model = graphs.run_graph(store.get_run(cp.run_id)).state_model
     except (NotFound, InvalidRequest, GraphError):  # the code is not importable here
         model = AnyState
     return model.model_validate(state)

@@ -64,7 +64,8 @@ def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
     writes = deps.store.pending_writes(cp.run_id, cp.seq)
     state = state_json(deps.store, deps.graphs, cp)
     try:
-        ready = ready_next(deps, deps.graphs.graph_for(deps.store.get_run(cp.run_id)), cp, state)
+        # the code the run ran with here first: a branch given code this Runtime never registered
+        ready = ready_next(deps, deps.graphs.run_graph(deps.store.get_run(cp.run_id)), cp, state)
     except (NotFound, InvalidRequest, GraphError):  # the graph's code is not importable here
         ready = []
     interrupted = [n for n, s in cp.node_states.items() if s == NodeStatus.INTERRUPTED]
