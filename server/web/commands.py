@@ -62,12 +62,9 @@ def _fork_context(rt: Runtime, checkpoint_id: FromPath[str]) -> dict[str, Any]:
 
 
 def _preview(rt: Runtime, ctx: dict[str, Any], patch_text: str) -> tuple[dict[str, Any] | None, list[Any]]:
-    if not patch_text.strip():   # left empty: no patch; a typed `null` is a patch that is not an object
+    patch = services.parse_json_object(patch_text, "patch", "state fields")
+    if patch is None:
         return None, []
-    patch = services.parse_json_field(patch_text, "patch")
-    if not isinstance(patch, dict):
-        got = "null" if patch is None else type(patch).__name__
-        raise InvalidRequest(f"patch must be a JSON object of state fields, got {got}")
     if ctx["graph"] is None:
         raise InvalidRequest("the graph's code is not loaded in this server: its state cannot be checked")
     patched = apply_patch(ctx["graph"], ctx["state"], patch)
@@ -93,9 +90,7 @@ async def fork_submit(request: Request[Any, Any, Any], checkpoint_id: FromPath[s
     try:
         patch, changes = await in_thread(_preview, rt, ctx, patch_text)
         form["changes"] = changes
-        mocks = services.parse_json_field(mocks_text, "mocks")
-        if mocks is not None and not isinstance(mocks, dict):
-            raise InvalidRequest("mocks must be a JSON object of {effect name: result}")
+        mocks = services.parse_json_object(mocks_text, "mocks", "{effect name: result}")
         if data.get("action") == "preview":
             return render(request, "fork.html", form, block="preview")
         run_id = await actions.fork(rt, request.app.state.tasks, checkpoint_id, patch, effects, mocks)
@@ -120,9 +115,7 @@ async def replay_submit(request: Request[Any, Any, Any], run_id: FromPath[str], 
     rt = _rt(request)
     run = await in_thread(lambda: complete(rt.get_run(run_id)))
     try:
-        mocks = services.parse_json_field(data.get("mocks", ""), "mocks")
-        if mocks is not None and not isinstance(mocks, dict):
-            raise InvalidRequest("mocks must be a JSON object of {effect name: result}")
+        mocks = services.parse_json_object(data.get("mocks", ""), "mocks", "{effect name: result}")
         new_id = await actions.replay(rt, request.app.state.tasks, run_id, data.get("version") or None, mocks)
     except (InvalidRequest, Conflict, NotFound) as e:
         versions = [g.version for g in rt.graphs.versions(run.graph_name)]

@@ -318,6 +318,18 @@ def parse_json_field(text: str, what: str) -> JSON:
         raise InvalidRequest(f"{what} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
 
 
+def parse_json_object(text: str, what: str, shape: str) -> dict[str, JSON] | None:
+    """An optional JSON object typed into a form: None when the box is left empty; anything
+    but an object (a typed ``null`` too, which is not the same as leaving it empty) is refused."""
+    if not text.strip():
+        return None
+    value = parse_json_field(text, what)
+    if not isinstance(value, dict):
+        got = "null" if value is None else type(value).__name__
+        raise InvalidRequest(f"{what} must be a JSON object of {shape}, got {got}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class EffectRow:
     """One effect as the journal ends up: LIVE, MOCKED (and from where), IN DOUBT, …"""

@@ -698,7 +698,8 @@ def test_an_invalid_patch_is_a_422_with_its_message_and_creates_nothing(seeded: 
 
 @pytest.mark.parametrize(("fields", "named"), [
     ({"effects": "maybe"}, "effects must be &#39;mock&#39; or &#39;live&#39;"),
-    ({"mocks": "[1]"}, "mocks must be a JSON object")])
+    ({"mocks": "[1]"}, "mocks must be a JSON object"),
+    ({"mocks": "null"}, "mocks must be a JSON object of {effect name: result}, got null")])
 def test_invalid_fork_options_are_422_and_create_nothing(seeded: Seeded, client: Client, fields: dict[str, str],
                                                          named: str) -> None:
     cp = checkpoint_ids(seeded.rt, seeded.failed)[1]
@@ -804,7 +805,8 @@ def test_replay_form_offers_other_versions_and_its_report_lists_verdicts(seeded:
 
 @pytest.mark.parametrize(("fields", "named"), [
     ({"version": "nope"}, "&#39;nope&#39; is not registered"), ({"mocks": "3"}, "mocks must be a JSON object"),
-    ({"mocks": "{"}, "mocks is not valid JSON")])
+    ({"mocks": "{"}, "mocks is not valid JSON"),
+    ({"mocks": " null "}, "mocks must be a JSON object of {effect name: result}, got null")])
 def test_an_invalid_replay_is_422_and_creates_nothing(seeded: Seeded, client: Client, fields: dict[str, str],
                                                       named: str) -> None:
     url = f"/runs/{seeded.succeeded}/replay"
