@@ -216,7 +216,7 @@ class Runtime:
         return await self._driver.cancel(id_arg(run_id, "run_id"), reason, wait)
 
     def stream(self, target: Graph | ExecutableGraph | Awaitable[object], input: Mapping[str, JSON] | BaseModel | None = None,
-               *, buffer: int = DEFAULT_BUFFER, **options: Any) -> RunStream:
+               *, buffer: int = DEFAULT_BUFFER, recorded: bool = True, **options: Any) -> RunStream:
         """Run a graph (as ``start`` does) and yield its events as they commit:
         ``run.created`` first (it names the run), node starts and outputs
         (``node.succeed`` carries the writes), checkpoints, interrupts, ``ctx.emit``
@@ -235,13 +235,24 @@ class Runtime:
         A reader that falls further behind is handed the recorded events it missed from
         the store once it has taken the held ones (the same sequence, no gap, no
         duplicate); ephemeral events emitted meanwhile are dropped, and a
-        ``stream.dropped`` event (itself ephemeral) says how many (``data["count"]``)."""
+        ``stream.dropped`` event (itself ephemeral) says how many (``data["count"]``).
+
+        ``recorded=False``: live progress only. Of the recorded events, only each run's
+        first (``run.created``, or the event a resume begins with: it names the run) is
+        yielded; ephemeral events (``ctx.emit(..., ephemeral=True)``, token chunks) as
+        usual. For a reader that reads the trace itself (``rt.events``, ``rt.follow``):
+        it never makes the stream read the store back."""
+        problem = None
         if isinstance(buffer, bool) or not isinstance(buffer, int) or not 1 <= buffer <= MAX_SEQ:
+            problem = f"buffer must be a whole number of events from 1 to 2**31 - 1, got {buffer!r}"
+        elif not isinstance(recorded, bool):
+            problem = f"recorded must be True or False, got {recorded!r}"
+        if problem is not None:
             if not isinstance(target, (Graph, ExecutableGraph)):
                 close_call(target)   # never awaited: say so once, here, not as a warning later
-            raise InvalidRequest(f"buffer must be a whole number of events from 1 to 2**31 - 1, got {buffer!r}")
+            raise InvalidRequest(problem)
         if isinstance(target, (Graph, ExecutableGraph)):
-            return stream_call(self.start(target, input, **options), self.store, buffer)
+            return stream_call(self.start(target, input, **options), self.store, buffer, recorded)
         streamable = (Runtime.start, Runtime.resume, Runtime.fork, Runtime.replay)
         if getattr(target, "cr_code", None) not in {f.__code__ for f in streamable}:
             close_call(target)   # never awaited: say so once, here, not as a warning later
@@ -250,7 +261,7 @@ class Runtime:
         if input is not None or options:
             close_call(target)
             raise InvalidRequest("stream(call) takes the call alone; give the input and options to the call")
-        return stream_call(target, self.store, buffer)
+        return stream_call(target, self.store, buffer, recorded)
 
     def follow(self, run_id: str, *, after_seq: int = 0, poll: float = 0.1) -> RunStream:
         """The stream of a run that another process (or another call) drives, read from

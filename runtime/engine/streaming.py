@@ -169,8 +169,11 @@ class _Buffer:
     """A live stream's sink (called with each commit's stream items, in the run's thread
     of control: it never blocks) and what its reader takes from."""
 
-    def __init__(self, store: CheckpointStore, size: int):
+    def __init__(self, store: CheckpointStore, size: int, recorded: bool = True):
         self.store, self.size = store, size
+        #: False: of the recorded events, only each run's first (it names the run) is held,
+        #: and none is ever read back; ephemeral ones are held or dropped as usual
+        self.recorded = recorded
         self.items: deque[StreamEvent] = deque()
         self.wake = asyncio.Event()
         self.ended = False
@@ -187,7 +190,14 @@ class _Buffer:
     def __call__(self, items: list[StreamEvent]) -> None:
         if not items:
             return   # a heartbeat's commit
+        first = items[0].run_id not in self.runs
         self.runs.setdefault(items[0].run_id)
+        if not self.recorded and not items[0].ephemeral:
+            if first:   # held even over the bound: one per run, and the reader needs it
+                self.items.append(items[0])
+                self._reach(items[:1])
+                self.wake.set()
+            return
         if not self.behind and len(self.items) + len(items) <= self.size:
             self.items.extend(items)
             self._reach(items)
@@ -268,8 +278,9 @@ class _Buffer:
         return notices
 
 
-def stream_call(call: Awaitable[object], store: CheckpointStore, buffer: int = DEFAULT_BUFFER) -> RunStream:
-    held = _Buffer(store, buffer)
+def stream_call(call: Awaitable[object], store: CheckpointStore, buffer: int = DEFAULT_BUFFER,
+                recorded: bool = True) -> RunStream:
+    held = _Buffer(store, buffer, recorded)
     return RunStream(_stream_call(call, held), held)
 
 

@@ -287,13 +287,14 @@ class Background(set[asyncio.Task[None]]):
 async def start_in_background(rt: Runtime, call: Awaitable[object], tasks: set[asyncio.Task[None]]) -> str:
     """Start a call that creates or drives a run; return the run's id as soon as it is
     recorded (a validation error raises here, before anything is written)."""
-    stream = rt.stream(call)
+    # the pages read the trace from the store: only live-only events are wanted here
+    stream = rt.stream(call, recorded=False)
     first = await anext(stream)
     hub = tasks.hub if isinstance(tasks, Background) else None
 
     async def drain() -> None:
         async for event in stream:
-            if hub is not None and event.ephemeral:
+            if hub is not None and event.ephemeral:   # (each run's first event is not)
                 hub.publish(event)
 
     task = asyncio.get_running_loop().create_task(drain())

@@ -283,3 +283,55 @@ async def test_a_stream_names_the_runs_published_to_it_whether_or_not_they_were_
     assert (await rt.get_run(run.id)).status == RunStatus.CANCELLED
     assert stream.run_ids == (run.id,)
     assert rt.follow(run.id).run_ids == ()   # a follower reads the store: nothing published to it
+
+
+# --------------------------------------------------------------------------- live progress only
+
+
+async def test_without_recorded_events_a_reader_gets_the_run_and_its_ephemeral_events_in_order(rt: Runtime):
+    events = [ev async for ev in rt.stream(fan_out(tokens=True), {}, recorded=False)]
+    assert events[0].type == "run.created" and not events[0].ephemeral
+    assert all(e.ephemeral and e.type == "custom" for e in events[1:])
+    # the map's items run in any order: each token once, none dropped
+    assert sorted(int(e.data["payload"]["token"]) for e in events[1:]) == list(range(ITEMS))
+    assert (await rt.get_run(events[0].run_id)).status == RunStatus.SUCCEEDED
+
+
+async def test_without_recorded_events_a_slow_reader_never_makes_the_stream_read_the_store(rt: Runtime):
+    store = PagingStore(rt.store)
+    async with stream_call(rt.start(fan_out(tokens=True), {}), store, 5, recorded=False) as stream:  # type: ignore[arg-type]
+        held: list[int] = []
+        events = await read_slowly(rt, stream, held)
+    assert store.limits == []          # nothing read back: the recorded events are not wanted
+    assert max(held) <= 5 + 1          # the bound, and the run's first event
+    assert [e.type for e in events if not e.ephemeral] == ["run.created"]
+    tokens = [e for e in events if e.type == "custom"]
+    [notice] = [e for e in events if e.type == "stream.dropped"]
+    assert len(tokens) + notice.data["count"] == ITEMS and events[-1] == notice
+
+
+async def test_without_recorded_events_a_resume_is_named_by_its_first_event(rt: Runtime):
+    g = fan_out()
+
+    @g.node(after=["done"])
+    async def ask(state: S, ctx: NodeContext) -> dict:
+        answer = await ctx.interrupt({"question": "more?"})
+        ctx.emit({"token": "after"}, ephemeral=True)
+        return {"log": [str(answer)]}
+
+    first = [ev async for ev in rt.stream(g, {})]
+    run_id = first[0].run_id
+    events = [ev async for ev in rt.stream(rt.resume(run_id, "yes"), recorded=False)]
+    assert events[0].run_id == run_id and events[0].seq == max(e.seq for e in first) + 1
+    assert [e.data["payload"] for e in events[1:]] == [{"token": "after"}]
+
+
+@pytest.mark.parametrize("flag", [0, "no", None])
+async def test_a_bad_recorded_flag_is_refused_before_anything_runs(rt: Runtime, flag: Any):
+    with pytest.raises(Exception, match="recorded must be True or False"):
+        rt.stream(fan_out(), {}, recorded=flag)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(Exception, match="recorded must be True or False"):
+            rt.stream(rt.start(fan_out(), {}), recorded=flag)
+    assert await rt.runs() == []
