@@ -43,6 +43,19 @@ def close_call(call: object) -> None:
         close()
 
 
+def answers_arg(answer_given: bool, answers: Any) -> Mapping[str, Any] | None:
+    """``answers`` of a resume: {interrupt id: answer}, given instead of a single answer.
+    Another shape would be read as ids (a string's letters) or fail deep inside; given
+    beside an answer, one of the two would be dropped without a word."""
+    if answers is None:
+        return None
+    if not isinstance(answers, Mapping) or not all(isinstance(k, str) for k in answers):
+        raise InvalidRequest(f"answers must be an object of {{interrupt id: answer}}, got {type(answers).__name__}")
+    if answer_given:
+        raise InvalidRequest("give a single answer or answers={interrupt id: answer}, not both")
+    return answers
+
+
 def id_arg(value: Any, what: str) -> str:
     """A run's or a checkpoint's id: a string. A record passed instead would reach the store
     as a key it cannot look up (an unhashable dict, a value SQL cannot bind)."""

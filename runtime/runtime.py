@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .arguments import check_thread_id, close_call, graph_arg, id_arg, start_options
+from .arguments import answers_arg, check_thread_id, close_call, graph_arg, id_arg, start_options
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
@@ -189,6 +189,9 @@ class Runtime:
         """Continue a run: answer its interrupts, continue it after failure or
         cancellation (as a new continuation run), or recover it after a crash.
 
+        ``answers`` ({interrupt id: answer}) answers several questions at once, instead
+        of ``answer``; the two together are refused.
+
         ``graph`` names the graph object to run with (it must have the run's version);
         by default the one the run was started with here, else the registered one.
 
@@ -198,6 +201,7 @@ class Runtime:
         on; one below the usage so far ends the run with ``limit_exceeded``). ``answered_by``
         names who answered; the trace's ``interrupt.answered`` events record it."""
         run_id = id_arg(run_id, "run_id")
+        answers = answers_arg(answer is not MISSING, answers)
         limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
                             max_cost=max_cost)
         if graph is not None:

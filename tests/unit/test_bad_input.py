@@ -212,3 +212,24 @@ async def test_a_run_or_checkpoint_record_given_for_its_id_is_refused_naming_the
         with pytest.raises(InvalidRequest, match=r"checkpoint_id must be a string id, got Checkpoint; pass its \.id"):
             await call()
     assert [r.id for r in await rt.runs()] == [run.id]   # nothing was written
+
+
+async def test_a_resume_given_an_answer_and_answers_is_refused_and_the_run_still_waits(rt: Runtime):
+    run = await rt.start(approval(), {})
+    [pending] = await rt.interrupts(run.id)
+    events_before = len(await rt.events(run.id))
+    with pytest.raises(InvalidRequest, match="not both"):
+        await rt.resume(run.id, "from answer", answers={pending.id: "from answers"})
+    assert (await rt.get_run(run.id)).status == RunStatus.INTERRUPTED
+    assert len(await rt.events(run.id)) == events_before
+    assert [i.id for i in await rt.interrupts(run.id)] == [pending.id]
+
+
+@pytest.mark.parametrize("answers", [[1], ["int_x"], "int_x", {1: "yes"}])
+async def test_answers_that_are_not_an_object_of_ids_are_refused_naming_the_argument(rt: Runtime, answers):
+    run = await rt.start(approval(), {})
+    events_before = len(await rt.events(run.id))
+    with pytest.raises(InvalidRequest, match=r"answers must be an object of \{interrupt id: answer\}"):
+        await rt.resume(run.id, answers=answers)
+    assert (await rt.get_run(run.id)).status == RunStatus.INTERRUPTED
+    assert len(await rt.events(run.id)) == events_before
