@@ -56,6 +56,20 @@ def answers_arg(answer_given: bool, answers: Any) -> Mapping[str, Any] | None:
     return answers
 
 
+#: the longest reason a cancel records (as the debugger's cancel form allows)
+MAX_REASON = 500
+
+
+def check_cancel(reason: Any, wait: Any) -> None:
+    """A cancel's reason goes on the run's row and its trace: text of a bounded length.
+    ``wait`` bounds a wait for a run driven elsewhere: NaN would never be reached."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
+        shown = f"{len(reason)} characters" if isinstance(reason, str) else repr(reason)
+        raise InvalidRequest(f"reason must be a non-empty string of at most {MAX_REASON} characters, got {shown}")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < float("inf"):
+        raise InvalidRequest(f"wait must be a finite number of seconds of at least 0, got {wait!r}")
+
+
 def id_arg(value: Any, what: str) -> str:
     """A run's or a checkpoint's id: a string. A record passed instead would reach the store
     as a key it cannot look up (an unhashable dict, a value SQL cannot bind)."""

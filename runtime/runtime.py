@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .arguments import answers_arg, check_thread_id, close_call, graph_arg, id_arg, start_options
+from .arguments import answers_arg, check_cancel, check_thread_id, close_call, graph_arg, id_arg, start_options
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
@@ -216,8 +216,11 @@ class Runtime:
         return await self._driver.resume(run_id, answer, answers, limits, answered_by)
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0) -> Run:
-        """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED."""
-        return await self._driver.cancel(id_arg(run_id, "run_id"), reason, wait)
+        """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED. ``reason`` (at
+        most 500 characters) becomes its error; ``wait``: seconds to wait for a run driven elsewhere."""
+        run_id = id_arg(run_id, "run_id")
+        check_cancel(reason, wait)
+        return await self._driver.cancel(run_id, reason, wait)
 
     def stream(self, target: Graph | ExecutableGraph | Awaitable[object], input: Mapping[str, JSON] | BaseModel | None = None,
                *, buffer: int = DEFAULT_BUFFER, recorded: bool = True, **options: Any) -> RunStream:

@@ -233,3 +233,18 @@ async def test_answers_that_are_not_an_object_of_ids_are_refused_naming_the_argu
         await rt.resume(run.id, answers=answers)
     assert (await rt.get_run(run.id)).status == RunStatus.INTERRUPTED
     assert len(await rt.events(run.id)) == events_before
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"reason": 5}, "reason"), ({"reason": ""}, "reason"), ({"reason": "x" * 501}, "reason"),
+    ({"wait": math.nan}, "wait"), ({"wait": -1}, "wait"), ({"wait": "soon"}, "wait"),
+])
+async def test_a_cancel_with_a_bad_reason_or_wait_is_refused_and_the_run_still_waits(rt: Runtime, options, named):
+    run = await rt.start(approval(), {})
+    events_before = len(await rt.events(run.id))
+    with pytest.raises(InvalidRequest, match=named):
+        await rt.cancel(run.id, **options)
+    assert (await rt.get_run(run.id)).status == RunStatus.INTERRUPTED
+    assert len(await rt.events(run.id)) == events_before
+    cancelled = await rt.cancel(run.id, "x" * 500)
+    assert cancelled.status == RunStatus.CANCELLED and cancelled.error["message"] == "x" * 500
