@@ -70,6 +70,13 @@ def check_cancel(reason: Any, wait: Any) -> None:
         raise InvalidRequest(f"wait must be a finite number of seconds of at least 0, got {wait!r}")
 
 
+def seq_arg(after_seq: Any) -> int:
+    """A trace position to read after: a whole number a store's seq columns can compare."""
+    if isinstance(after_seq, bool) or not isinstance(after_seq, int) or not 0 <= after_seq < 2**63:
+        raise InvalidRequest(f"after_seq must be a whole number from 0 to 2**63 - 1, got {after_seq!r}")
+    return after_seq
+
+
 def id_arg(value: Any, what: str) -> str:
     """A run's or a checkpoint's id: a string. A record passed instead would reach the store
     as a key it cannot look up (an unhashable dict, a value SQL cannot bind)."""

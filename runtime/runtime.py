@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .arguments import answers_arg, check_cancel, check_thread_id, close_call, graph_arg, id_arg, start_options
+from .arguments import answers_arg, check_cancel, check_thread_id, close_call, graph_arg, id_arg, seq_arg, start_options
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
@@ -275,8 +275,7 @@ class Runtime:
         the store every ``poll`` seconds until it ends or pauses; the same events as its
         live stream, except ephemeral ones."""
         self.store.get_run(id_arg(run_id, "run_id"))  # NotFound now, not at the first iteration
-        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or not 0 <= after_seq < 2**63:
-            raise InvalidRequest(f"after_seq must be a whole number from 0 to 2**63 - 1, got {after_seq!r}")
+        seq_arg(after_seq)
         if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0 < poll < float("inf"):
             raise InvalidRequest(f"poll must be a positive number of seconds, got {poll!r}")
         return follow(self.store, run_id, after_seq=after_seq, poll=poll)
@@ -389,7 +388,7 @@ class Runtime:
         return state_model_at(self.store, self.graphs, cp)
 
     async def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
-        return self.store.events(id_arg(run_id, "run_id"), after_seq)
+        return self.store.events(id_arg(run_id, "run_id"), seq_arg(after_seq))
 
     async def interrupts(self, run_id: str | None = None, pending: bool = True) -> list[Interrupt]:
         run_id = None if run_id is None else id_arg(run_id, "run_id")   # None: every run's

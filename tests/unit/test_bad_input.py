@@ -248,3 +248,12 @@ async def test_a_cancel_with_a_bad_reason_or_wait_is_refused_and_the_run_still_w
     assert len(await rt.events(run.id)) == events_before
     cancelled = await rt.cancel(run.id, "x" * 500)
     assert cancelled.status == RunStatus.CANCELLED and cancelled.error["message"] == "x" * 500
+
+
+@pytest.mark.parametrize("after_seq", ["3", -1, 1.5, True, 2**63])
+async def test_reading_events_after_a_seq_that_is_not_a_whole_number_is_refused_naming_it(rt: Runtime, after_seq):
+    run = await rt.start(one_node(), {})
+    with pytest.raises(InvalidRequest, match="after_seq"):
+        await rt.events(run.id, after_seq)
+    assert [e.seq for e in await rt.events(run.id, 2)][0] == 3
+
