@@ -77,6 +77,13 @@ def seq_arg(after_seq: Any) -> int:
     return after_seq
 
 
+def bool_arg(value: Any, what: str) -> bool:
+    """A yes/no argument: any other value (``"no"``, ``0``) would be read by its truth."""
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{what} must be True or False, got {value!r}")
+    return value
+
+
 def id_arg(value: Any, what: str) -> str:
     """A run's or a checkpoint's id: a string. A record passed instead would reach the store
     as a key it cannot look up (an unhashable dict, a value SQL cannot bind)."""

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .arguments import answers_arg, check_cancel, check_thread_id, close_call, graph_arg, id_arg, seq_arg, start_options
+from .arguments import (answers_arg, bool_arg, check_cancel, check_thread_id, close_call, graph_arg, id_arg,
+                        seq_arg, start_options)
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
@@ -392,7 +393,7 @@ class Runtime:
 
     async def interrupts(self, run_id: str | None = None, pending: bool = True) -> list[Interrupt]:
         run_id = None if run_id is None else id_arg(run_id, "run_id")   # None: every run's
-        return self.store.interrupts(run_id, InterruptStatus.PENDING if pending else None)
+        return self.store.interrupts(run_id, InterruptStatus.PENDING if bool_arg(pending, "pending") else None)
 
     async def attempts(self, run_id: str) -> list[NodeAttempt]:
         return self.store.node_attempts(id_arg(run_id, "run_id"))

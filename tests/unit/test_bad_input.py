@@ -257,3 +257,10 @@ async def test_reading_events_after_a_seq_that_is_not_a_whole_number_is_refused_
         await rt.events(run.id, after_seq)
     assert [e.seq for e in await rt.events(run.id, 2)][0] == 3
 
+
+@pytest.mark.parametrize("pending", ["no", 0, None])
+async def test_listing_interrupts_with_pending_not_a_bool_is_refused_not_read_as_true(rt: Runtime, pending):
+    run = await rt.start(approval(), {})
+    with pytest.raises(InvalidRequest, match="pending must be True or False"):
+        await rt.interrupts(run.id, pending=pending)
+    assert len(await rt.interrupts(run.id, pending=False)) == 1
