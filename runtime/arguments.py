@@ -9,6 +9,7 @@ from typing import Any
 from .core.errors import InvalidRequest
 from .core.records import thread_id_problem
 from .graph import ExecutableGraph, Graph
+from .store.base import MAX_SEQ
 
 #: what start and submit accept besides the graph and its input
 START_OPTIONS = frozenset({"thread_id", "deadline", "max_steps", "max_tokens", "max_cost", "max_concurrency",
@@ -82,6 +83,19 @@ def bool_arg(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequest(f"{what} must be True or False, got {value!r}")
     return value
+
+
+def check_stream(target: object, buffer: Any, recorded: Any) -> None:
+    """A stream's options; a call given as ``target`` is closed when they are refused (never
+    awaited: said once, here, not as a warning later)."""
+    try:
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or not 1 <= buffer <= MAX_SEQ:
+            raise InvalidRequest(f"buffer must be a whole number of events from 1 to 2**31 - 1, got {buffer!r}")
+        bool_arg(recorded, "recorded")
+    except InvalidRequest:
+        if not isinstance(target, (Graph, ExecutableGraph)):
+            close_call(target)
+        raise
 
 
 def id_arg(value: Any, what: str) -> str:

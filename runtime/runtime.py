@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .arguments import (answers_arg, bool_arg, check_cancel, check_thread_id, close_call, graph_arg, id_arg,
-                        seq_arg, start_options)
+from .arguments import (answers_arg, bool_arg, check_cancel, check_stream, check_thread_id, close_call, graph_arg,
+                        id_arg, seq_arg, start_options)
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
@@ -46,7 +46,7 @@ from .history.creation import insert_run, new_limits, validate_input
 from .history.registry import GraphRegistry, compiled
 from .history.state import DROPPED_FIELDS, state_json, state_model_at
 from .history.threads import given_fields, known_fields, next_turn, thread_state, turn_base, turn_state
-from .store.base import MAX_SEQ, CheckpointStore
+from .store.base import CheckpointStore
 from .store.memory import MemoryStore
 from .travel.branches import new_fork, new_replay
 from .travel.diff import Change, diff
@@ -245,20 +245,10 @@ class Runtime:
         duplicate); ephemeral events emitted meanwhile are dropped, and a
         ``stream.dropped`` event (itself ephemeral) says how many (``data["count"]``).
 
-        ``recorded=False``: live progress only. Of the recorded events, only each run's
-        first (``run.created``, or the event a resume begins with: it names the run) is
-        yielded; ephemeral events (``ctx.emit(..., ephemeral=True)``, token chunks) as
-        usual. For a reader that reads the trace itself (``rt.events``, ``rt.follow``):
-        it never makes the stream read the store back."""
-        problem = None
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or not 1 <= buffer <= MAX_SEQ:
-            problem = f"buffer must be a whole number of events from 1 to 2**31 - 1, got {buffer!r}"
-        elif not isinstance(recorded, bool):
-            problem = f"recorded must be True or False, got {recorded!r}"
-        if problem is not None:
-            if not isinstance(target, (Graph, ExecutableGraph)):
-                close_call(target)   # never awaited: say so once, here, not as a warning later
-            raise InvalidRequest(problem)
+        ``recorded=False``: live progress only, for a reader that reads the trace itself:
+        each run's first event (it names the run) and the ephemeral ones (token chunks);
+        nothing is ever read back from the store."""
+        check_stream(target, buffer, recorded)
         if isinstance(target, (Graph, ExecutableGraph)):
             return stream_call(self.start(target, input, **options), self.store, buffer, recorded)
         streamable = (Runtime.start, Runtime.resume, Runtime.fork, Runtime.replay)
