@@ -78,8 +78,21 @@ class NodeContext:
         ``Runtime.compensate`` runs; define it at module level so another process can run it.
         """
         self._check_alive()
-        return self._dispatch(perform_effect(self._host, self._scope, name, fn, request, key,
-                                             idempotent, compensate))
+        call = perform_effect(self._host, self._scope, name, fn, request, key, idempotent, compensate)
+        if threading.get_ident() == self._loop_thread:
+            return call
+        # from a ``def`` node's thread: kept on the attempt while it runs, so that a cancel
+        # waits for it as it waits for an async node's effect
+        future = asyncio.run_coroutine_threadsafe(call, self._event_loop)
+        self._scope.effects_in_thread.append(future)
+        try:
+            return future.result()
+        finally:
+            self._scope.effects_in_thread.remove(future)
+
+    def cancelling(self) -> bool:
+        """Whether the run is being cancelled (by a request, not a deadline)."""
+        return self._host.cancelling()
 
     def interrupt(self, payload: JSON, response: type[BaseModel] | None = None) -> Any:
         """Pause the run and ask a person; returns their answer once the run is resumed.

@@ -16,6 +16,7 @@ from typing import Any
 from ..core.frozen import fast_init
 from ..core.errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
 from ..graph import NodeSpec
+from . import effects
 from .context import NodeContext
 from .scope import AttemptScope
 
@@ -67,6 +68,12 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
         return Outcome(OutcomeKind.INTERRUPTED, interrupt_id=signal.interrupt_id)
     except asyncio.CancelledError:
         scope.abandoned = True
+        if scope.effects_in_thread and ctx.cancelling():
+            # a ``def`` node's effect goes on in its thread, which cannot be stopped: a cancel
+            # waits for it a moment (as ``effects._outlive_cancel`` does for an async node's),
+            # so its outcome is journaled rather than left in doubt; a second cancel does not wait
+            pending = [asyncio.wrap_future(f) for f in scope.effects_in_thread]
+            await asyncio.wait(pending, timeout=effects.CANCEL_GRACE)
         raise
     except (Exception, AttemptCancelled) as e:
         if scope.interrupt_id is not None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -24,6 +26,8 @@ class AttemptScope:
     interrupts: int = 0
     tokens: int = 0
     cost: float = 0.0
+    #: effects a ``def`` node's thread handed to the event loop and is waiting for
+    effects_in_thread: list[Future[Any]] = field(default_factory=list)
 
     def next_occurrence(self, name: str) -> int:
         n = self.occurrences.get(name, 0)

@@ -155,10 +155,50 @@ async def test_a_cancel_gives_up_on_a_sync_effect_that_hangs_and_leaves_it_in_do
     assert cont.status == RunStatus.INTERRUPTED and doubt.kind == InterruptKind.IN_DOUBT
 
 
-async def test_an_effect_a_sync_node_finishes_after_its_run_was_cancelled_is_journaled_off_the_trace(rt: Runtime):
-    """A ``def`` node's thread cannot be stopped either: the run ends at the cancel, and the
-    effect that thread finishes later is journaled without an event after the run's end;
-    a continuation is served it."""
+@pytest.mark.parametrize("outcome", ["result", "error"])
+async def test_a_cancel_during_a_def_nodes_effect_waits_for_it_and_records_its_outcome(rt: Runtime, outcome: str):
+    """The same from a ``def`` node, whose thread calls the effect: the cancel waits for the
+    effect, its outcome is in the trace before the run's end, and a continuation resumed at
+    once is served it (or tries the failed call again), with no question about it."""
+    g = Graph("g", state=S)
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def charge() -> str:
+        calls.append(1)
+        started.set()
+        release.wait(10)
+        if outcome == "error" and len(calls) == 1:
+            raise ConnectionError("card declined")
+        return "rcpt-1"
+
+    @g.node()
+    def pay(state, ctx):
+        return {"value": ctx.effect("charge", charge)}
+
+    task = asyncio.create_task(rt.start(g, {}))
+    await asyncio.to_thread(started.wait, 10)
+    run_id = (await rt.runs())[0].id
+    asyncio.get_running_loop().call_later(0.2, release.set)   # the effect is still running when the cancel comes
+    cancelled = await rt.cancel(run_id, "operator stopped it")
+    assert cancelled.status == RunStatus.CANCELLED and (await task).status == RunStatus.CANCELLED
+    assert await node_status(rt, run_id, "pay") == NodeStatus.CANCELLED
+    [started_entry, ended] = rt.store.journal([run_id])
+    assert (started_entry.status, ended.status) == (
+        EffectStatus.STARTED, EffectStatus.SUCCEEDED if outcome == "result" else EffectStatus.FAILED)
+    types = [str(e.type) for e in await rt.events(run_id)]
+    assert types[-1] == "run.cancel" and types.index("effect." + ("succeeded" if outcome == "result" else "failed")) < len(types) - 1
+    cont = await rt.resume(run_id)
+    assert cont.status == RunStatus.SUCCEEDED and await rt.interrupts(cont.id) == []
+    assert (await final_state(rt, cont.id)).value == "rcpt-1"
+    assert len(calls) == (1 if outcome == "result" else 2)
+
+
+async def test_an_effect_a_sync_node_finishes_after_its_run_was_cancelled_is_journaled_off_the_trace(
+        rt: Runtime, monkeypatch: pytest.MonkeyPatch):
+    """A ``def`` node's effect that outlasts the cancel's wait: the run ends at the cancel,
+    and the effect that thread finishes later is journaled without an event after the
+    run's end; a continuation is served it."""
+    monkeypatch.setattr(effects, "CANCEL_GRACE", 0.2)
     g = Graph("g", state=S)
     started, release, finished, calls = threading.Event(), threading.Event(), threading.Event(), []
 
