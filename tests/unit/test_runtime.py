@@ -193,6 +193,31 @@ async def test_a_cancel_during_a_def_nodes_effect_waits_for_it_and_records_its_o
     assert len(calls) == (1 if outcome == "result" else 2)
 
 
+async def test_a_def_node_can_see_its_run_being_cancelled_and_stop(rt: Runtime):
+    g = Graph("g", state=S)
+    started, seen = threading.Event(), []
+
+    @g.node()
+    def long(state, ctx):
+        started.set()
+        for _ in range(1000):
+            if ctx.cancelling():
+                seen.append(True)
+                return {}
+            time.sleep(0.01)
+        return {}
+
+    task = asyncio.create_task(rt.start(g, {}))
+    await asyncio.to_thread(started.wait, 10)
+    assert (await rt.cancel((await rt.runs())[0].id, "stop")).status == RunStatus.CANCELLED
+    assert (await task).status == RunStatus.CANCELLED
+    for _ in range(200):   # the thread notices within its next poll
+        if seen:
+            break
+        await asyncio.sleep(0.01)
+    assert seen == [True]
+
+
 async def test_an_effect_a_sync_node_finishes_after_its_run_was_cancelled_is_journaled_off_the_trace(
         rt: Runtime, monkeypatch: pytest.MonkeyPatch):
     """A ``def`` node's effect that outlasts the cancel's wait: the run ends at the cancel,
