@@ -524,6 +524,10 @@ async def test_answering_with_a_budget_below_the_usage_so_far_ends_the_run_at_on
     assert run.status == RunStatus.FAILED and run.error["class"] == ErrorClass.LIMIT_EXCEEDED
     assert "cost 7 > max_cost 5" in run.error["message"] and calls.counts == {}
     assert (await rt.get_run(run.id)).status == RunStatus.FAILED
+    # the answer is kept: a continuation with a larger budget goes on with it, not asking again
+    cont = await rt.resume(run.id, max_cost=20)
+    assert cont.status == RunStatus.SUCCEEDED and calls.counts == {"b answered": 1}
+    assert [i.status for i in await rt.interrupts(cont.id)] == []
 
 
 async def test_answering_without_limits_keeps_the_runs_budget(rt: Runtime):
