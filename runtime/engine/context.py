@@ -84,11 +84,14 @@ class NodeContext:
         # from a ``def`` node's thread: kept on the attempt while it runs, so that a cancel
         # waits for it as it waits for an async node's effect
         future = asyncio.run_coroutine_threadsafe(call, self._event_loop)
-        self._scope.effects_in_thread.append(future)
+        waiting = self._scope.effects_in_thread
+        if waiting is None:
+            waiting = self._scope.effects_in_thread = []
+        waiting.append(future)
         try:
             return future.result()
         finally:
-            self._scope.effects_in_thread.remove(future)
+            waiting.remove(future)
 
     def cancelling(self) -> bool:
         """Whether the run is being cancelled (by a request, not a deadline)."""

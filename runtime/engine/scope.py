@@ -26,8 +26,9 @@ class AttemptScope:
     interrupts: int = 0
     tokens: int = 0
     cost: float = 0.0
-    #: effects a ``def`` node's thread handed to the event loop and is waiting for
-    effects_in_thread: list[Future[Any]] = field(default_factory=list)
+    #: effects a ``def`` node's thread handed to the event loop and is waiting for (made
+    #: when first needed: most attempts never call an effect from a thread)
+    effects_in_thread: list[Future[Any]] | None = None
 
     def next_occurrence(self, name: str) -> int:
         n = self.occurrences.get(name, 0)
