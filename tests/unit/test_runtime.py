@@ -89,12 +89,15 @@ async def test_cancel_ends_cancelled_with_reason_and_nothing_retries(rt: Runtime
     assert (await rt.attempts(run_id))[0].error_class == "cancelled"
 
 
-@pytest.mark.parametrize("outcome, deadline", [("result", None), ("error", None), ("result", 60.0)])
+@pytest.mark.parametrize("outcome, deadline, node", [("result", None, "async"), ("error", None, "async"),
+                                                    ("result", 60.0, "async"), ("result", None, "def"),
+                                                    ("error", None, "def")])
 async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcome(rt: Runtime, outcome: str,
-                                                                                   deadline: float | None):
-    """A sync effect's thread cannot be stopped. A cancel waits for it (a moment), so its
-    outcome is journaled: a continuation is served the result (or may try the failed call
-    again) instead of being asked whether the effect happened. With a deadline too."""
+                                                                                   deadline: float | None, node: str):
+    """A sync effect's thread cannot be stopped (nor a ``def`` node's, which calls it). A
+    cancel waits for it (a moment), so its outcome is journaled before the run's end: a
+    continuation resumed at once is served the result (or may try the failed call again)
+    instead of being asked whether the effect happened. With a deadline too."""
     g = Graph("g", state=S)
     started, release, calls = threading.Event(), threading.Event(), []
 
@@ -106,10 +109,13 @@ async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcom
             raise ConnectionError("card declined")
         return "rcpt-1"
 
-    @g.node()
-    async def pay(state, ctx):
+    async def pay_async(state, ctx):
         return {"value": await ctx.effect("charge", charge)}
 
+    def pay_def(state, ctx):
+        return {"value": ctx.effect("charge", charge)}
+
+    g.add_node("pay", pay_async if node == "async" else pay_def)
     task = asyncio.create_task(rt.start(g, {}, deadline=deadline))
     await asyncio.to_thread(started.wait, 10)
     run_id = (await rt.runs())[0].id
@@ -120,6 +126,8 @@ async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcom
     [started_entry, ended] = rt.store.journal([run_id])
     assert started_entry.status == EffectStatus.STARTED
     assert ended.status == (EffectStatus.SUCCEEDED if outcome == "result" else EffectStatus.FAILED)
+    types = [str(e.type) for e in await rt.events(run_id)]
+    assert types[-1] == "run.cancel" and ("effect.succeeded" if outcome == "result" else "effect.failed") in types
 
     cont = await rt.resume(run_id)
     assert cont.status == RunStatus.SUCCEEDED and await rt.interrupts(cont.id) == []
@@ -153,44 +161,6 @@ async def test_a_cancel_gives_up_on_a_sync_effect_that_hangs_and_leaves_it_in_do
     cont = await rt.resume(run_id)
     [doubt] = await rt.interrupts(cont.id)
     assert cont.status == RunStatus.INTERRUPTED and doubt.kind == InterruptKind.IN_DOUBT
-
-
-@pytest.mark.parametrize("outcome", ["result", "error"])
-async def test_a_cancel_during_a_def_nodes_effect_waits_for_it_and_records_its_outcome(rt: Runtime, outcome: str):
-    """The same from a ``def`` node, whose thread calls the effect: the cancel waits for the
-    effect, its outcome is in the trace before the run's end, and a continuation resumed at
-    once is served it (or tries the failed call again), with no question about it."""
-    g = Graph("g", state=S)
-    started, release, calls = threading.Event(), threading.Event(), []
-
-    def charge() -> str:
-        calls.append(1)
-        started.set()
-        release.wait(10)
-        if outcome == "error" and len(calls) == 1:
-            raise ConnectionError("card declined")
-        return "rcpt-1"
-
-    @g.node()
-    def pay(state, ctx):
-        return {"value": ctx.effect("charge", charge)}
-
-    task = asyncio.create_task(rt.start(g, {}))
-    await asyncio.to_thread(started.wait, 10)
-    run_id = (await rt.runs())[0].id
-    asyncio.get_running_loop().call_later(0.2, release.set)   # the effect is still running when the cancel comes
-    cancelled = await rt.cancel(run_id, "operator stopped it")
-    assert cancelled.status == RunStatus.CANCELLED and (await task).status == RunStatus.CANCELLED
-    assert await node_status(rt, run_id, "pay") == NodeStatus.CANCELLED
-    [started_entry, ended] = rt.store.journal([run_id])
-    assert (started_entry.status, ended.status) == (
-        EffectStatus.STARTED, EffectStatus.SUCCEEDED if outcome == "result" else EffectStatus.FAILED)
-    types = [str(e.type) for e in await rt.events(run_id)]
-    assert types[-1] == "run.cancel" and types.index("effect." + ("succeeded" if outcome == "result" else "failed")) < len(types) - 1
-    cont = await rt.resume(run_id)
-    assert cont.status == RunStatus.SUCCEEDED and await rt.interrupts(cont.id) == []
-    assert (await final_state(rt, cont.id)).value == "rcpt-1"
-    assert len(calls) == (1 if outcome == "result" else 2)
 
 
 async def test_a_def_node_can_see_its_run_being_cancelled_and_stop(rt: Runtime):
