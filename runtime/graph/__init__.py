@@ -4,6 +4,7 @@ Pure: turns declarations into an immutable ``ExecutableGraph``; imports only ``c
 """
 
 from .builder import Graph
-from .spec import AnyState, ExecutableGraph, FoldShape, NodeDecl, NodeSpec, RetryPolicy
+from .spec import AnyState, ExecutableGraph, FoldShape, NodeDecl, NodeOrder, NodeSpec, RetryPolicy
 
-__all__ = ["AnyState", "ExecutableGraph", "FoldShape", "Graph", "NodeDecl", "NodeSpec", "RetryPolicy"]
+__all__ = ["AnyState", "ExecutableGraph", "FoldShape", "Graph", "NodeDecl", "NodeOrder", "NodeSpec",
+           "RetryPolicy"]

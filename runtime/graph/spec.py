@@ -253,6 +253,32 @@ class ExecutableGraph:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeOrder:
+    """A graph's nodes and the canonical order of their instances, as its stored description
+    names them: what reading a run's nodes in order (a replay's report) needs where the
+    graph's code cannot be imported. Unlike ``FoldShape`` it needs no reducers, so custom
+    ones do not stop it."""
+
+    name: str
+    order: tuple[str, ...]
+    index: Mapping[str, int]
+    block: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def canonical(self, names: Sequence[str]) -> list[str]:
+        return canonical_instances(self.index, self.block, names)
+
+    @classmethod
+    def from_description(cls, desc: Mapping[str, Any]) -> NodeOrder | None:
+        order = desc.get("order")
+        if not isinstance(order, list) or not all(isinstance(n, str) for n in order):
+            return None
+        index = {n: i for i, n in enumerate(order)}
+        loops = desc.get("loops") or {}
+        block = loop_blocks(index, loops) if isinstance(loops, dict) else {}
+        return cls(str(desc.get("name", "?")), tuple(order), index, block)
+
+
+@dataclass(frozen=True, slots=True)
 class FoldShape:
     """What folding writes into a state needs of a graph: its canonical order and its
     reducers. An ``ExecutableGraph`` has these; ``from_description`` rebuilds them from a
@@ -272,13 +298,9 @@ class FoldShape:
 
     @classmethod
     def from_description(cls, desc: Mapping[str, Any]) -> FoldShape | None:
-        order, named = desc.get("order"), desc.get("reducers")
-        if not isinstance(order, list) or not isinstance(named, dict):
+        nodes, named = NodeOrder.from_description(desc), desc.get("reducers")
+        if nodes is None or not isinstance(named, dict):
             return None   # described before reducers were recorded
         if not all(isinstance(n, str) for n in named.values()) or not set(named.values()) <= set(BUILTIN):
             return None   # a custom reducer: only its code can fold
-        index = {n: i for i, n in enumerate(order)}
-        loops = desc.get("loops") or {}
-        block = loop_blocks(index, loops) if isinstance(loops, dict) else {}
-        return cls(str(desc.get("name", "?")), tuple(map(str, order)), index,
-                   {f: BUILTIN[n] for f, n in named.items()}, block)
+        return cls(nodes.name, nodes.order, nodes.index, {f: BUILTIN[n] for f, n in named.items()}, nodes.block)

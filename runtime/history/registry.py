@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from ..core.errors import GraphError, InvalidRequest, NotFound
 from ..core.jsonvalues import JSON
 from ..core.records import Run
-from ..graph import ExecutableGraph, FoldShape, Graph
+from ..graph import ExecutableGraph, FoldShape, Graph, NodeOrder
 from ..graph.locate import resolve_model
 from ..graph.refs import resolve_ref
 from ..store.base import CheckpointStore
@@ -107,6 +107,17 @@ class GraphRegistry:
             return self.graph_for(run)
         except (NotFound, InvalidRequest, GraphError):
             shape = FoldShape.from_description(self.store.graph_description(run.graph_version) or {})
+            if shape is None:
+                raise
+            return shape
+
+    def order_for(self, run: Run) -> ExecutableGraph | NodeOrder:
+        """What reading a run's nodes in canonical order needs: the graph it ran with, or
+        where that code cannot be found, the nodes and order its stored description names."""
+        try:
+            return self.run_graph(run)
+        except (NotFound, InvalidRequest, GraphError):
+            shape = NodeOrder.from_description(self.store.graph_description(run.graph_version) or {})
             if shape is None:
                 raise
             return shape

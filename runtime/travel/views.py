@@ -103,11 +103,12 @@ def build_report(deps: EngineDeps, replay: Run) -> ReplayReport:
     for ev in store.events(replay.id):
         if ev.type == EventType.INTERRUPT_REUSED and ev.node:
             reused.setdefault(ev.node, []).append(str(ev.data.get("interrupt_id")))
-    # the code the replay ran with here, when it was given to this Runtime and never registered
-    graph = deps.graphs.run_graph(replay)
+    # the code the replay ran with here, when it was given to this Runtime and never registered;
+    # where it cannot be imported, its stored description: the report is recorded data
+    graph = deps.graphs.order_for(replay)
     # every instance either side has of the replayed graph's nodes (a loop's iterations,
     # a map's items): one report each, in canonical order
-    named = [n for n in (*replayed.statuses, *recorded.statuses) if base_node(n) in graph.nodes]
+    named = [n for n in (*replayed.statuses, *recorded.statuses) if base_node(n) in graph.index]
     order = graph.canonical(list(dict.fromkeys([*graph.order, *named])))
     nodes = compare(order, recorded, replayed, inherited=inherited, reused=reused)
     return ReplayReport(run_id=replay.id, source_run_id=source.id,

@@ -803,6 +803,30 @@ def test_replay_form_offers_other_versions_and_its_report_lists_verdicts(seeded:
     assert set(re.findall(r"<td><strong>(\w+)</strong>", same)) == {"same"}
 
 
+def test_a_replays_report_opens_where_the_replayed_code_cannot_be_imported(seeded: Seeded) -> None:
+    # ``harness replay RUN --graph agent2:graph``, then ``harness serve`` over the same store
+    # from a process that has only the recorded graph: the report is recorded data all the same
+    v2 = order_v2(seeded.graphs["order"]).compile()
+    v2.ref = "agent2_not_importable:graph"
+    replay_id = asyncio.run(seeded.rt.replay(seeded.succeeded, graph=v2)).run_id
+    rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"), graphs=[seeded.graphs["order"]])
+    try:
+        with TestClient(create_app(rt)) as other:
+            page = other.get(f"/runs/{replay_id}/report")
+            api = other.get(f"/api/runs/{replay_id}/report")
+    finally:
+        rt.close()
+    assert page.status_code == 200 and full(page.text), page.text[:2000]
+    verdicts = dict(re.findall(r'<tr class="verdict-\w+"><td>(\w+)</td><td><strong>(\w+)</strong>', page.text))
+    assert verdicts == {"price": "different", "charge": "different"}
+    assert f"with graph v{v2.version}" in page.text and "<code>70</code> → <code>77</code>" in page.text
+    assert api.status_code == 200, api.text
+    body = api.json()
+    assert body["graph_version"] == v2.version and body["same"] is False
+    assert [(n["node"], n["verdict"]) for n in body["nodes"]] == [("price", "different"), ("charge", "different")]
+    assert seeded.world.charges == ["7"]                                  # nothing outside was called
+
+
 @pytest.mark.parametrize(("fields", "named"), [
     ({"version": "nope"}, "&#39;nope&#39; is not registered"), ({"mocks": "3"}, "mocks must be a JSON object"),
     ({"mocks": "{"}, "mocks is not valid JSON"),

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel
 
-from runtime import (EffectStatus, ExecutableGraph, Graph, InvalidRequest, NodeContext, RunKind, RunStatus,
-                     Runtime, append)
+from runtime import (EffectStatus, ExecutableGraph, Graph, InvalidRequest, NodeContext, NotFound, RunKind,
+                     RunStatus, Runtime, append)
 from runtime.core.states import NodeStatus
+from runtime.graph import FoldShape, NodeOrder
+from runtime.graph.reducers import Reducer
 from runtime.store.base import CheckpointStore
 
 from integration.harness_checks import assert_instance_trace_consistent
@@ -181,11 +184,11 @@ def everything_graph(world: World) -> ExecutableGraph:
     return g.compile()
 
 
-def loop_of_maps(world: World, *, stop: int = 3) -> ExecutableGraph:
+def loop_of_maps(world: World, *, stop: int = 3, max_iterations: int = 10) -> ExecutableGraph:
     """A map inside a loop: iteration i maps over i + 1 items (``work#i[k]``)."""
     g = Graph("loop-of-maps", state=S)
 
-    @g.node(after=["tool"], max_iterations=10)
+    @g.node(after=["tool"], max_iterations=max_iterations)
     def model(s: S) -> dict:
         return {"n": s.n + 1, "items": list(range(s.n + 1))}
 
@@ -583,6 +586,69 @@ async def test_replay_with_a_loop_that_now_ends_sooner_reports_the_iterations_no
     assert got["tool#2"] == "different"                    # skipped now: the loop ends here
     assert {got[n] for n in ("model#3", "tool#3", "model#4", "tool#4")} == {"not run"}
     assert got["model#2"] == "same"
+
+
+@pytest.mark.parametrize("ref", [None, "agent2_not_importable:graph"])
+@pytest.mark.parametrize(("recorded", "replayed", "differences"), [
+    (lambda w: loop_graph(w), lambda w: loop_graph(w, changed_at=2, max_iterations=30), ["model#2"]),
+    (lambda w: loop_of_maps(w), lambda w: loop_of_maps(w, max_iterations=9), []),
+], ids=["loop", "loop-of-maps"])
+async def test_a_replays_report_reads_where_its_graph_cannot_be_imported(
+        store: CheckpointStore, ref: str | None, recorded: Any, replayed: Any, differences: list[str]):
+    # a report is a view of recorded data: a process that has only the recorded graph's code
+    # (the replay's code, another version, is not registered there nor importable) reads it too
+    world = World()
+    rt = Runtime(store)
+    try:
+        run = await rt.start(recorded(world), {})
+        given = replayed(world)
+        given.ref = ref   # the replay names its code by this reference, or by nothing at all
+        report = await rt.replay(run.id, graph=given)
+    finally:
+        rt.close()
+    assert report.graph_version != report.recorded_graph_version
+    assert [n.node for n in report.differences()] == differences
+    other = Runtime(store, graphs=[recorded(world)])
+    try:
+        with pytest.raises((NotFound, InvalidRequest)):
+            other.graph_for(await other.get_run(report.run_id))
+        again = await other.replay_report(report.run_id)
+    finally:
+        other.close()
+    assert again == report and again.to_json() == report.to_json()
+    assert [n.node for n in again.nodes] == [n.node for n in report.nodes]   # canonical instance order
+
+
+class Longest(BaseModel):
+    """A state with a custom reducer: only its code can fold it."""
+
+    best: Annotated[str, Reducer("longest", lambda old, new: max(str(old or ""), str(new), key=len))] = ""
+
+
+def test_a_stored_description_orders_instances_as_the_code_does_custom_reducers_or_not():
+    world = World()
+    custom = Graph("longest", state=Longest)
+
+    @custom.node(after=["again"], max_iterations=3)
+    def guess(s: Longest) -> dict:
+        return {"best": "x" * (len(s.best) + 1)}
+
+    @custom.node(after=["guess"], when=lambda s: len(s.best) < 2)
+    def again(s: Longest) -> dict:
+        return {}
+
+    graphs = [loop_graph(world), map_graph(world), loop_of_maps(world), sub_with_loop_and_map(world),
+              everything_graph(world), custom.compile()]
+    rng = random.Random(7)
+    for graph in graphs:
+        desc = json.loads(json.dumps(graph.describe()))   # as a store gives it back
+        nodes = NodeOrder.from_description(desc)
+        assert nodes is not None and set(nodes.index) == set(graph.nodes)
+        names = [f"{n}{it}{item}" for n in graph.order for it in ("", "#1", "#2", "#1.2")
+                 for item in ("", "[0]", "[3]")]
+        rng.shuffle(names)
+        assert nodes.canonical(names) == graph.canonical(names), graph.name
+    assert FoldShape.from_description(custom.compile().describe()) is None   # yet its order is known
 
 
 # --------------------------------------------------------------------------- diffs
