@@ -86,10 +86,12 @@ class Driver:
                    limits: Mapping[str, JSON] | None = None, by: str | None = None) -> RunLoop:
         """Acquire the run's lease (bumping its fencing token), then record why; new
         ``limits`` apply from now on (the run row is written with them as the loop begins)."""
+        # the code first: a process that cannot drive the run must leave its lease to the owner
+        graph = self.deps.graphs.run_graph(run)
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
         if limits:
             run = run.evolve(limits=with_limits(run.limits, limits, self.env.now()))
-        loop = load_loop(self.deps, run)
+        loop = load_loop(self.deps, run, graph)
         loop.begin(event, answered or {}, by)
         return loop
 
@@ -207,8 +209,9 @@ class Driver:
             if run.status in TERMINAL_RUN or (run.status == RunStatus.RUNNING and not self.lease_expired(run)):
                 return run
             # it paused (or its owner died) before seeing the request: cancel it here
+        graph = self.deps.graphs.run_graph(run)   # before the lease, as in take_lease
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
-        loop = load_loop(self.deps, run)
+        loop = load_loop(self.deps, run, graph)
         loop.begin_cancel(reason)
         return await self.run_loop(loop)
 
