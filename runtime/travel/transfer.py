@@ -18,6 +18,7 @@ from pydantic_core import to_jsonable_python
 
 from ..core.errors import HarnessError, InvalidRequest, NotFound, Problem
 from ..core.jsonvalues import JSON, MAX_DEPTH, unstorable
+from ..core.states import RunStatus
 from ..core.records import (
     Batch,
     Checkpoint,
@@ -80,6 +81,11 @@ _ADAPTERS: dict[type, TypeAdapter[Any]] = {cls: TypeAdapter(cls) for cls in (Run
 def export_thread(store: CheckpointStore, run_id: str) -> dict[str, JSON]:
     thread_id = store.get_run(run_id).thread_id
     runs = list(reversed(store.list_runs(thread_id=thread_id, limit=_ALL)))  # oldest first
+    for r in runs:  # an import refuses a running run: say so now, not when the document is used
+        if r.status in (RunStatus.RUNNING, RunStatus.QUEUED):
+            raise InvalidRequest(f"run {r.id} of thread {thread_id} is {r.status.value}; an export holds "
+                                 f"stopped runs: export it once the run ended or paused (if its process "
+                                 f"died, resume or cancel it first)")
     versions = sorted({r.graph_version for r in runs})
     graphs = [dict(store.graph_description(v) or {"version": v}) for v in versions]
     return {
