@@ -101,6 +101,10 @@ class NotFound(HarnessError):
     pass
 
 
+class GraphNotRegistered(NotFound):
+    """A run's graph version whose code this process has neither registered nor can import."""
+
+
 class InvalidRequest(HarnessError):
     pass
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel
 
-from ..core.errors import GraphError, InvalidRequest, NotFound
+from ..core.errors import GraphError, GraphNotRegistered, InvalidRequest, NotFound
 from ..core.jsonvalues import JSON
 from ..core.records import Run
 from ..graph import ExecutableGraph, FoldShape, Graph, NodeOrder
@@ -97,8 +97,8 @@ class GraphRegistry:
             raise InvalidRequest(
                 f"run {run.id} was made by graph {run.graph_name!r} version {run.graph_version}, but "
                 f"{desc['ref']} is now version {graph.version} (its structure changed)")
-        raise NotFound(f"graph {run.graph_name!r} version {run.graph_version} is not registered with "
-                       f"this Runtime; pass it in Runtime(graphs=[...])")
+        raise GraphNotRegistered(f"graph {run.graph_name!r} version {run.graph_version} is not registered with "
+                                 f"this Runtime; pass it in Runtime(graphs=[...])")
 
     def shape_for(self, run: Run) -> ExecutableGraph | FoldShape:
         """What folding a run's states needs: its graph, or where the code cannot be found,

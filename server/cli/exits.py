@@ -14,7 +14,7 @@ import sys
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from runtime import GraphError, HarnessError, Run, RunStatus
+from runtime import GraphError, GraphNotRegistered, HarnessError, Run, RunStatus
 from server.inputs import InputError
 
 __all__ = ["FAILED", "INTERRUPTED", "MISTAKE", "OK", "UsageError", "for_outcome", "for_run", "mistake", "report"]
@@ -42,6 +42,8 @@ def mistake(error: BaseException, db_url: str) -> str | None:
     ``error`` is a bug (let it show its traceback)."""
     if isinstance(error, GraphError):
         return "invalid graph: " + "; ".join(map(str, error.problems))
+    if isinstance(error, GraphNotRegistered):   # the runtime's advice is for Python callers
+        return str(error).split("; pass it in", 1)[0] + "; give its code with --graph MODULE:GRAPH"
     if isinstance(error, (HarnessError, InputError)):
         return str(error)
     if isinstance(error, SQLAlchemyError):

@@ -135,3 +135,29 @@ def test_a_module_that_fails_to_import_is_one_line(workdir: Path, capsys: pytest
     code, out, err = harness(capsys, "run", "broken_mod:graph")
     assert code == 2 and "importing 'broken_mod' failed: NameError: oops in module" in err
     assert err.count("\n") == 1
+
+
+def test_a_run_whose_code_the_command_cannot_find_names_the_option_that_gives_it(
+        workdir: Path, capsys: pytest.CaptureFixture[str]):
+    """A run started from a script that registered its graph in code: the command line is
+    told to give the code with --graph, not to pass it to Runtime(graphs=[...])."""
+    import asyncio
+
+    from runtime import Graph, Runtime, SqlStore
+
+    g = Graph("made_in_a_script")
+
+    @g.node()
+    async def ask(state, ctx):
+        await ctx.interrupt({"question": "go on?"})
+
+    db = str(workdir / "script.db")
+    rt = Runtime(store=SqlStore(f"sqlite:///{db}"), graphs=[g])
+    try:
+        run = asyncio.run(rt.start(g, {}))
+    finally:
+        rt.close()
+    code, out, err = harness(capsys, "resume", run.id, "--response", "true", "--db", db)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "'made_in_a_script'" in err and "give its code with --graph MODULE:GRAPH" in err
+    assert "Runtime(graphs=" not in err
