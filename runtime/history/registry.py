@@ -7,7 +7,8 @@ replay it, the code must be found again: registered here, or importable by the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -18,6 +19,9 @@ from ..graph import ExecutableGraph, FoldShape, Graph, NodeOrder
 from ..graph.locate import resolve_model
 from ..graph.refs import resolve_ref
 from ..store.base import CheckpointStore
+
+#: what a stored graph description tells where the code is missing (``FoldShape``, ``NodeOrder``)
+_D = TypeVar("_D")
 
 #: the run option naming the code a run executes (``module:attr``) when it is not the
 #: code of its version: a replay or fork given candidate code of the same structure
@@ -103,24 +107,24 @@ class GraphRegistry:
     def shape_for(self, run: Run) -> ExecutableGraph | FoldShape:
         """What folding a run's states needs: its graph, or where the code cannot be found,
         the order and built-in reducers its stored description names."""
-        try:
-            return self.graph_for(run)
-        except (NotFound, InvalidRequest, GraphError):
-            shape = FoldShape.from_description(self.store.graph_description(run.graph_version) or {})
-            if shape is None:
-                raise
-            return shape
+        return self._or_described(self.graph_for, run, FoldShape.from_description)
 
     def order_for(self, run: Run) -> ExecutableGraph | NodeOrder:
         """What reading a run's nodes in canonical order needs: the graph it ran with, or
         where that code cannot be found, the nodes and order its stored description names."""
+        return self._or_described(self.run_graph, run, NodeOrder.from_description)
+
+    def _or_described(self, code: Callable[[Run], ExecutableGraph], run: Run,
+                      described: Callable[[Mapping[str, Any]], _D | None]) -> ExecutableGraph | _D:
+        """The run's graph from ``code``; where it cannot be found, what ``described`` reads
+        off the stored description (the lookup's own error when that cannot say either)."""
         try:
-            return self.run_graph(run)
+            return code(run)
         except (NotFound, InvalidRequest, GraphError):
-            shape = NodeOrder.from_description(self.store.graph_description(run.graph_version) or {})
-            if shape is None:
+            found = described(self.store.graph_description(run.graph_version) or {})
+            if found is None:
                 raise
-            return shape
+            return found
 
     def registered(self, version: str) -> ExecutableGraph | None:
         """The graph registered (or already imported) here for a version, if any."""

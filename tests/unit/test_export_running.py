@@ -7,27 +7,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from pydantic import BaseModel
-
-from runtime import Graph, InvalidRequest, MemoryStore, NodeContext, RunStatus, Runtime
+from runtime import InvalidRequest, MemoryStore, RunStatus, Runtime
 from runtime.store.base import CheckpointStore
 
-
-class S(BaseModel):
-    value: str = ""
+from test_takeover_without_code import gated
 
 
 async def test_a_thread_with_a_running_run_is_not_exported_until_it_stops(store: CheckpointStore) -> None:
     rt = Runtime(store=store)
-    g = Graph("slow_export", state=S)
-    started, go = asyncio.Event(), asyncio.Event()
-
-    @g.node()
-    async def work(state: S, ctx: NodeContext) -> dict:
-        started.set()
-        await go.wait()
-        return {"value": "done"}
-
+    g, started, go = gated("slow_export")
     task = asyncio.create_task(rt.start(g, {}, thread_id="busy"))
     await asyncio.wait_for(started.wait(), 10)
     run_id = (await rt.runs(thread_id="busy"))[0].id

@@ -25,12 +25,9 @@ class AnHourLater:
         return time.time() + 3600
 
 
-@pytest.mark.parametrize("action", ["cancel", "resume"])
-async def test_a_process_without_the_graph_leaves_an_expired_lease_to_its_owner(
-        store: CheckpointStore, action: str) -> None:
-    owner = Runtime(store=store)
-    other = Runtime(store=store, clock=AnHourLater())   # the graph is not registered there
-    g = Graph("held", state=S)
+def gated(name: str) -> tuple[Graph, asyncio.Event, asyncio.Event]:
+    """A one-node graph whose node says it started and waits until told to go on."""
+    g = Graph(name, state=S)
     started, go = asyncio.Event(), asyncio.Event()
 
     @g.node()
@@ -39,6 +36,15 @@ async def test_a_process_without_the_graph_leaves_an_expired_lease_to_its_owner(
         await go.wait()
         return {"value": "done"}
 
+    return g, started, go
+
+
+@pytest.mark.parametrize("action", ["cancel", "resume"])
+async def test_a_process_without_the_graph_leaves_an_expired_lease_to_its_owner(
+        store: CheckpointStore, action: str) -> None:
+    owner = Runtime(store=store)
+    other = Runtime(store=store, clock=AnHourLater())   # the graph is not registered there
+    g, started, go = gated("held")
     task = asyncio.create_task(owner.start(g, {}))
     await asyncio.wait_for(started.wait(), 10)
     run_id = (await owner.runs())[0].id
