@@ -47,10 +47,19 @@ def sources(store: CheckpointStore, run: Run) -> list[str]:
     mocked effects), nearest first. A main run's parent is the previous turn of its
     conversation: a different execution, so the walk stops there."""
     run = origin(store, run)
-    out: list[str] = []
-    while run.parent_run_id is not None and run.kind != RunKind.MAIN:
-        run = store.get_run(run.parent_run_id)
-        out.append(run.id)
+    if run.parent_run_id is None or run.kind == RunKind.MAIN:
+        return []
+    return branch_sources(store, store.get_run(run.parent_run_id))
+
+
+def branch_sources(store: CheckpointStore, parent: Run) -> list[str]:
+    """The source lineage a branch whose parent is ``parent`` will have (``sources`` of
+    it, before it exists): ``parent`` and its ancestors up to the main run it came
+    from, nearest first."""
+    out = [parent.id]
+    while parent.parent_run_id is not None and parent.kind != RunKind.MAIN:
+        parent = store.get_run(parent.parent_run_id)
+        out.append(parent.id)
     return out
 
 
