@@ -33,6 +33,7 @@ __all__ = [
     "PendingWrite",
     "Run",
     "RunKind",
+    "SERVED_STATUSES",
     "TraceEvent",
     "WriteKind",
     "thread_id_problem",
@@ -68,6 +69,9 @@ class EffectStatus(StrEnum):
 #: journal statuses that belong to compensation, not to the effect's own execution
 COMPENSATION_STATUSES = frozenset({EffectStatus.COMPENSATING, EffectStatus.COMPENSATED,
                                    EffectStatus.COMPENSATION_FAILED})
+#: outcomes whose recorded result is served again instead of calling the effect (to a
+#: re-execution, and to a mocked branch from the source lineage's journal)
+SERVED_STATUSES = frozenset({EffectStatus.SUCCEEDED, EffectStatus.MOCKED})
 
 
 class EffectsMode(StrEnum):

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from ..core.errors import InvalidRequest, NodeError, NotFound
 from ..core.jsonvalues import JSON, problems, to_json
-from ..core.records import Checkpoint, CheckpointSource, EffectsMode, Run, RunKind
+from ..core.records import SERVED_STATUSES, Checkpoint, CheckpointSource, EffectsMode, Run, RunKind
 from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..engine.decisions import with_limits
 from ..engine.deps import EngineDeps
@@ -36,9 +36,10 @@ from ..graph import ExecutableGraph
 from ..graph.instances import base_node, group_of, loop_paths, parse_instance
 from ..graph.reducers import fold
 from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
-from ..history.lineage import continued_chain, writes_lineage
+from ..history.lineage import branch_sources, continued_chain, writes_lineage
 from ..history.registry import RUN_GRAPH_REF
 from ..history.state import base_state, state_json
+from ..store.base import CheckpointStore
 from .diff import json_equal
 
 
@@ -60,15 +61,24 @@ def apply_patch(graph: ExecutableGraph, base: Mapping[str, JSON], patch: Any) ->
     return checked.model_dump(mode="json")
 
 
-def effective_base(deps: EngineDeps, cp: Checkpoint) -> tuple[Run, Checkpoint]:
+def effective_base(store: CheckpointStore, cp: Checkpoint) -> tuple[Run, Checkpoint]:
     """The checkpoint a branch really starts from, and its run. The first checkpoint of a
     patched fork holds the state *before* its patch, while that fork's input is the
     patched state: branching there means branching where that fork branched."""
-    run = deps.store.get_run(cp.run_id)
+    run = store.get_run(cp.run_id)
     while cp.source == CheckpointSource.FORK and run.options.get("patched") and run.base_checkpoint_id:
-        cp = deps.store.get_checkpoint(run.base_checkpoint_id)
-        run = deps.store.get_run(cp.run_id)
+        cp = store.get_checkpoint(run.base_checkpoint_id)
+        run = store.get_run(cp.run_id)
     return run, cp
+
+
+def mockable_effects(store: CheckpointStore, checkpoint_id: str) -> list[str]:
+    """The names of the effects a mocked branch from this checkpoint can be served from
+    recordings (when it asks with the recorded request), sorted: the served outcomes in
+    the journal of the source lineage it will have. Runs that continued the
+    checkpoint's run are not in it: what they recorded is not served."""
+    source, _ = effective_base(store, store.get_checkpoint(checkpoint_id))
+    return sorted({e.name for e in store.journal(branch_sources(store, source)) if e.status in SERVED_STATUSES})
 
 
 def check_mocks(mocks: Any) -> dict[str, JSON]:
@@ -100,7 +110,7 @@ def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | N
     mocks_json = check_mocks(mocks)
     if mocks_json and mode == EffectsMode.LIVE:
         raise InvalidRequest("mocks only apply when effects are mocked; a live fork runs every effect for real")
-    source, cp = effective_base(deps, deps.store.get_checkpoint(checkpoint_id))
+    source, cp = effective_base(deps.store, deps.store.get_checkpoint(checkpoint_id))
     compiled = _same_version(deps, source, graph)
     base = state_json(deps.store, deps.graphs, cp)
     patched = apply_patch(compiled, base, patch) if patch else None   # {}: nothing edited
@@ -189,7 +199,7 @@ def _replay_base(deps: EngineDeps, target_id: str) -> tuple[Run, Checkpoint]:
         # a replay compares with what the run recorded: from a checkpoint of a run still under
         # way, that record is not complete yet (as when the run itself is named)
         _refuse_unfinished(store.get_run(cp.run_id))
-        return effective_base(deps, cp)
+        return effective_base(store, cp)
     _refuse_unfinished(run)
     origin = store.get_run(continued_chain(store, run)[-1])  # a continued run is replayed whole
     # a patched fork ran from its patch checkpoint (its input), not from the state before it

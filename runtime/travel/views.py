@@ -82,7 +82,7 @@ def ready_next(deps: EngineDeps, graph: ExecutableGraph, cp: Checkpoint, state: 
     def load() -> tuple[Mapping[str, JSON], Mapping[str, JSON]]:
         # what a branch's nodes fold: its base and its lineage's writes (a patched fork's
         # first checkpoint branches where that fork branched)
-        run, _ = effective_base(deps, cp)
+        run, _ = effective_base(deps.store, cp)
         return base_state(deps.store, deps.graphs, run), deps.store.node_writes(writes_lineage(deps.store, run))
 
     return lookahead.first_started(inst, statuses, lookahead.BranchInputs(inst, statuses, state, load))
