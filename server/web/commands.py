@@ -20,7 +20,7 @@ from runtime import Runtime
 from server.inputs import MAX_DEPTH, InputError, parse_json
 from runtime.core.errors import GraphError, InvalidRequest, NotFound
 from runtime.core.states import RunStatus
-from runtime.travel.branches import apply_patch
+from runtime.travel.branches import apply_patch, mockable_effects
 from runtime.travel.diff import diff
 
 from . import actions, services
@@ -56,9 +56,8 @@ def _fork_context(rt: Runtime, checkpoint_id: FromPath[str]) -> dict[str, Any]:
         schema = graph.state_model.model_json_schema()
     except (NotFound, InvalidRequest, GraphError):
         graph, schema = None, {}
-    effects = services.journal_rows(rt.store.journal([run.id]), run)
     return {"cp": cp, "run": run, "state": state, "schema": schema, "graph": graph,
-            "effect_names": sorted({e.name for e in effects})}
+            "effect_names": mockable_effects(rt.store, cp.id)}
 
 
 def _preview(rt: Runtime, ctx: dict[str, Any], patch_text: str) -> tuple[dict[str, Any] | None, list[Any]]:

@@ -611,7 +611,7 @@ def test_the_fork_form_shows_the_state_its_fields_and_effects(shared: Seeded, re
     assert r.status_code == 200 and full(r.text)
     assert "Fork from checkpoint #1 of" in r.text
     assert "<code>order_id</code> (integer)" in r.text and "<code>hold</code> (boolean)" in r.text
-    assert "Effects of this run: payments.charge" in r.text
+    assert "Recorded effects a mocked fork can serve: payments.charge" in r.text
     assert '<span class="j-key">amount</span>: <span class="j-num">70</span>' in r.text
     assert re.search(r'<input type="radio" name="effects" value="mock" checked>', r.text)
 
