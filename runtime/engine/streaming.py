@@ -193,9 +193,10 @@ class _Buffer:
         first = items[0].run_id not in self.runs
         self.runs.setdefault(items[0].run_id)
         if not self.recorded and not items[0].ephemeral:
+            # where the run stands, though not held: a drop notice carries that seq
+            self._reach(items)
             if first:   # held even over the bound: one per run, and the reader needs it
                 self.items.append(items[0])
-                self._reach(items[:1])
                 self.wake.set()
             return
         if not self.behind and len(self.items) + len(items) <= self.size:

@@ -335,3 +335,14 @@ async def test_a_bad_recorded_flag_is_refused_before_anything_runs(rt: Runtime, 
         with pytest.raises(Exception, match="recorded must be True or False"):
             rt.stream(rt.start(fan_out(), {}), recorded=flag)
     assert await rt.runs() == []
+
+
+async def test_without_recorded_events_a_drop_notice_carries_the_last_recorded_seq(rt: Runtime):
+    # the reader sees none of the recorded events after the first, but the notice still
+    # says where in the trace it stands: never before the ephemeral events it follows
+    async with rt.stream(fan_out(tokens=True), {}, buffer=2, recorded=False) as stream:
+        events = await read_slowly(rt, stream, [])
+    [notice] = [e for e in events if e.type == "stream.dropped"]
+    trace = await rt.events(events[0].run_id)
+    assert notice.seq == trace[-1].seq
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
