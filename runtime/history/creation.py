@@ -108,7 +108,7 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
                 raise
             # a model validator may compare fields: it must see the thread's values of
             # those the input leaves out, not their defaults (the rare case pays for it)
-            state = model.model_validate({**base, **given}).model_dump(mode="json")
+            state = _fit_with_thread(model, base, given)
     except ValidationError as e:
         raise InvalidRequest(f"input does not fit {model.__name__}: {problems(e, 'input')}") from None
     except (TypeError, ValueError) as e:
@@ -117,6 +117,23 @@ def validate_input(graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel
         return to_json(state, "input")  # type: ignore[no-any-return]
     except NodeError as e:   # NaN or infinity: no JSON form
         raise InvalidRequest(str(e)) from None
+
+
+def _fit_with_thread(model: type[BaseModel], base: Mapping[str, JSON], given: Mapping[str, JSON]) -> dict[str, JSON]:
+    """The turn's input validated over the thread's values. A value the thread holds and
+    the input leaves out (a new version may have changed its field's type) is named as
+    the thread's: blaming the input would send its author looking in the wrong place."""
+    try:
+        return model.model_validate({**base, **given}).model_dump(mode="json")
+    except ValidationError as e:
+        kept = sorted({str(err["loc"][0]) for err in e.errors()
+                       if err["loc"] and err["loc"][0] in base and err["loc"][0] not in given})
+        if not kept:
+            raise
+        whose = ", ".join(kept)
+        raise InvalidRequest(f"the thread's state with this input does not fit {model.__name__}: "
+                             f"{problems(e, 'state')} (the thread's value of {whose}, not the input's: give "
+                             f"{whose} to replace it)") from None
 
 
 def refuse_unknown_fields(model: type[BaseModel], given: Mapping[str, JSON], what: str) -> None:

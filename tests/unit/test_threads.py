@@ -550,3 +550,29 @@ async def test_a_thread_whose_turn_dropped_a_field_exports_and_imports(rt: Runti
     other = Runtime(store=other_store, graphs=[notes_graph(NotesV1), notes_graph(NotesV2Strict)])
     await other.import_thread(doc)
     assert (await other.thread_state("t")).model_dump() == {"notes": ["a", "seen 1", "b", "seen 3", "c", "seen 5"]}
+
+
+async def test_a_thread_value_the_new_version_refuses_is_not_blamed_on_the_input(rt: Runtime):
+    """A new version that changed a field's type refuses the thread's value of it: the
+    error says the value is the thread's (to replace in the input), not the input's."""
+    class Counted(BaseModel):
+        notes: Annotated[list[str], append] = []
+        count: int = 0
+
+    class CountedV2(BaseModel):
+        notes: Annotated[list[str], append] = []
+        count: str = ""    # was an int
+        lang: str          # new, required
+
+    await rt.start(notes_graph(Counted), {"notes": ["a"], "count": 3}, thread_id="t")
+    with pytest.raises(InvalidRequest) as e:
+        await rt.start(notes_graph(CountedV2), {"notes": ["b"]}, thread_id="t")
+    message = str(e.value)
+    assert message.startswith("the thread's state with this input does not fit CountedV2: ")
+    assert "lang: Field required" in message
+    assert "(the thread's value of count, not the input's: give count to replace it)" in message
+    with pytest.raises(InvalidRequest, match="^input does not fit CountedV2: count: Input should be a valid string$"):
+        await rt.start(notes_graph(CountedV2), {"count": 4, "lang": "en"}, thread_id="t")
+    assert len(await rt.runs(thread_id="t")) == 1
+    turn = await rt.start(notes_graph(CountedV2), {"count": "four", "lang": "en"}, thread_id="t")
+    assert turn.status == RunStatus.SUCCEEDED
