@@ -146,7 +146,8 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
     # a graph node with any instance here, or an instance that exists here
     if node is not None and node not in chosen.node_states and (
             node != base_node(node) or not any(base_node(n) == node for n in chosen.node_states)):
-        raise NotFound(f"run {run_id} has no node {node!r}")
+        # an instance a later iteration or item creates is not there yet: say where it was looked for
+        raise NotFound(f"run {run_id} has no node {node!r} at checkpoint #{chosen.seq}")
     return RunPage(
         run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
         selected=view, previous=previous, changes=changes, node=node, node_states=chosen.node_states,

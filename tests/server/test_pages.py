@@ -447,6 +447,14 @@ def test_unknown_things_are_404_pages(shared: Seeded, reader: Client, url: str) 
     no_raw_script(text)
 
 
+def test_an_instance_not_yet_there_at_the_checkpoint_is_named_with_the_checkpoint(shared: Seeded,
+                                                                                 reader: Client) -> None:
+    # model#1 exists later in the run: the page must not say the run has no such node
+    text = error_page(reader.get(f"/runs/{shared.looped}?cp=0&node=model%231"), 404)
+    assert f"run {shared.looped} has no node &#39;model#1&#39; at checkpoint #0" in text
+    assert reader.get(f"/runs/{shared.looped}?node=model%231").status_code == 200
+
+
 def test_page_numbers_past_the_end_are_empty_pages(shared: Seeded, reader: Client) -> None:
     assert run_links(reader.get(f"/runs?page={HUGE}").text) == []
     for name in ("events", "attempts", "nodes"):
