@@ -88,7 +88,8 @@ def checkpoint_view_line(v: CheckpointView) -> str:
     cp = v.checkpoint
     origin = f" (from {cp.parent_id})" if cp.seq == 0 and cp.parent_id else ""
     folded = ", ".join(cp.nodes) or "-"
-    ready = ", ".join(v.ready) or "-"
+    # "?": the run's code is not loaded here, so what runs next cannot be decided (not "nothing")
+    ready = "?" if v.ready is None else ", ".join(v.ready) or "-"
     waiting = f"  waiting: {', '.join(v.interrupted)}" if v.interrupted else ""
     return (f"  #{cp.seq:<4} {cp.id}  {cp.source:<12} folded: {folded:<20} next: {ready:<20} "
             f"pending writes: {len(v.pending_writes)}{waiting}{origin}")
@@ -148,12 +149,14 @@ def interrupt_question(i: Interrupt) -> str:
     if i.kind not in EFFECT_ANSWERS or not isinstance(value, dict):
         return json.dumps(value)
     recorded = value.get("recorded_request")
-    doubt = value.get("in_doubt")
+    doubt, failed = value.get("in_doubt"), value.get("failed")
     return (f"effect {value.get('effect')!r} #{value.get('occurrence')} "
             + ("has no recorded result" if i.kind == InterruptKind.UNRECORDED
                else "started but its outcome was never recorded")
             + (f" (run {doubt.get('run_id')} started it, key {doubt.get('key')}, and its outcome was never "
                "recorded: it may have happened)" if isinstance(doubt, dict) else "")
+            + (f" (run {failed.get('run_id')} called it and it failed: {failed.get('error')})"
+               if isinstance(failed, dict) else "")
             + f" for request {json.dumps(value.get('request'))}"
             + (f" (recorded: {json.dumps(recorded)})" if recorded is not None else ""))
 

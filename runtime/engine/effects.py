@@ -51,6 +51,7 @@ from ..core.errors import (
 )
 from ..core.jsonvalues import JSON, to_json
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
+from .questions import unrecorded_question
 from .scope import AttemptScope
 
 
@@ -143,8 +144,9 @@ class JournalHost(Protocol):
 
     def source_entry(self, node: str, name: str, occurrence: int, request: JSON) -> JournalEntry | None:
         """The source lineage's record of this identity: one with this request if any, else any."""
-    def source_in_doubt(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
-        """The source lineage's entry of this identity that started with no recorded outcome."""
+    def source_unserved(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
+        """The source lineage's last entry of this identity when it has no result to serve:
+        started with no recorded outcome, or failed."""
     def mock_result(self, name: str) -> tuple[bool, JSON]: ...
     def compensation_ref(self, key: str, fn: Callable[..., Any] | None) -> str | None: ...
     def journal_latest(self, node: str, name: str, occurrence: int) -> JournalEntry | None: ...
@@ -312,19 +314,8 @@ def _mocked(host: JournalHost, scope: AttemptScope, name: str, occurrence: int, 
     slot = f"unrecorded:{name}#{occurrence}"
     settled = host.find_interrupt(node, slot, InterruptKind.UNRECORDED)
     if settled is None or settled.answer is None:
-        doubt = host.source_in_doubt(node, name, occurrence) if recorded is None else None
-        payload: dict[str, JSON] = {
-            "effect": name, "occurrence": occurrence, "request": req,
-            "recorded_request": None if recorded is None else recorded.request,
-            "question": ("this run mocks its effects and has no record of this one with this request; "
-                         "give a mock result, allow it to run live, or abort the branch"),
-            "answers": ["mock", "live", "abort"],
-        }
-        if doubt is not None:  # "no record" would hide that the source may have done it
-            payload.update(recorded_request=doubt.request, in_doubt={"run_id": doubt.run_id, "key": doubt.key},
-                           question=f"run {doubt.run_id} started this effect (key {doubt.key}) but its outcome "
-                                    "was never recorded: it may have happened, and \"live\" runs it again; give "
-                                    "a mock result, allow it to run live, or abort the branch")
+        unserved = host.source_unserved(node, name, occurrence) if recorded is None else None
+        payload = unrecorded_question(name, occurrence, req, recorded, unserved)
         host.raise_interrupt(scope, InterruptKind.UNRECORDED, payload,
                              slot=slot, response_schema=UnrecordedAnswer.model_json_schema())
     decision = validate_unrecorded_answer(settled.answer)

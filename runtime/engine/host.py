@@ -21,6 +21,7 @@ from ..core.errors import ErrorClass, LimitExceeded, NodeInterrupt
 from ..core.jsonvalues import JSON
 from ..core.records import (
     COMPENSATION_STATUSES,
+    SERVED_STATUSES,
     EffectStatus,
     EventType,
     Interrupt,
@@ -70,18 +71,19 @@ class RunHost:
         latest: dict[tuple[str, str, str, int], JournalEntry] = {}
         last: dict[tuple[str, str, str, int], JournalEntry] = {}
         for e in source_journal:  # nearest run first, each run's entries in the order recorded
-            if e.status in (EffectStatus.SUCCEEDED, EffectStatus.MOCKED):
+            if e.status in SERVED_STATUSES:
                 latest[(e.run_id, e.node, e.name, e.occurrence)] = e
             if e.status not in COMPENSATION_STATUSES:
                 last[(e.run_id, e.node, e.name, e.occurrence)] = e
         for (_, node, name, occ), e in latest.items():
             self._source.setdefault((node, name, occ), []).append(e)
-        #: identities the source lineage started without recording an outcome (nearest run
-        #: first): a person asked about such an effect must know it may have happened
-        self._source_doubt: dict[tuple[str, str, int], JournalEntry] = {}
+        #: identities the source lineage called with no result to serve (nearest run first):
+        #: started with no recorded outcome, or failed. A person asked about such an effect
+        #: must know it may have happened, or that it was called and failed
+        self._source_unserved: dict[tuple[str, str, int], JournalEntry] = {}
         for (_, node, name, occ), e in last.items():
-            if e.status == EffectStatus.STARTED:
-                self._source_doubt.setdefault((node, name, occ), e)
+            if e.status in (EffectStatus.STARTED, EffectStatus.FAILED):
+                self._source_unserved.setdefault((node, name, occ), e)
         self.interrupts: dict[tuple[str, str, str], Interrupt] = {}
         for i in interrupts:
             if i.run_id == run.id or i.status == InterruptStatus.ANSWERED:
@@ -119,8 +121,8 @@ class RunHost:
             return None
         return next((e for e in found if e.request == request), found[0])
 
-    def source_in_doubt(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
-        return self._source_doubt.get((node, name, occurrence))
+    def source_unserved(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
+        return self._source_unserved.get((node, name, occurrence))
 
     def mock_result(self, name: str) -> tuple[bool, JSON]:
         return (name in self._mocks, self._mocks.get(name))

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..core.jsonvalues import JSON
-from ..core.records import EffectStatus, JournalEntry
+from ..core.records import SERVED_STATUSES, EffectStatus, JournalEntry
 from ..core.states import NodeStatus
 from .diff import Change, diff
 
@@ -119,11 +119,18 @@ class ReplayReport:
 
 
 def effective_effects(entries: Sequence[JournalEntry]) -> dict[str, list[JournalEntry]]:
-    """Per node, the last served record of each identity (succeeded or mocked), in order."""
+    """Per node, the effective record of each identity, in order: its last served one
+    (succeeded or mocked), else its last failed call (a request was made; an effect that
+    failed in the recording is not "new" to a replay that makes it again)."""
     latest: dict[tuple[str, str, int], JournalEntry] = {}
     for e in entries:
-        if e.status in (EffectStatus.SUCCEEDED, EffectStatus.MOCKED):
-            latest[(e.node, e.name, e.occurrence)] = e
+        ident = (e.node, e.name, e.occurrence)
+        if e.status in SERVED_STATUSES:
+            latest[ident] = e
+        elif e.status == EffectStatus.FAILED:
+            found = latest.get(ident)
+            if found is None or found.status == EffectStatus.FAILED:
+                latest[ident] = e
     out: dict[str, list[JournalEntry]] = {}
     for e in latest.values():
         out.setdefault(e.node, []).append(e)
