@@ -45,8 +45,9 @@ class CheckpointView:
     #: canonical order: the scheduler's decision on this checkpoint's statuses and state, with
     #: ``when=`` asked, skips propagated, loops grown and maps' items created; nodes in flight
     #: when it was taken have no outcome here and run again. Empty when a loop here needs an
-    #: iteration past its bound (the branch fails at once)
-    ready: list[str]
+    #: iteration past its bound (the branch fails at once). None when the run's code cannot be
+    #: found here: ``when=`` cannot be asked, so what would run is not known
+    ready: list[str] | None
     #: nodes paused on a question here
     interrupted: list[str]
 
@@ -67,7 +68,7 @@ def checkpoint_view(deps: EngineDeps, cp: Checkpoint) -> CheckpointView:
         # the code the run ran with here first: a branch given code this Runtime never registered
         ready = ready_next(deps, deps.graphs.run_graph(deps.store.get_run(cp.run_id)), cp, state)
     except (NotFound, InvalidRequest, GraphError):  # the graph's code is not importable here
-        ready = []
+        ready = None
     interrupted = [n for n, s in cp.node_states.items() if s == NodeStatus.INTERRUPTED]
     return CheckpointView(cp, state, writes, ready, interrupted)
 

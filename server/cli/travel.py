@@ -40,7 +40,11 @@ async def cmd_history(args: argparse.Namespace) -> int:
     if args.no_state:
         for d in data:
             del d["state"]
-    emit(args, data, "\n".join([run_line(run), *map(checkpoint_view_line, views)]))
+    lines = [run_line(run), *map(checkpoint_view_line, views)]
+    if any(v.ready is None for v in views):
+        lines.append("next: ? — the graph's code is not loaded here, so what runs next cannot be decided; "
+                     "give it with --graph MODULE:GRAPH")
+    emit(args, data, "\n".join(lines))
     return exits.OK
 
 

@@ -1178,3 +1178,19 @@ def test_a_trace_search_reads_chunks_and_pages_every_match_once(shared: Seeded,
     reads.clear()
     services.events_window(shared.rt, shared.looped, 1, "node", per_page=2)
     assert len(reads) < -(-len(every) // 3)   # the first page stops before the end of the trace
+
+
+def test_what_runs_next_is_unknown_not_nothing_where_the_code_is_not_loaded(seeded: Seeded) -> None:
+    # ``harness serve`` over a store from a process that has none of its graphs' code
+    first = asyncio.run(seeded.rt.history(seeded.looped))[1]
+    assert asyncio.run(seeded.rt.checkpoint(first.id)).ready   # with the code: what runs next
+    rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"))
+    try:
+        with TestClient(create_app(rt)) as other:
+            page = other.get(f"/runs/{seeded.looped}?cp={first.seq}")
+            api = other.get(f"/api/checkpoints/{first.id}")
+    finally:
+        rt.close()
+    assert page.status_code == 200 and full(page.text)
+    assert "ready next: unknown (the graph's code is not loaded in this server)" in page.text
+    assert api.status_code == 200 and api.json()["ready"] is None

@@ -119,6 +119,20 @@ def test_history_lists_checkpoints_oldest_first(harness: Harness):
     assert all("state" not in v for v in harness.json("history", run_id, "--no-state"))
 
 
+
+def test_history_without_the_graphs_code_says_what_runs_next_cannot_be_decided(harness: Harness):
+    run_id = harness.start()
+    (harness.dir / f"{harness.module}.py").unlink()   # the code the run's reference names is gone
+    sys.modules.pop(harness.module, None)
+    importlib.invalidate_caches()
+    code, out, _ = harness("history", run_id)
+    lines = out.splitlines()
+    # not "next: -", which says nothing runs next: without ``when=`` to ask, it is not known
+    assert code == 0 and len(lines) == 6 and "next: -" not in out
+    assert all("next: ?" in line for line in lines[1:5]) and "folded: lookup" in lines[2]
+    assert "the graph's code is not loaded here" in lines[5] and "--graph MODULE:GRAPH" in lines[5]
+    assert [v["ready"] for v in harness.json("history", run_id, "--no-state")] == [None] * 4
+
 def test_diff_between_two_checkpoints(harness: Harness):
     cps = harness.checkpoints(harness.start())
     code, out, _ = harness("diff", cps[0], cps[1])
