@@ -23,6 +23,8 @@ from runtime.graph.instances import base_node, group_of, loop_paths, parse_insta
 FOLD_AT = 12
 #: precedence when a node's instances differ: the most telling status colours it
 PRECEDENCE = ("failed", "running", "retrying", "interrupted", "cancelled", "succeeded", "pending", "skipped")
+#: what a map's items show instead of the map's own record (see ``status_css``)
+ITEM_LED = frozenset(PRECEDENCE[:5])
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +165,12 @@ def headline(counts: Mapping[str, int]) -> str:
 def status_css(lay: Layout, statuses: Mapping[str, NodeStatus], selected: str | None = None) -> str:
     """A style sheet colouring each drawn node by its instances' statuses at a checkpoint."""
     summary = node_summary(statuses)
+    items = instance_summary(statuses)
     per_id: dict[str, dict[str, int]] = {}
-    for node, counts in summary.items():
+    for node, all_counts in summary.items():
+        # a map's own record stays "running" until its items end: when an item failed, runs,
+        # waits or was cancelled, that is what the map is doing; otherwise it is still going on
+        counts = items.get(node, all_counts) if headline(items.get(node, {})) in ITEM_LED else all_counts
         nid = lay.ids.get(node)
         if nid is None:
             continue
