@@ -112,3 +112,31 @@ def test_step_through_checkpoints(page: Page, demo: Any, shot: Any) -> None:
     search.press("ArrowLeft")
     expect(search).to_have_value("jk")
     selected(page, mapped)
+
+
+def selected_in_view(page: Page) -> bool:
+    """Whether the selected checkpoint lies inside the timeline's scrolled box."""
+    return bool(page.evaluate("""() => {
+        const box = document.querySelector('.timeline ol').getBoundingClientRect();
+        const at = document.querySelector('.timeline a.cp-link.selected').getBoundingClientRect();
+        return at.top >= box.top - 1 && at.bottom <= box.bottom + 1; }"""))
+
+
+def test_the_selected_checkpoint_stays_in_view(page: Page, demo: Any, shot: Any) -> None:
+    run_id = demo.ids["fan_out"]
+    last = demo.api(f"/api/runs/{run_id}")["run"]["head_seq"]
+    assert last > 20, last   # far more checkpoints than the timeline's box shows at once
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator(".timeline a.cp-link.selected")).to_have_attribute("data-seq", str(last))
+    assert selected_in_view(page), "the head checkpoint is selected but scrolled out of the timeline"
+    top = page.evaluate("() => window.scrollY")
+    for seq in range(last - 1, last - 4, -1):
+        page.keyboard.press("k")
+        selected(page, seq)
+        assert selected_in_view(page), f"#{seq} is selected but scrolled out of the timeline"
+    assert page.evaluate("() => window.scrollY") == top, "stepping scrolled the page itself"
+    page.goto(f"/runs/{run_id}?cp={last // 2}")
+    assert selected_in_view(page), "a checkpoint opened by its URL is scrolled out of the timeline"
+    page.keyboard.press("j")
+    selected(page, last // 2 + 1)
+    assert selected_in_view(page)

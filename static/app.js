@@ -1,5 +1,5 @@
-// Keyboard stepping through checkpoints (← → and j k) and remembering which JSON
-// subtrees are folded. Everything else is plain links and htmx attributes.
+// Keyboard stepping through checkpoints (← → and j k), keeping the selected one in view,
+// and remembering which JSON subtrees are folded. Everything else is plain links and htmx attributes.
 (function () {
   "use strict";
   function step(delta) {
@@ -49,6 +49,20 @@
       e.detail.path = window.location.pathname + window.location.search;
     }
   });
-  document.addEventListener("DOMContentLoaded", function () { restore(document); });
-  document.addEventListener("htmx:afterSwap", function (e) { restore(e.target); });
+  // The timeline is a scrolled box: bring the selected checkpoint into it, moving the box
+  // only (scrollIntoView would scroll the page too, away from the panels being stepped).
+  function reveal() {
+    var box = document.querySelector(".timeline ol");
+    var sel = box && box.querySelector("a.cp-link.selected");
+    if (!sel) { return; }
+    var item = sel.parentElement || sel;
+    var top = item.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+    if (top < box.scrollTop) { box.scrollTop = top; }
+    else if (top + item.offsetHeight > box.scrollTop + box.clientHeight) {
+      box.scrollTop = top + item.offsetHeight - box.clientHeight;
+    }
+  }
+  document.addEventListener("DOMContentLoaded", function () { restore(document); reveal(); });
+  document.addEventListener("htmx:afterSwap", function (e) { restore(e.target); reveal(); });
+  document.addEventListener("htmx:historyRestore", reveal);
 })();
