@@ -11,7 +11,8 @@ from collections.abc import Mapping
 
 from ..core.errors import ErrorClass
 from ..core.records import Checkpoint, EffectsMode, EventType, Run, RunKind, WriteKind
-from ..core.states import NodeStatus, RunStatus, StopKind, next_node_status
+from ..core.states import NodeStatus, RunStatus, StopKind
+from ..core.trace import states_after
 from ..graph import ExecutableGraph
 from ..history.lineage import continued_chain, head, key_scope, sources, writes_lineage
 from ..history.state import base_state
@@ -40,16 +41,14 @@ def load_loop(deps: EngineDeps, run: Run, graph: ExecutableGraph | None = None,
     last = head(store, run.id)
     attempts: dict[str, int] = {}
     retry_at: dict[str, float] = {}
-    statuses = dict(last.node_states)
-    for ev in store.events(run.id):
+    events = store.events(run.id)
+    for ev in events:
         if ev.type == EventType.NODE_START and ev.node and ev.attempt:
             attempts[ev.node] = max(attempts.get(ev.node, 0), ev.attempt)
         if ev.type == EventType.NODE_RETRY and ev.node:  # a backoff survives a crash
             retry_at[ev.node] = ev.at + float(ev.data.get("retry_in", 0.0))
-        node_event = EventType(ev.type).node_event if ev.type.startswith("node.") else None
-        if ev.seq > last.event_seq and node_event is not None and ev.node:
-            # started after the last checkpoint (a crash came before the next one)
-            statuses[ev.node] = next_node_status(statuses.get(ev.node, NodeStatus.PENDING), node_event)
+    # what started after the last checkpoint (a crash came before the next one)
+    statuses = states_after(last.node_states, events, last.event_seq)
     retry_at = {n: t for n, t in retry_at.items() if statuses.get(n) == NodeStatus.RETRYING}
     interrupts = source_interrupts + [i for rid in reversed(chain) for i in store.interrupts(rid)]
     failures: dict[str, int] = {}

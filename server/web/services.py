@@ -31,6 +31,7 @@ from runtime.core.records import (
 )
 from runtime.core.states import NodeStatus, RunStatus
 from runtime.core.streams import StreamEvent
+from runtime.core.trace import states_after
 from runtime.graph.instances import base_node, parse_instance
 from runtime.history.state import state_json
 from runtime.store.base import MAX_SEQ
@@ -49,6 +50,9 @@ ROWS_PER_PAGE = 200
 INSTANCES_PER_PAGE = 50
 #: checkpoints shown around the selected one on the timeline
 TIMELINE_WINDOW = 60
+#: trace events read past a running run's head checkpoint for what started since (its nodes' starts
+#: come first; recorded progress events after them need not all be read)
+LIVE_EVENTS = 2000
 #: the largest integer a store holds: a page number beyond it names nothing (and a
 #: sequence number beyond ``MAX_SEQ`` none either)
 MAX_INT = 2**63 - 1
@@ -148,9 +152,15 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
             node != base_node(node) or not any(base_node(n) == node for n in chosen.node_states)):
         # an instance a later iteration or item creates is not there yet: say where it was looked for
         raise NotFound(f"run {run_id} has no node {node!r} at checkpoint #{chosen.seq}")
+    states = chosen.node_states
+    if run.status == RunStatus.RUNNING and chosen.seq >= run.head_seq:
+        # the head of a run going on: a checkpoint is taken when a node settles, so the nodes
+        # that started since are in its trace only (shown pending, a running node would mislead)
+        since = rt.store.events(run_id, after_seq=chosen.event_seq, limit=LIVE_EVENTS)
+        states = states_after(states, since, chosen.event_seq)
     return RunPage(
         run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
-        selected=view, previous=previous, changes=changes, node=node, node_states=chosen.node_states,
+        selected=view, previous=previous, changes=changes, node=node, node_states=states,
         interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
         orphaned=rt.orphaned(run))
 

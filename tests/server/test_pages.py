@@ -20,7 +20,7 @@ from waiting import wait_for
 from litestar.testing import TestClient
 from pydantic import BaseModel
 
-from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore
+from runtime import Graph, NodeContext, NodeStatus, Runtime, RunStatus, SqlStore
 from server.web import render, services, threads
 from server.web.app import create_app
 
@@ -1194,3 +1194,31 @@ def test_what_runs_next_is_unknown_not_nothing_where_the_code_is_not_loaded(seed
     assert page.status_code == 200 and full(page.text)
     assert "ready next: unknown (the graph's code is not loaded in this server)" in page.text
     assert api.status_code == 200 and api.json()["ready"] is None
+
+
+def test_a_running_runs_page_shows_the_node_that_started_as_running_not_pending(seeded: Seeded,
+                                                                               client: Client) -> None:
+    start = checkpoint_ids(seeded.rt, seeded.succeeded)[0]
+    held = client.post(f"/api/checkpoints/{start}/fork", json={"patch": {"hold": True}}).json()["run_id"]
+    wait_for(seeded.rt, held, [RunStatus.RUNNING])
+    deadline = time.monotonic() + 10
+    while not any(e.node == "charge" for e in seeded.rt.store.events(held)):   # price done, charge started
+        assert time.monotonic() < deadline, "the held run never started charge"
+        time.sleep(0.01)
+    head = seeded.rt.store.get_run(held).head_seq
+    # the checkpoint was taken when price settled: it has charge pending; its trace has charge started
+    assert seeded.rt.store.find_checkpoint(held, head).node_states["charge"] == NodeStatus.PENDING
+
+    def row(html: str, node: str) -> str:
+        found = re.search(rf'>{node}</a></td>\s*<td>(.*?)</td>', html, re.S)
+        assert found, f"no row for {node}"
+        return found.group(1)
+
+    page = client.get(f"/runs/{held}").text
+    assert "st-running" in row(page, "charge") and "st-pending" not in row(page, "charge")
+    assert "st-succeeded" in row(page, "price")
+    # an earlier checkpoint shows what it recorded, not what happened after it
+    assert "st-pending" in row(client.get(f"/runs/{held}?cp=0").text, "charge")
+    assert client.post(f"/api/runs/{held}/cancel", json={"reason": "enough"}).status_code == 202
+    wait_for(seeded.rt, held, [RunStatus.CANCELLED])
+    assert "st-cancelled" in row(client.get(f"/runs/{held}").text, "charge")

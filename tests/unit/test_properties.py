@@ -35,7 +35,7 @@ from runtime.engine import scheduler
 from runtime import ExecutableGraph
 from runtime.graph.reducers import fold
 from runtime.core.states import FINISHED_NODE, NodeStatus, RunStatus
-from runtime.core.trace import gaps, node_states_from_events
+from runtime.core.trace import gaps, node_states_from_events, states_after
 
 N = NodeStatus
 SETTINGS = settings(max_examples=40, deadline=None,
@@ -610,6 +610,9 @@ def test_trace_is_gapless_and_rebuilds_every_checkpoints_node_states(dag, data):
         assert rebuilt == dict(cp.node_states), f"checkpoint {cp.seq} (event_seq {cp.event_seq})"
     assert node_states_from_events(out.graph.order, events) == dict(history[-1].node_states)
     assert history[-1].event_seq == len(events)
+    # any checkpoint moved on by the events after it: the statuses now (the live debugger's view)
+    for cp in history:
+        assert states_after(cp.node_states, events, cp.event_seq) == dict(history[-1].node_states), cp.seq
 
 
 @SETTINGS
