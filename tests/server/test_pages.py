@@ -1222,3 +1222,33 @@ def test_a_running_runs_page_shows_the_node_that_started_as_running_not_pending(
     assert client.post(f"/api/runs/{held}/cancel", json={"reason": "enough"}).status_code == 202
     wait_for(seeded.rt, held, [RunStatus.CANCELLED])
     assert "st-cancelled" in row(client.get(f"/runs/{held}").text, "charge")
+
+
+
+class Wide(BaseModel):
+    x: int = 0
+
+
+def _noop(state: Wide) -> None:
+    return None
+
+def test_more_nodes_swaps_into_a_panel_body_which_its_pager_targets(tmp_path) -> None:
+    # a graph of 210 nodes: the run page lists 60; "… more nodes" swaps the nodes panel in
+    # its place, and that panel's pager swaps "closest .panel-body": it must have one there
+    g = Graph("wide", state=Wide)
+    for i in range(210):
+        g.add_node(f"n{i:03d}", _noop)
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'wide.db'}"), max_concurrency=8)
+    try:
+        run = asyncio.run(rt.start(g, {}))
+        with TestClient(create_app(rt)) as c:
+            page = c.get(f"/runs/{run.id}").text
+            more = re.search(r'<div class="panel-body">\s*<table class="nodes">.*?<a href="([^"]+)" hx-get="\1" '
+                             r'hx-target="closest \.panel-body">… 150 more nodes</a>', page, re.S)
+            assert more, "the nodes table is not in a .panel-body its more-nodes link swaps"
+            part = c.get(more.group(1).replace("&amp;", "&"), headers=HTMX).text
+    finally:
+        rt.close()
+    assert '<table class="nodes">' in part and not full(part)
+    later = re.search(r'<a href="([^"]+)" hx-get="\1" hx-target="closest \.panel-body">later →</a>', part)
+    assert later and "page=2" in later.group(1)
