@@ -13,11 +13,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
-from . import exits, runs, serve, transfer, travel
+from . import exits, runs, serve, transfer, travel, worker
 from .common import Parser, add_global_options, db_url
 
 #: the command modules, in the order ``--help`` lists their commands
-COMMANDS = (runs, travel, transfer, serve)
+COMMANDS = (runs, travel, transfer, serve, worker)
 LOG_FORMAT = "harness: %(levelname)s %(name)s: %(message)s"
 
 

@@ -1,0 +1,93 @@
+"""``harness worker``: drive the runs other processes queued (``Runtime.submit``) and
+recover the runs whose process died, until stopped — or, with ``--once``, until none
+is left to take.
+
+Claiming is the runtime's: ``resume`` takes a run's lease with its fencing token, so
+when several workers reach for one run, one drives it and the others move on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from runtime import HarnessError, Run, Runtime, RunStatus
+from server.present import plain, run_line
+
+from . import exits
+from .common import add_command, opened, positive_seconds
+
+#: the most queued runs one look at the store considers
+BATCH = 1000
+
+
+def due(rt: Runtime, seen: list[Run]) -> list[Run]:
+    """The runs a worker may take now: queued ones oldest first, then orphaned ones."""
+    queued = [r for r in reversed(seen) if r.status == RunStatus.QUEUED]
+    return queued + [r for r in seen if r.status == RunStatus.RUNNING and rt.orphaned(r)]
+
+
+async def drive(rt: Runtime, run: Run, args: argparse.Namespace) -> bool:
+    """Claim (or recover) the run and drive it until it ends or pauses; False when it
+    was left to someone else: taken by another worker, or refused here (said on stderr)."""
+    try:
+        done = await rt.resume(run.id)
+    except HarnessError as e:
+        now = await rt.get_run(run.id)
+        if now.status != run.status or now.fence != run.fence:
+            return True   # another worker took it first: that one drives it
+        print(f"harness: worker: run {run.id} left as it is: {' '.join(str(e).splitlines())}",
+              file=sys.stderr, flush=True)
+        return False
+    print(json.dumps(plain(done), default=str) if args.json else run_line(done), flush=True)
+    return True
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    with opened(args, *args.graphs) as rt:
+        # at most max_concurrency runs claimed at once: a run claimed here but waiting
+        # for a slot would hold its lease while another worker could drive it
+        limit = rt.max_concurrency
+        driving: dict[str, asyncio.Task[bool]] = {}
+        refused: set[str] = set()   # tried once, never again: the error would only repeat
+        while True:
+            seen = (await rt.runs(status=RunStatus.QUEUED, limit=BATCH)
+                    + await rt.runs(status=RunStatus.RUNNING, limit=BATCH))
+            for run in due(rt, seen):
+                if len(driving) >= limit:
+                    break
+                if run.id not in driving and run.id not in refused:
+                    driving[run.id] = asyncio.create_task(drive(rt, run, args))
+            if not driving:
+                if args.once:
+                    return exits.FAILED if refused else exits.OK
+                await asyncio.sleep(args.poll)
+                continue
+            finished, _ = await asyncio.wait(driving.values(), timeout=args.poll,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            for run_id, task in list(driving.items()):
+                if task in finished:
+                    del driving[run_id]
+                    if not task.result():
+                        refused.add(run_id)
+
+
+def register(sub: Any) -> None:
+    """Add this command to the ``harness`` parser."""
+    w = add_command(sub, "worker", "drive queued runs and recover runs whose process died",
+                    description="Claims queued runs (oldest first) and runs whose process is gone, and drives "
+                                "each until it ends or pauses, at most 8 at a time; prints each as it stops. "
+                                "Several workers may share one database: each run is driven by one of them. "
+                                "Ctrl-C stops the worker and cancels the runs it drives (harness resume "
+                                "continues them).")
+    w.add_argument("graphs", nargs="*", metavar="MODULE:GRAPH",
+                   help="graphs whose runs it drives (a run's graph is otherwise imported from where it was "
+                        "started)")
+    w.add_argument("--poll", type=positive_seconds, default=0.5,
+                   help="seconds between looks for new runs (default: 0.5)")
+    w.add_argument("--once", action="store_true",
+                   help="exit once no run is left to take (1 if one was left as it is)")
+    w.set_defaults(fn=cmd_worker)
