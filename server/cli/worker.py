@@ -4,6 +4,11 @@ is left to take.
 
 Claiming is the runtime's: ``resume`` takes a run's lease with its fencing token, so
 when several workers reach for one run, one drives it and the others move on.
+
+Stopping a worker (SIGTERM, as a deploy does, or Ctrl-C) must not end the runs it drives:
+they are durable, not its own. It takes no more runs and lets those it drives go on to
+their end or pause. A second signal stops it at once, recording nothing more: as after a
+crash, another worker recovers those runs once their leases expire.
 """
 
 from __future__ import annotations
@@ -11,7 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from runtime import HarnessError, Run, Runtime, RunStatus
@@ -53,26 +61,72 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         limit = rt.max_concurrency
         driving: dict[str, asyncio.Task[bool]] = {}
         refused: set[str] = set()   # tried once, never again: the error would only repeat
-        while True:
-            seen = (await rt.runs(status=RunStatus.QUEUED, limit=BATCH)
-                    + await rt.runs(status=RunStatus.RUNNING, limit=BATCH))
-            for run in due(rt, seen):
-                if len(driving) >= limit:
-                    break
-                if run.id not in driving and run.id not in refused:
-                    driving[run.id] = asyncio.create_task(drive(rt, run, args))
-            if not driving:
-                if args.once:
-                    return exits.FAILED if refused else exits.OK
-                await asyncio.sleep(args.poll)
-                continue
-            finished, _ = await asyncio.wait(driving.values(), timeout=args.poll,
-                                             return_when=asyncio.FIRST_COMPLETED)
-            for run_id, task in list(driving.items()):
-                if task in finished:
-                    del driving[run_id]
-                    if not task.result():
-                        refused.add(run_id)
+        stopping = asyncio.Event()
+        with StopSignals(lambda: _stop(stopping, len(driving))):
+            while True:
+                if not stopping.is_set():
+                    seen = (await rt.runs(status=RunStatus.QUEUED, limit=BATCH)
+                            + await rt.runs(status=RunStatus.RUNNING, limit=BATCH))
+                    for run in due(rt, seen):
+                        if len(driving) >= limit:
+                            break
+                        if run.id not in driving and run.id not in refused:
+                            driving[run.id] = asyncio.create_task(drive(rt, run, args))
+                if not driving:
+                    if args.once or stopping.is_set():
+                        return exits.FAILED if refused else exits.OK
+                    await _sleep_unless(stopping, args.poll)
+                    continue
+                finished, _ = await asyncio.wait(driving.values(), timeout=args.poll,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                for run_id, task in list(driving.items()):
+                    if task in finished:
+                        del driving[run_id]
+                        if not task.result():
+                            refused.add(run_id)
+
+
+def _stop(stopping: asyncio.Event, driven: int) -> None:
+    """A stop signal: the first lets the runs driven here go on to their end; a second
+    leaves them at once, their leases to expire, as a crash would."""
+    if stopping.is_set():
+        print("harness: worker: stopped at once; the runs it drove are recovered once their leases "
+              "expire", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(exits.INTERRUPTED)   # no cleanup: a cancel on the way out would end those runs
+    stopping.set()
+    print(f"harness: worker: taking no more runs; waiting for the {driven} it drives to end or pause "
+          "(signal again to stop at once)", file=sys.stderr, flush=True)
+
+
+async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stopping.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
+class StopSignals:
+    """SIGINT and SIGTERM call ``handler`` while inside (only where signals can be handled:
+    the main thread of a loop that takes them; elsewhere they do what they did)."""
+
+    def __init__(self, handler: Callable[[], None]):
+        self._handler = handler
+        self._installed: list[signal.Signals] = []
+
+    def __enter__(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self._handler)
+            except (RuntimeError, ValueError, NotImplementedError):
+                return
+            self._installed.append(sig)
+
+    def __exit__(self, *_: object) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._installed:
+            loop.remove_signal_handler(sig)
 
 
 def register(sub: Any) -> None:
@@ -81,8 +135,9 @@ def register(sub: Any) -> None:
                     description="Claims queued runs (oldest first) and runs whose process is gone, and drives "
                                 "each until it ends or pauses, at most 8 at a time; prints each as it stops. "
                                 "Several workers may share one database: each run is driven by one of them. "
-                                "Ctrl-C stops the worker and cancels the runs it drives (harness resume "
-                                "continues them).")
+                                "SIGTERM or Ctrl-C stops it taking runs and waits for those it drives to end or "
+                                "pause; a second one stops it at once (another worker recovers those runs once "
+                                "their leases expire).")
     w.add_argument("graphs", nargs="*", metavar="MODULE:GRAPH",
                    help="graphs whose runs it drives (a run's graph is otherwise imported from where it was "
                         "started)")
