@@ -62,7 +62,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         driving: dict[str, asyncio.Task[bool]] = {}
         refused: set[str] = set()   # tried once, never again: the error would only repeat
         stopping = asyncio.Event()
-        with StopSignals(lambda: _stop(stopping, len(driving))):
+        with StopSignals(lambda sig: _stop(stopping, len(driving), sig)):
             while True:
                 if not stopping.is_set():
                     seen = (await rt.runs(status=RunStatus.QUEUED, limit=BATCH)
@@ -86,14 +86,17 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                             refused.add(run_id)
 
 
-def _stop(stopping: asyncio.Event, driven: int) -> None:
+def _stop(stopping: asyncio.Event, driven: int, sig: signal.Signals) -> None:
     """A stop signal: the first lets the runs driven here go on to their end; a second
     leaves them at once, their leases to expire, as a crash would."""
     if stopping.is_set():
         print("harness: worker: stopped at once; the runs it drove are recovered once their leases "
               "expire", file=sys.stderr, flush=True)
         sys.stdout.flush()
-        os._exit(exits.INTERRUPTED)   # no cleanup: a cancel on the way out would end those runs
+        # dies of the signal itself, as without a handler: no cleanup, whose cancel of the
+        # runs in flight would end them
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
     stopping.set()
     print(f"harness: worker: taking no more runs; waiting for the {driven} it drives to end or pause "
           "(signal again to stop at once)", file=sys.stderr, flush=True)
@@ -107,10 +110,10 @@ async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:
 
 
 class StopSignals:
-    """SIGINT and SIGTERM call ``handler`` while inside (only where signals can be handled:
+    """SIGINT and SIGTERM call ``handler(signal)`` while inside (only where signals can be handled:
     the main thread of a loop that takes them; elsewhere they do what they did)."""
 
-    def __init__(self, handler: Callable[[], None]):
+    def __init__(self, handler: Callable[[signal.Signals], None]):
         self._handler = handler
         self._installed: list[signal.Signals] = []
 
@@ -118,7 +121,7 @@ class StopSignals:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, self._handler)
+                loop.add_signal_handler(sig, self._handler, sig)
             except (RuntimeError, ValueError, NotImplementedError):
                 return
             self._installed.append(sig)
