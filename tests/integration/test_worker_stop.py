@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -69,27 +71,28 @@ def status(db: Path, run_id: str) -> RunStatus:
         store.close()
 
 
-def worker(folder: Path, db: Path) -> subprocess.Popen[str]:
+@contextmanager
+def worker_driving(folder: Path, db: Path, run_id: str) -> Iterator[subprocess.Popen[str]]:
+    """A ``harness worker`` process, once it drives ``run_id``; killed on the way out."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "--db", str(db), "worker", "stop_graphs:gated",
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--db", str(db), "worker", "stop_graphs:gated",
                              "--poll", "0.05"], cwd=folder, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def wait_running(db: Path, run_id: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 20
-    while status(db, run_id) != RunStatus.RUNNING:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the worker never took the run"
-        time.sleep(0.05)
+    try:
+        deadline = time.monotonic() + 20
+        while status(db, run_id) != RunStatus.RUNNING:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the worker never took the run"
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.kill()
 
 
 def test_a_stopped_worker_finishes_the_runs_it_drives_and_takes_no_more(folder: Path):
     db = folder / "w.db"
     first = submit(db, 1)
-    proc = worker(folder, db)
-    try:
-        wait_running(db, first, proc)
+    with worker_driving(folder, db, first) as proc:
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         assert proc.poll() is None   # still driving the run it took
@@ -98,8 +101,6 @@ def test_a_stopped_worker_finishes_the_runs_it_drives_and_takes_no_more(folder: 
         assert status(db, later) == RunStatus.QUEUED   # taken by no one: the worker is stopping
         (folder / "go").touch()
         out, err = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
     assert proc.returncode == 0, err
     assert status(db, first) == RunStatus.SUCCEEDED and first in out
     assert "taking no more runs" in err and "Traceback" not in err
@@ -111,15 +112,11 @@ def test_a_second_signal_stops_at_once_and_another_worker_recovers_the_run(folde
                                                                          capsys: pytest.CaptureFixture[str]):
     db = folder / "w.db"
     run_id = submit(db, 1)
-    proc = worker(folder, db)
-    try:
-        wait_running(db, run_id, proc)
+    with worker_driving(folder, db, run_id) as proc:
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
-    finally:
-        proc.kill()
     assert proc.returncode == -signal.SIGTERM, err   # it died of the signal, as without a handler
     assert "stopped at once" in err and "Traceback" not in err
     assert status(db, run_id) == RunStatus.RUNNING   # not cancelled: its process is gone

@@ -14,40 +14,10 @@ from typing import Any
 import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
-from pydantic import BaseModel
-
-from runtime import Graph, NodeContext, RunKind, RunStatus, Runtime, SqlStore
+from runtime import RunKind, RunStatus, Runtime, SqlStore
+from shop import shop
 
 HINT = re.compile(r'<p class="help">Recorded effects a mocked fork can serve: (.*?)</p>')
-
-
-class Order(BaseModel):
-    order: int = 1
-    receipt: str = ""
-
-
-def shop(failing: list[bool]) -> Graph:
-    """``pay`` charges, then its audit effect fails while ``failing`` holds; ``email`` follows."""
-    g = Graph("fork_hint_shop", Order)
-
-    @g.node()
-    async def pay(s: Order, ctx: NodeContext) -> dict[str, Any]:
-        receipt = await ctx.effect("payments.charge", lambda: f"rcpt-{s.order}", request={"order": s.order})
-
-        def audit() -> str:
-            if failing[0]:
-                raise ConnectionError("audit service down")
-            return "logged"
-
-        await ctx.effect("audit.log", audit, request={"receipt": receipt})
-        return {"receipt": receipt}
-
-    @g.node(after=["pay"])
-    async def email(s: Order, ctx: NodeContext) -> dict[str, Any]:
-        await ctx.effect("mail.send", lambda: "sent", request={"receipt": s.receipt})
-        return {}
-
-    return g
 
 
 @dataclass
@@ -63,7 +33,7 @@ def continued(tmp_path: Path) -> Iterator[Continued]:
     failing = [True]
 
     async def seed() -> Continued:
-        run = await rt.start(shop(failing), {})
+        run = await rt.start(shop(failing, "fork_hint_shop"), {})
         assert run.status == RunStatus.FAILED
         failing[0] = False
         cont = await rt.resume(run.id)

@@ -11,7 +11,7 @@ import gc
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -811,19 +811,25 @@ def test_replay_form_offers_other_versions_and_its_report_lists_verdicts(seeded:
     assert set(re.findall(r"<td><strong>(\w+)</strong>", same)) == {"same"}
 
 
+
+def elsewhere(path: Path, *urls: str, graphs: Sequence[Graph] = ()) -> list[Any]:
+    """GET ``urls`` from a server over the store at ``path`` with a Runtime of its own, as
+    another process's ``harness serve`` that has only ``graphs``' code."""
+    rt = Runtime(store=SqlStore(f"sqlite:///{path}"), graphs=list(graphs))
+    try:
+        with TestClient(create_app(rt)) as other:
+            return [other.get(url) for url in urls]
+    finally:
+        rt.close()
+
 def test_a_replays_report_opens_where_the_replayed_code_cannot_be_imported(seeded: Seeded) -> None:
     # ``harness replay RUN --graph agent2:graph``, then ``harness serve`` over the same store
     # from a process that has only the recorded graph: the report is recorded data all the same
     v2 = order_v2(seeded.graphs["order"]).compile()
     v2.ref = "agent2_not_importable:graph"
     replay_id = asyncio.run(seeded.rt.replay(seeded.succeeded, graph=v2)).run_id
-    rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"), graphs=[seeded.graphs["order"]])
-    try:
-        with TestClient(create_app(rt)) as other:
-            page = other.get(f"/runs/{replay_id}/report")
-            api = other.get(f"/api/runs/{replay_id}/report")
-    finally:
-        rt.close()
+    page, api = elsewhere(seeded.path, f"/runs/{replay_id}/report", f"/api/runs/{replay_id}/report",
+                          graphs=[seeded.graphs["order"]])
     assert page.status_code == 200 and full(page.text), page.text[:2000]
     verdicts = dict(re.findall(r'<tr class="verdict-\w+"><td>(\w+)</td><td><strong>(\w+)</strong>', page.text))
     assert verdicts == {"price": "different", "charge": "different"}
@@ -1184,13 +1190,7 @@ def test_what_runs_next_is_unknown_not_nothing_where_the_code_is_not_loaded(seed
     # ``harness serve`` over a store from a process that has none of its graphs' code
     first = asyncio.run(seeded.rt.history(seeded.looped))[1]
     assert asyncio.run(seeded.rt.checkpoint(first.id)).ready   # with the code: what runs next
-    rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"))
-    try:
-        with TestClient(create_app(rt)) as other:
-            page = other.get(f"/runs/{seeded.looped}?cp={first.seq}")
-            api = other.get(f"/api/checkpoints/{first.id}")
-    finally:
-        rt.close()
+    page, api = elsewhere(seeded.path, f"/runs/{seeded.looped}?cp={first.seq}", f"/api/checkpoints/{first.id}")
     assert page.status_code == 200 and full(page.text)
     assert "ready next: unknown (the graph's code is not loaded in this server)" in page.text
     assert api.status_code == 200 and api.json()["ready"] is None

@@ -3,42 +3,11 @@ store: the source lineage's served outcomes, as a fork made there is served them
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
-from runtime import ExecutableGraph, Graph, NodeContext, RunKind, RunStatus, Runtime
+from runtime import RunKind, RunStatus, Runtime
 from runtime.travel.branches import mockable_effects
+from shop import shop
 
 EFFECTS = ("audit.log", "mail.send", "payments.charge")
-
-
-class Order(BaseModel):
-    order: int = 1
-    receipt: str = ""
-    note: str = ""
-
-
-def shop(failing: list[bool]) -> ExecutableGraph:
-    """``pay`` charges, then its audit effect fails while ``failing`` holds; ``email`` follows."""
-    g = Graph("mockable_shop", state=Order)
-
-    @g.node()
-    async def pay(s: Order, ctx: NodeContext) -> dict[str, str]:
-        receipt = await ctx.effect("payments.charge", lambda: f"rcpt-{s.order}", request={"order": s.order})
-
-        def audit() -> str:
-            if failing[0]:
-                raise ConnectionError("audit service down")
-            return "logged"
-
-        await ctx.effect("audit.log", audit, request={"receipt": receipt})
-        return {"receipt": receipt}
-
-    @g.node(after=["pay"])
-    async def email(s: Order, ctx: NodeContext) -> dict[str, str]:
-        await ctx.effect("mail.send", lambda: "sent", request={"receipt": s.receipt})
-        return {"note": "emailed"}
-
-    return g.compile()
 
 
 async def failed_then_continued(rt: Runtime) -> tuple[str, str]:
