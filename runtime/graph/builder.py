@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from ..core.errors import GraphError, Problem
 from .reducers import reducers_for
 from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
-from .validate import build
+from .validate import build, is_model
 
 
 def subgraph_done(state: Any) -> None:
@@ -134,8 +134,8 @@ def subgraph_decls(name: str, child: ExecutableGraph, after: Sequence[str], pare
 
 def view_problems(where: str, child: ExecutableGraph, parent: type[BaseModel]) -> list[Problem]:
     """A subgraph's state must be a view of its parent's: same fields, types, reducers."""
-    if child.state_model is parent or child.state_model is AnyState:
-        return []
+    if child.state_model is parent or child.state_model is AnyState or not is_model(parent):
+        return []   # a parent state that is not a model is reported when the parent compiles
     out = []
     mine = reducers_of(parent)
     for field, info in child.state_model.model_fields.items():

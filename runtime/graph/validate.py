@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -16,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..core.errors import GraphError, Problem
 from .exits import endless_loops
 from .loops import canonical_order, check_loop, cycles
-from .spec import ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
+from .spec import AnyState, ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 _CTX_NAMES = {"ctx", "context"}
 _ID = re.compile(r"[\w.-]+")  # letters (any script), digits, _ . -
@@ -33,6 +34,10 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
         problems.append(Problem("graph", "a graph needs a non-empty name"))
     if not decls:
         problems.append(Problem("graph", "a graph needs at least one node"))
+    wrong_state = state_problem(state)
+    if wrong_state is not None:
+        problems.append(Problem("graph state", wrong_state))
+        state = AnyState   # the nodes are still checked, against a state that takes any field
 
     first_at: dict[str, str] = {}
     good: list[NodeDecl] = []
@@ -81,6 +86,28 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
     if problems:
         raise GraphError(problems)
     return ExecutableGraph(name, state, specs, canonical_order(deps, loops), loops)
+
+
+def is_model(state: object) -> bool:
+    return isinstance(state, type) and issubclass(state, BaseModel)
+
+
+def state_problem(state: object) -> str | None:
+    """Why ``state`` cannot be a graph's state, or None: fields, validation and reducers
+    come from a pydantic model class (a TypedDict or a dataclass has none of them)."""
+    if is_model(state):
+        return None
+    if isinstance(state, BaseModel):
+        what = f"an instance of {type(state).__name__}; pass the class itself"
+    elif isinstance(state, type) and typing.is_typeddict(state):
+        what = f"TypedDict {state.__name__!r}; declare it as class {state.__name__}(BaseModel) with the same fields"
+    elif isinstance(state, type) and dataclasses.is_dataclass(state):
+        what = f"dataclass {state.__name__!r}; declare it as class {state.__name__}(BaseModel) with the same fields"
+    elif isinstance(state, type):
+        what = repr(state.__name__)
+    else:
+        what = show(state)
+    return f"state must be a pydantic model class (a subclass of BaseModel), got {what}"
 
 
 def _reducer_problems(state: type[BaseModel]) -> Iterable[Problem]:

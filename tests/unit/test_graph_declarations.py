@@ -1,0 +1,86 @@
+"""Mistakes in declaring a graph in Python (the state's kind, the decorator's form, a
+reducer that cannot hold its field's type) are refused at compile time, naming what to
+fix, before any run is created."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import Graph, GraphError, Runtime
+from server.cli import main
+
+
+class Typed(TypedDict):
+    n: int
+
+
+@dataclasses.dataclass
+class Plain:
+    n: int = 0
+
+
+class Model(BaseModel):
+    n: int = 0
+
+
+def bump(state: Any) -> dict[str, int]:
+    return {"n": 1}
+
+
+#: a graph the command line loads by reference: a LangGraph-style TypedDict state
+typed_graph = Graph("typed", state=Typed)
+typed_graph.add_node("bump", bump)
+
+
+def compile_problems(g: Graph) -> list[str]:
+    with pytest.raises(GraphError) as e:
+        g.compile()
+    return [str(p) for p in e.value.problems]
+
+
+# --- a state that is not a pydantic model ------------------------------------------------
+
+@pytest.mark.parametrize("state, named", [
+    (Typed, "TypedDict 'Typed'"), (Plain, "dataclass 'Plain'"), (dict, "'dict'"),
+    (Model(), "an instance of Model"),
+])
+def test_a_state_that_is_not_a_pydantic_model_class_is_a_graph_error_naming_it(state: Any, named: str):
+    g = Graph("g", state=state)
+    g.add_node("bump", bump)
+    found = compile_problems(g)
+    assert len(found) == 1 and "state" in found[0] and named in found[0], found
+    assert "BaseModel" in found[0]
+
+
+def test_a_subgraph_in_a_graph_whose_state_is_not_a_model_is_reported_at_compile():
+    child = Graph("child", state=Model)
+    child.add_node("bump", bump)
+    g = Graph("g", state=Typed)
+    g.add_node("first", bump)
+    g.subgraph("sub", child, after=["first"])   # declaring does not raise
+    found = compile_problems(g)
+    assert any("TypedDict 'Typed'" in p for p in found), found
+
+
+async def test_starting_a_graph_whose_state_is_not_a_model_creates_no_run(rt: Runtime):
+    g = Graph("g", state=Model())
+    g.add_node("bump", bump)
+    with pytest.raises(GraphError, match="an instance of Model"):
+        await rt.start(g, {})
+    assert await rt.runs() == []
+
+
+def test_cli_run_of_a_graph_whose_state_is_a_typeddict_says_so_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    db = tmp_path / "runs.db"
+    assert main(["run", f"{__name__}:typed_graph", "--input", '{"n": 1}', "--db", str(db)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "TypedDict 'Typed'" in err
+    assert main(["runs", "--db", str(db)]) == 0
+    assert capsys.readouterr().out.strip() == "no runs"
