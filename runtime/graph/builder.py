@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -12,6 +12,8 @@ from ..core.errors import GraphError, Problem
 from .reducers import reducers_for
 from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
 from .validate import build, is_model
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def subgraph_done(state: Any) -> None:
@@ -45,12 +47,23 @@ class Graph:
         self._decls: list[NodeDecl] = []
         self._problems: list[Problem] = []
 
+    @overload
+    def node(self, name: _F, /) -> _F: ...
+
+    @overload
     def node(self, name: str | None = None, *, after: Sequence[str] = (),
              retry: RetryPolicy | None = None, timeout: float | None = None,
              when: Callable[[Any], bool] | None = None,
              args: Mapping[str, Any] | None = None, max_iterations: int | None = None,
-             map_over: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator: register the function as a node that runs after ``after``.
+             map_over: str | None = None) -> Callable[[_F], _F]: ...
+
+    def node(self, name: str | Callable[..., Any] | None = None, *, after: Sequence[str] = (),
+             retry: RetryPolicy | None = None, timeout: float | None = None,
+             when: Callable[[Any], bool] | None = None,
+             args: Mapping[str, Any] | None = None, max_iterations: int | None = None,
+             map_over: str | None = None) -> Any:
+        """Decorator: register the function as a node that runs after ``after``
+        (``@g.node`` alone declares it with no dependencies and default options).
 
         ``max_iterations``: this node starts a loop (an edge back to it from a node that
         runs after it); the run fails with ``limit_exceeded`` past that many iterations.
@@ -59,12 +72,15 @@ class Graph:
         every item's writes, folded in item order.
         """
 
-        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self.add_node(name or fn.__name__, fn, after=after, retry=retry, timeout=timeout,
-                          when=when, args=args, max_iterations=max_iterations, map_over=map_over)
+        # ``@g.node`` without parentheses is given the function itself
+        label = None if callable(name) else name
+
+        def register(fn: _F) -> _F:
+            self.add_node(label or fn.__name__, fn, after=after, retry=retry,
+                          timeout=timeout, when=when, args=args, max_iterations=max_iterations, map_over=map_over)
             return fn
 
-        return register
+        return register(name) if callable(name) else register
 
     def add_node(self, name: str, fn: Callable[..., Any], *, after: Sequence[str] = (),
                  retry: RetryPolicy | None = None, timeout: float | None = None,

@@ -84,3 +84,23 @@ def test_cli_run_of_a_graph_whose_state_is_a_typeddict_says_so_in_one_line(
     assert "TypedDict 'Typed'" in err
     assert main(["runs", "--db", str(db)]) == 0
     assert capsys.readouterr().out.strip() == "no runs"
+
+
+# --- @g.node without parentheses --------------------------------------------------------
+
+async def test_node_decorator_without_parentheses_declares_the_node(rt: Runtime):
+    g = Graph("g", state=Model)
+
+    @g.node
+    def first(state: Model) -> dict[str, int]:
+        return {"n": state.n + 1}
+
+    @g.node(after=["first"])
+    def second(state: Model) -> dict[str, int]:
+        return {"n": state.n * 10}
+
+    assert first(Model(n=1)) == {"n": 2}   # the function itself stays usable
+    assert g.compile().order == ("first", "second")
+    run = await rt.start(g, {"n": 1})
+    assert run.status == "succeeded"
+    assert (await rt.state_at((await rt.history(run.id))[-1].id)).n == 20
