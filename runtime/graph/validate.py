@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..core.errors import GraphError, Problem
 from .exits import endless_loops
 from .loops import canonical_order, check_loop, cycles
+from .reducers import Reducer, add, append, merge
 from .spec import AnyState, ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 _CTX_NAMES = {"ctx", "context"}
@@ -110,10 +111,23 @@ def state_problem(state: object) -> str | None:
     return f"state must be a pydantic model class (a subclass of BaseModel), got {what}"
 
 
+_NONE = type(None)
+#: field types each built-in reducer can never produce: every write to such a field fails
+#: (append makes a list, merge a dict, add a number: it sums from 0, so even an empty list
+#: fails). Models are left out: a RootModel may be any of these.
+_MISFITS: dict[Reducer, tuple[tuple[type, ...], str]] = {
+    append: ((str, bytes, int, float, dict, _NONE), "makes a list: type it list[...]"),
+    merge: ((str, bytes, int, float, list, tuple, set, frozenset, _NONE), "makes a dict: type it dict[...]"),
+    add: ((str, bytes, list, tuple, set, frozenset, dict, _NONE),
+          "sums numbers, from 0: type it int or float (to extend a list, use append)"),
+}
+
+
 def _reducer_problems(state: type[BaseModel]) -> Iterable[Problem]:
     """A bare function in a field's ``Annotated`` (``operator.add``, as other libraries take
     it) would be ignored, leaving the field last-value: each write would replace the value
-    it meant to extend."""
+    it meant to extend. A built-in reducer whose result the field's type can never hold
+    would fail every write, and is refused before a run is created."""
     for field, info in getattr(state, "model_fields", {}).items():
         for m in info.metadata:
             if inspect.isroutine(m) or isinstance(m, functools.partial):
@@ -121,6 +135,13 @@ def _reducer_problems(state: type[BaseModel]) -> Iterable[Problem]:
                 yield Problem(f"state {state.__name__}.{field}",
                               f"{name} is a plain function, not a reducer (it would be ignored and the "
                               f"field be last-value): write reducer({name}), or use append, merge or add")
+        used = [m for m in info.metadata if isinstance(m, Reducer)]
+        misfit = _MISFITS.get(used[-1]) if used else None
+        if misfit is not None and not _may_be(info.annotation, misfit[0]):
+            shown = show_type(info.annotation) if isinstance(info.annotation, type) else str(info.annotation)
+            yield Problem(f"state {state.__name__}.{field}",
+                          f"typed {shown.replace('typing.', '')} but its reducer {used[-1].name!r} "
+                          f"{misfit[1]}; as it is, every write to it would fail")
 
 
 def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[str]:
@@ -144,15 +165,21 @@ def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[s
 _NOT_LISTS = (str, bytes, int, float, bool, dict)
 
 
-def _may_be_list(annotation: object) -> bool:
-    """Whether a field of this type may hold a list (unions: any member may)."""
+def _may_be(annotation: object, never: tuple[type, ...]) -> bool:
+    """Whether a field of this type may hold a value of none of the types ``never``
+    (unions: any member may)."""
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        return any(_may_be_list(a) for a in typing.get_args(annotation))
+        return any(_may_be(a, never) for a in typing.get_args(annotation))
     if origin is typing.Annotated:
-        return _may_be_list(typing.get_args(annotation)[0])
-    base = origin or annotation
-    return not (isinstance(base, type) and issubclass(base, _NOT_LISTS))
+        return _may_be(typing.get_args(annotation)[0], never)
+    base = _NONE if annotation is None else origin or annotation
+    return not (isinstance(base, type) and issubclass(base, never))
+
+
+def _may_be_list(annotation: object) -> bool:
+    """Whether a field of this type may hold a list."""
+    return _may_be(annotation, _NOT_LISTS)
 
 
 def show_type(annotation: object) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, Optional, TypedDict
 
 import pytest
 from pydantic import BaseModel
 
-from runtime import Graph, GraphError, Runtime
+from runtime import Graph, GraphError, Runtime, add, append, merge, reducer
 from server.cli import main
 
 
@@ -104,3 +104,50 @@ async def test_node_decorator_without_parentheses_declares_the_node(rt: Runtime)
     run = await rt.start(g, {"n": 1})
     assert run.status == "succeeded"
     assert (await rt.state_at((await rt.history(run.id))[-1].id)).n == 20
+
+
+# --- a reducer that cannot hold its field's type -------------------------------------------
+
+class Misfit(BaseModel):
+    count: Annotated[int, append] = 0
+    title: Annotated[Optional[str], append] = None
+    tags: Annotated[list[str], merge] = []
+    meta: Annotated[dict[str, int], add] = {}
+    words: Annotated[list[str], add] = []      # add sums numbers: from an empty list it fails
+
+
+class Fits(BaseModel):
+    log: Annotated[Optional[list[str]], append] = None
+    seen: Annotated[tuple[str, ...], append] = ()
+    meta: Annotated[dict[str, Any], merge] = {}
+    inner: Annotated[Model, merge] = Model()
+    total: Annotated[float, add] = 0.0
+    steps: Annotated[Optional[int], add] = None
+    anything: Annotated[Any, append] = None
+    mine: Annotated[int, reducer(lambda a, b: [a, b])] = 0   # a custom reducer is its own business
+
+
+def test_a_builtin_reducer_on_a_field_type_it_can_never_produce_is_refused_naming_each_field():
+    g = Graph("g", state=Misfit)
+    g.add_node("bump", lambda s: None)
+    found = compile_problems(g)
+    assert len(found) == 5, found
+    for field, name in (("count", "append"), ("title", "append"), ("tags", "merge"), ("meta", "add"),
+                        ("words", "add")):
+        assert any(f"Misfit.{field}" in p and f"{name!r}" in p for p in found), (field, found)
+
+
+async def test_builtin_reducers_on_the_types_they_produce_compile_and_run(rt: Runtime):
+    g = Graph("g", state=Fits)
+    g.add_node("a", lambda s: {"log": ["x"], "seen": ["y"], "meta": {"k": 1}, "inner": {"n": 2},
+                               "total": 1.5, "steps": 2})
+    run = await rt.start(g, {})
+    assert run.status == "succeeded", run.error
+
+
+async def test_starting_a_graph_with_a_misfit_reducer_creates_no_run(rt: Runtime):
+    g = Graph("g", state=Misfit)
+    g.add_node("bump", lambda s: None)
+    with pytest.raises(GraphError, match="count"):
+        await rt.start(g, {})
+    assert await rt.runs() == []
