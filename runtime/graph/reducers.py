@@ -56,7 +56,9 @@ def _merge(current: JSON, update: JSON) -> JSON:
 
 
 def _add(current: JSON, update: JSON) -> JSON:
-    return (current or 0) + update
+    # ``+`` from nothing is the update itself: numbers sum, lists and strings concatenate
+    # (from an empty one too; ``0 + []`` would not)
+    return update if current is None else current + update
 
 
 last_value = Reducer("last_value", lambda _current, update: update, conflicts=True, pure=True)

@@ -113,13 +113,13 @@ def state_problem(state: object) -> str | None:
 
 _NONE = type(None)
 #: field types each built-in reducer can never produce: every write to such a field fails
-#: (append makes a list, merge a dict, add a number: it sums from 0, so even an empty list
-#: fails). Models are left out: a RootModel may be any of these.
+#: (append makes a list, merge a dict, add uses ``+``, which dicts and sets lack). Models are
+#: left out: a RootModel may be any of these.
 _MISFITS: dict[Reducer, tuple[tuple[type, ...], str]] = {
     append: ((str, bytes, int, float, dict, _NONE), "makes a list: type it list[...]"),
     merge: ((str, bytes, int, float, list, tuple, set, frozenset, _NONE), "makes a dict: type it dict[...]"),
-    add: ((str, bytes, list, tuple, set, frozenset, dict, _NONE),
-          "sums numbers, from 0: type it int or float (to extend a list, use append)"),
+    add: ((set, frozenset, dict, _NONE),
+          "adds with +: type it a number, a list or a string (to merge a dict, use merge)"),
 }
 
 
