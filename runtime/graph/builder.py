@@ -101,6 +101,10 @@ class Graph:
         after ``name`` run once the subgraph's last nodes have. Its nodes see their own
         state model, a view of this graph's state: each of its fields must be a field
         here with the same type and reducer."""
+        if not isinstance(graph, (Graph, ExecutableGraph)):   # declaration never raises: reported at compile
+            self._problems.append(Problem(f"subgraph {name!r}", f"must be a Graph or a compiled graph, got "
+                                                                f"{type(graph).__name__} {graph!r:.60}"))
+            return
         try:
             child = graph.compile() if isinstance(graph, Graph) else graph
         except GraphError as e:

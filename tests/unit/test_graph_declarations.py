@@ -154,3 +154,13 @@ async def test_starting_a_graph_with_a_misfit_reducer_creates_no_run(rt: Runtime
     with pytest.raises(GraphError, match="count"):
         await rt.start(g, {})
     assert await rt.runs() == []
+
+
+@pytest.mark.parametrize("given", ["not a graph", None, 3])
+def test_a_subgraph_that_is_not_a_graph_is_reported_at_compile(given: Any):
+    g = Graph("g", state=Model)
+    g.add_node("a", lambda s: None)
+    g.subgraph("inner", given, after=["a"])   # declaring never raises
+    with pytest.raises(GraphError) as raised:
+        g.compile()
+    assert "subgraph 'inner'" in str(raised.value) and "must be a Graph or a compiled graph" in str(raised.value)
