@@ -28,6 +28,7 @@ from enum import StrEnum
 
 __all__ = [
     "AttemptCancelled",
+    "ConditionFailed",
     "DeadlineExceeded",
     "EndNotRecorded",
     "ErrorClass",
@@ -143,6 +144,15 @@ class NodeError(HarnessError):
 
 class TransientError(NodeError):
     error_class = ErrorClass.TRANSIENT
+
+
+class ConditionFailed(NodeError):
+    """A node's ``when=`` raised: the node fails before it starts, saying so, with the class
+    of what the condition raised."""
+
+    def __init__(self, node: str, error: BaseException):
+        super().__init__(f"when= of node {node!r} raised {type(error).__name__}: {error}")
+        self.error_class = classify(error)
 
 
 class InvalidInputError(NodeError):

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import ValidationError
 
-from ..core.errors import EndNotRecorded, ErrorClass, InvalidWrites, LeaseLost, NodeError, classify
+from ..core.errors import ConditionFailed, EndNotRecorded, ErrorClass, InvalidWrites, LeaseLost, NodeError
 from ..core.jsonvalues import JSON
 from ..core.records import Checkpoint, Interrupt, JournalEntry, Run, WriteKind
 from ..core.states import (
@@ -276,7 +276,7 @@ class RunLoop(Outcomes, Growth):
                     try:
                         go = bool(when(view_of(self.state.input_model(node), spec.view)))
                     except Exception as e:
-                        self._fail_before_start(node, e)
+                        self._fail_before_start(node, ConditionFailed(node, e))
                         return
                     if not go:
                         self._node(node, NodeEvent.SKIP, reason="when() is false")

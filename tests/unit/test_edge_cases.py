@@ -446,3 +446,24 @@ def test_a_forked_process_and_a_seeded_random_do_not_repeat_ids():
         theirs = {i[-16:] for i in f.read().split("\n")}
     os.waitpid(pid, 0)
     assert len(theirs) == 50 and not mine & theirs
+
+
+
+class Flag(BaseModel):
+    n: int = 0
+
+
+@pytest.mark.parametrize(("when", "raised", "error_class"), [
+    (lambda s: 1 / s.n > 0, "ZeroDivisionError: division by zero", "internal"),
+    # the class of what the condition raised decides, as for a node's own error
+    (lambda s: {}["missing"], "KeyError: 'missing'", "invalid_input")])
+async def test_a_when_that_raises_fails_its_node_saying_it_was_the_condition(rt: Runtime, when, raised: str,
+                                                                             error_class: str):
+    g = Graph("raising_when", state=Flag)
+    g.add_node("a", lambda s: {"n": 0})
+    g.add_node("b", lambda s: {"n": 1}, after=["a"], when=when)
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED
+    [attempt] = [a for a in await rt.attempts(run.id) if a.node == "b"]
+    assert attempt.error == f"ConditionFailed: when= of node 'b' raised {raised}"
+    assert attempt.error_class == error_class
