@@ -88,12 +88,21 @@ class Driver:
         ``limits`` apply from now on (the run row is written with them as the loop begins)."""
         # the code first: a process that cannot drive the run must leave its lease to the owner
         graph = self.deps.graphs.run_graph(run)
+        self._check_not_being_taken(run)
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
         if limits:
             run = run.evolve(limits=with_limits(run.limits, limits, self.env.now()))
         loop = load_loop(self.deps, run, graph)
         loop.begin(event, answered or {}, by)
         return loop
+
+    def _check_not_being_taken(self, run: Run) -> None:
+        """Refuse a run another live process holds the lease of while it is not yet RUNNING:
+        that process is between taking its lease and recording why (a claim, an answer). Its
+        fence was read here, so taking the lease now would succeed and cut that process off
+        mid-way, an effect it started left in doubt."""
+        if run.status != RunStatus.RUNNING and self.held_elsewhere(run):
+            raise LeaseLost(f"run {run.id} is being taken over by {run.lease_owner}")
 
     # ------------------------------------------------------------------ resume
 
@@ -203,24 +212,30 @@ class Driver:
         if loop is not None:
             loop.request_cancel(reason)
             return await self.wait_terminal(run_id, wait)
-        if run.status == RunStatus.RUNNING and not self.lease_expired(run):
+        if self.held_elsewhere(run):
             self.store.request_cancel(run_id, reason)
             run = await self.wait_terminal(run_id, wait)
-            if run.status in TERMINAL_RUN or (run.status == RunStatus.RUNNING and not self.lease_expired(run)):
+            if run.status in TERMINAL_RUN or self.held_elsewhere(run):
                 return run
             # it paused (or its owner died) before seeing the request: cancel it here
         graph = self.deps.graphs.run_graph(run)   # before the lease, as in take_lease
+        self._check_not_being_taken(run)
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
         loop = load_loop(self.deps, run, graph)
         loop.begin_cancel(reason)
         return await self.run_loop(loop)
 
+    def held_elsewhere(self, run: Run) -> bool:
+        """Another live process drives the run, or is taking it over (claiming, answering)."""
+        return run.status not in TERMINAL_RUN and run.lease_owner is not None and not self.lease_expired(run)
+
     async def wait_terminal(self, run_id: str, wait: float) -> Run:
-        """Poll until the run ends or stops being RUNNING (or ``wait`` seconds pass)."""
+        """Poll until no other process holds the run (it ended, paused or its process
+        died), or ``wait`` seconds pass."""
         step, waited = 0.02, 0.0
         while True:
             run = self.store.get_run(run_id)
-            if run.status != RunStatus.RUNNING or waited >= wait:
+            if not self.held_elsewhere(run) or waited >= wait:
                 return run
             await asyncio.sleep(step)
             waited += step

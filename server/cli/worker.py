@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from runtime import HarnessError, Run, Runtime, RunStatus
+from runtime import HarnessError, LeaseLost, Run, Runtime, RunStatus
 from server.present import plain, run_line
 
 from . import exits
@@ -43,6 +43,8 @@ async def drive(rt: Runtime, run: Run, args: argparse.Namespace) -> bool:
     was left to someone else: taken by another worker, or refused here (said on stderr)."""
     try:
         done = await rt.resume(run.id)
+    except LeaseLost:
+        return True   # another worker is taking it, or took it while this one tried: that one drives it
     except HarnessError as e:
         now = await rt.get_run(run.id)
         if now.status != run.status or now.fence != run.fence:
