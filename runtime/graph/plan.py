@@ -137,7 +137,7 @@ def _compile(plan: Mapping[str, Any], registry: Registry, inherited: type[BaseMo
     try:
         doc = _Plan.model_validate(plan)
     except ValidationError as e:
-        raise GraphError([Problem(_loc(err["loc"], plan), err["msg"]) for err in e.errors()]) from None
+        raise GraphError([Problem(_loc(err["loc"], plan), _msg(err)) for err in e.errors()]) from None
 
     scope = _Scope(plan, registry, inherited, True, within, depth)
     problems = scope.problems
@@ -162,7 +162,7 @@ def _compile(plan: Mapping[str, Any], registry: Registry, inherited: type[BaseMo
         try:
             node = _Node.model_validate(raw)
         except ValidationError as e:
-            problems.extend(Problem(_loc(("nodes", i, *err["loc"]), plan), err["msg"]) for err in e.errors())
+            problems.extend(Problem(_loc(("nodes", i, *err["loc"]), plan), _msg(err)) for err in e.errors())
             salvaged = _without_unknown_keys(_Node, raw, e)
             if salvaged is None:
                 if isinstance(raw, dict):
@@ -211,7 +211,7 @@ def _subgraph_node(i: int, raw: dict[str, Any], scope: _Scope) -> NodeDecl | _Su
     try:
         node: _SubgraphNode | None = _SubgraphNode.model_validate(fields)
     except ValidationError as e:
-        problems.extend(Problem(_loc(("nodes", i, *err["loc"]), scope.plan), err["msg"]) for err in e.errors())
+        problems.extend(Problem(_loc(("nodes", i, *err["loc"]), scope.plan), _msg(err)) for err in e.errors())
         node = _without_unknown_keys(_SubgraphNode, fields, e)
     if node is None:
         node_id = raw.get("id")
@@ -314,6 +314,18 @@ def _placeholder(name: str, where: str, after: tuple[str, ...] = ()) -> NodeDecl
     """Stands for a node that could not be compiled, so its dependents are not misreported
     (and, its condition unknown, a loop through it is not also called exitless)."""
     return NodeDecl(name=name, fn=_unresolved, after=after, location=where, retry=NO_RETRY, when=_unresolved)
+
+
+def _msg(err: Any) -> str:
+    """A validation error's message in the plan's terms: where an object was expected, the
+    message names the internal model that would read it, which means nothing to a plan's author."""
+    if err["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        return f"must be a JSON object, got {_JSON_KINDS.get(type(err['input']), type(err['input']).__name__)}"
+    return str(err["msg"])
+
+
+_JSON_KINDS = {str: "a string", int: "a number", float: "a number", bool: "true or false", list: "an array",
+               type(None): "null"}
 
 
 def _without_unknown_keys(model: type[_M], raw: Any, error: ValidationError) -> _M | None:

@@ -247,3 +247,15 @@ def test_a_plan_node_with_a_misspelt_when_is_not_also_called_an_endless_loop():
         {"id": "tool", "fn": f"{__name__}:noop", "after": ["model"], "whn": f"{__name__}:noop"},
     ]})
     assert found == ["nodes[1] ('tool').whn: Extra inputs are not permitted"]
+
+
+@pytest.mark.parametrize(("plan", "expected"), [
+    (plan_with(retry="x"), "nodes[0] ('a').retry: must be a JSON object, got a string"),
+    ({"name": "p", "nodes": [3]}, "nodes[0]: must be a JSON object, got a number"),
+    ({"name": "p", "nodes": [{"id": "b", "subgraph": {"nodes": [[]]}}]},
+     "nodes[0] ('b').subgraph.nodes[0]: must be a JSON object, got an array"),
+])
+def test_a_plan_value_that_must_be_an_object_says_so_in_json_terms(plan: dict[str, Any], expected: str):
+    found = problems_of(plan)
+    assert expected in found, found
+    assert not any("_Node" in p or "_Retry" in p or "instance of" in p for p in found), found
