@@ -38,7 +38,7 @@ from ..core.errors import ErrorClass, GraphError, InvalidRequest, Problem
 from .builder import Graph, subgraph_decls, view_problems
 from .registry import Registry, lookup, named_callable
 from .spec import NO_RETRY, AnyState, ExecutableGraph, NodeDecl, RetryPolicy
-from .validate import MAX_NESTING, build, nesting_path, show
+from .validate import MAX_NESTING, NO_NODES, build, nesting_path, show
 
 __all__ = ["Registry", "compile_plan"]
 
@@ -189,7 +189,9 @@ def _compile(plan: Mapping[str, Any], registry: Registry, inherited: type[BaseMo
     try:
         graph = build(doc.name, scope.state, decls)
     except GraphError as e:
-        raise GraphError([*problems, *e.problems]) from None
+        # a plan whose nodes all failed to read has none left: that is said of each already
+        found = [p for p in e.problems if not (doc.nodes and p.message == NO_NODES)]
+        raise GraphError([*problems, *found]) from None
     if problems:
         raise GraphError(problems)
     return graph

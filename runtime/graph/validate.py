@@ -21,6 +21,7 @@ from .reducers import Reducer, add, append, merge
 from .spec import AnyState, ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
 
 _CTX_NAMES = {"ctx", "context"}
+NO_NODES = "a graph needs at least one node"
 _ID = re.compile(r"[\w.-]+")  # letters (any script), digits, _ . -
 _PATH = re.compile(r"[\w.-]+(/[\w.-]+)+")  # a subgraph's node: sub/inner
 
@@ -34,7 +35,7 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
     if not isinstance(name, str) or not name:
         problems.append(Problem("graph", "a graph needs a non-empty name"))
     if not decls:
-        problems.append(Problem("graph", "a graph needs at least one node"))
+        problems.append(Problem("graph", NO_NODES))
     wrong_state = state_problem(state)
     if wrong_state is not None:
         problems.append(Problem("graph state", wrong_state))

@@ -259,3 +259,9 @@ def test_a_plan_value_that_must_be_an_object_says_so_in_json_terms(plan: dict[st
     found = problems_of(plan)
     assert expected in found, found
     assert not any("_Node" in p or "_Retry" in p or "instance of" in p for p in found), found
+
+
+
+def test_a_plan_whose_only_node_cannot_be_read_is_not_also_said_to_have_none():
+    assert problems_of({"name": "p", "nodes": [3]}) == ["nodes[0]: must be a JSON object, got a number"]
+    assert problems_of({"name": "p", "nodes": []}) == ["graph: a graph needs at least one node"]
