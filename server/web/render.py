@@ -24,7 +24,8 @@ ENV = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_aut
                   trim_blocks=True, lstrip_blocks=True)
 
 
-def _json(value: Any, indent: int | None = None) -> str:
+def as_json(value: Any, indent: int | None = None) -> str:
+    """A value as pages show it (the ``json`` filter): what a search of shown data matches."""
     return json.dumps(value, indent=indent, sort_keys=False, ensure_ascii=False, default=str)
 
 
@@ -33,7 +34,7 @@ def _tojson_attr(value: Any) -> Markup:
     return Markup.escape(json.dumps(value, default=str))
 
 
-ENV.filters["json"] = _json
+ENV.filters["json"] = as_json
 # macros as globals: a block rendered alone (an htmx fragment) does not run the page's imports
 ENV.filters["attrjson"] = _tojson_attr
 

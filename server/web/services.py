@@ -38,6 +38,8 @@ from runtime.store.base import MAX_SEQ
 from runtime.travel.diff import Change, diff
 from runtime.travel.views import CheckpointView
 
+from .render import as_json
+
 T = TypeVar("T")
 
 PER_PAGE = 50
@@ -183,7 +185,8 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
     while True:
         chunk = rt.store.events(run_id, after, SEARCH_CHUNK)
         for e in chunk:
-            if q in e.type.lower() or q in (e.node or "").lower() or q in str(e.data).lower():
+            # the data as the trace shows it (JSON), so text copied from the page is found
+            if q in e.type.lower() or q in (e.node or "").lower() or q in as_json(e.data).lower():
                 if skip:
                     skip -= 1
                 elif len(shown) == per_page:

@@ -1186,6 +1186,17 @@ def test_a_trace_search_reads_chunks_and_pages_every_match_once(shared: Seeded,
     assert len(reads) < -(-len(every) // 3)   # the first page stops before the end of the trace
 
 
+
+def test_the_trace_search_finds_data_as_the_trace_shows_it(shared: Seeded, reader: Client) -> None:
+    # text copied from the trace's data column (JSON, double quotes) finds its event
+    event = next(e for e in shared.rt.store.events(shared.looped) if len(e.data) >= 2)
+    first = next(iter(event.data))
+    query = f'"{first}": {json.dumps(event.data[first], ensure_ascii=False)}'
+    shown, _ = services.events_window(shared.rt, shared.looped, 1, query, per_page=500)
+    assert event.seq in [e.seq for e in shown]
+    page = reader.get(f"/runs/{shared.looped}/panels/events", params={"cp": 0, "eq": query}).text
+    assert f'id="ev-{event.seq}"' in page
+
 def test_what_runs_next_is_unknown_not_nothing_where_the_code_is_not_loaded(seeded: Seeded) -> None:
     # ``harness serve`` over a store from a process that has none of its graphs' code
     first = asyncio.run(seeded.rt.history(seeded.looped))[1]
