@@ -42,16 +42,18 @@ from .validate import MAX_NESTING, NO_NODES, build, nesting_path, show
 
 __all__ = ["Registry", "compile_plan"]
 
-def _not_bool(value: Any) -> Any:
-    # JSON true/false would otherwise pass as 1 and 0
+def _number(value: Any) -> Any:
+    # JSON true/false would otherwise pass as 1 and 0, and "3" as 3: a plan says what it means
     if isinstance(value, bool):
         raise PydanticCustomError("bool_not_number", "Input should be a number, not a boolean")
+    if isinstance(value, str):
+        raise PydanticCustomError("str_not_number", "Input should be a number, not a string")
     return value
 
 
-#: numbers in a plan: no booleans, and no NaN or infinity (they would act as "no limit")
-_Count = Annotated[int, BeforeValidator(_not_bool)]
-_Seconds = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
+#: numbers in a plan: no booleans or strings, and no NaN or infinity (they would act as "no limit")
+_Count = Annotated[int, BeforeValidator(_number)]
+_Seconds = Annotated[float, BeforeValidator(_number), Field(allow_inf_nan=False)]
 
 
 class _Retry(BaseModel):

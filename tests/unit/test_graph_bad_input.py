@@ -265,3 +265,12 @@ def test_a_plan_value_that_must_be_an_object_says_so_in_json_terms(plan: dict[st
 def test_a_plan_whose_only_node_cannot_be_read_is_not_also_said_to_have_none():
     assert problems_of({"name": "p", "nodes": [3]}) == ["nodes[0]: must be a JSON object, got a number"]
     assert problems_of({"name": "p", "nodes": []}) == ["graph: a graph needs at least one node"]
+
+
+
+@pytest.mark.parametrize("field", ["timeout", "max_iterations"])
+def test_a_plan_number_given_as_a_string_is_refused_not_read_as_a_number(field: str):
+    found = problems_of(plan_with(**{field: "3"}))
+    assert f"nodes[0] ('a').{field}: Input should be a number, not a string" in found, found
+    retry = problems_of(plan_with(retry={"max_attempts": "2"}))
+    assert "nodes[0] ('a').retry.max_attempts: Input should be a number, not a string" in retry, retry
