@@ -37,6 +37,7 @@ from runtime import (
     TransientError,
     append,
 )
+from runtime.engine import effects
 from server.cli import main
 
 FAST = dict(initial_interval=0.001, backoff=1.0)
@@ -217,6 +218,13 @@ def late_answer(calls: Calls, started: threading.Event, release: threading.Event
     return call
 
 
+@pytest.fixture
+def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel waits a moment for a sync effect's thread (``CANCEL_GRACE``): here the thread
+    is held past it on purpose, so the moment is made short (the order of events is the same)."""
+    monkeypatch.setattr(effects, "CANCEL_GRACE", 0.2)
+
+
 class LateRun:
     """A run of one ``def`` node calling ``late_answer``; ``finished`` once ``ctx.effect`` returned."""
 
@@ -243,6 +251,7 @@ class LateRun:
 
 
 @pytest.mark.parametrize("end", ["cancel", "stop_waiting"])
+@pytest.mark.usefixtures("short_grace")
 async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_lineage(rt: Runtime, end: str):
     """A ``def`` node's thread outlives its run's end; the effect it finishes then is journaled,
     and its usage goes onto the ended run: the continuation served that result starts with it,
@@ -271,6 +280,7 @@ async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_
     assert (await rt.get_run(cont.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 2}
 
 
+@pytest.mark.usefixtures("short_grace")
 async def test_usage_of_an_effect_whose_late_result_cannot_be_stored_counts_once_across_the_lineage(
         rt: Runtime):
     """The effect ran and was paid for, but its result has no JSON form: the entry stays in
@@ -325,6 +335,7 @@ async def test_usage_of_an_effect_that_outlived_its_deadline_counts_once_across_
     assert (await rt.get_run(paused.id)).usage["tokens"] == 500
 
 
+@pytest.mark.usefixtures("short_grace")
 async def test_a_late_effect_of_a_run_already_continued_is_left_in_doubt_and_changes_neither_run(
         rt: Runtime, caplog: pytest.LogCaptureFixture):
     """The continuation claimed the ended run and copied its usage: the late outcome is refused
