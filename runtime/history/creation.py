@@ -21,7 +21,7 @@ from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..core.streams import publish
 from ..graph import ExecutableGraph
 from ..graph.instances import base_node, parse_instance
-from ..store.base import CheckpointStore
+from ..store.base import MAX_SEQ, CheckpointStore
 
 
 def insert_run(store: CheckpointStore, env: Environment, run: Run, statuses: Mapping[str, NodeStatus], *,
@@ -155,10 +155,12 @@ def new_limits(now: float, *, deadline: Any = None, max_steps: Any = None, max_t
     for name, value in {**amounts, **counts}.items():
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise InvalidRequest(f"{name} must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
+            raise InvalidRequest(f"{name} must be a positive number, got {_shown(value)}")
         if name in counts and not isinstance(value, int):
             raise InvalidRequest(f"{name} must be a whole number, got {value!r}")
+    if max_concurrency is not None and max_concurrency > MAX_SEQ:   # the store's column is 32-bit
+        raise InvalidRequest(f"max_concurrency must be a whole number from 1 to {MAX_SEQ}, got {max_concurrency!r}")
     limits: dict[str, JSON] = {}
     if deadline is not None:
         limits["deadline_s"] = deadline
@@ -166,6 +168,19 @@ def new_limits(now: float, *, deadline: Any = None, max_steps: Any = None, max_t
         if (value := {**amounts, **counts}[name]) is not None:
             limits[name] = value
     return renew_limits(limits, now)
+
+
+def _finite(value: int | float) -> bool:
+    """Whether a number is finite as a float: an int too large for one (10**400) is not."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
 
 
 def renew_limits(limits: Mapping[str, JSON], now: float) -> dict[str, JSON]:

@@ -34,6 +34,9 @@ async def nothing_stored(rt: Runtime) -> bool:
     ("max_steps", 1.5), ("max_steps", 0), ("max_steps", math.nan),
     ("max_tokens", 2.5), ("max_cost", math.inf), ("max_cost", math.nan),
     ("max_concurrency", 0.5), ("max_concurrency", -2),
+    # too large for a float, or for the store's integer column: refused, not a raw overflow
+    pytest.param("deadline", 10**400, id="deadline-10**400"), pytest.param("max_cost", 10**400, id="max_cost-10**400"),
+    ("max_concurrency", 2**31),
 ])
 async def test_a_limit_that_is_not_a_positive_finite_number_is_refused(rt: Runtime, option, value):
     with pytest.raises(InvalidRequest, match=option):
@@ -264,3 +267,10 @@ async def test_listing_interrupts_with_pending_not_a_bool_is_refused_not_read_as
     with pytest.raises(InvalidRequest, match="pending must be True or False"):
         await rt.interrupts(run.id, pending=pending)
     assert len(await rt.interrupts(run.id, pending=False)) == 1
+
+
+@pytest.mark.parametrize("value", [0, 1.5, True, 2**31])
+def test_a_runtime_refuses_a_max_concurrency_its_runs_could_not_store(value):
+    # every run records the Runtime's bound: one past the store's 32-bit column failed each start
+    with pytest.raises(InvalidRequest, match="max_concurrency must be a whole number from 1 to 2147483647"):
+        Runtime(max_concurrency=value)

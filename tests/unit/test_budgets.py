@@ -566,7 +566,10 @@ async def test_new_limits_of_an_answered_run_are_stored_with_it(tmp_path: Path, 
 # --------------------------------------------------------------------------- invalid limits
 
 BAD_LIMITS = [("max_cost", -1.0), ("max_cost", math.inf), ("max_tokens", 1.5), ("max_steps", 0),
-              ("deadline", math.nan), ("max_steps", True)]
+              ("deadline", math.nan), ("max_steps", True),
+              # too large for a float: refused, not an OverflowError
+              pytest.param("max_cost", 10**400, id="max_cost-10**400"),
+              pytest.param("deadline", 10**400, id="deadline-10**400")]
 
 
 @pytest.mark.parametrize(("name", "value"), BAD_LIMITS)
