@@ -6,12 +6,13 @@ connection lost while committing) is recognised from the run's row and not writt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import BaseModel
 
-from runtime import EffectStatus, Runtime, RunStatus
-from runtime.core.records import Batch
+from runtime import EffectStatus, Graph, NodeContext, Runtime, RunStatus, append
+from runtime.core.records import Batch, EventType
 from runtime.store.base import CheckpointStore
 
 from test_end_commit import Order, World, assert_gapless_trace, order_graph
@@ -108,6 +109,56 @@ async def test_an_effect_whose_start_cannot_be_recorded_is_not_called_and_not_le
         resumed = await rt.resume(run.id)
         assert resumed.status == RunStatus.SUCCEEDED, resumed.error
         assert len(world.charges) == 1 and store.interrupts(run.id) == []
+        assert_gapless_trace(store, run.id)
+    finally:
+        rt.close()
+
+
+class RefusingCustom(RefusingStore):
+    """Refuses the first commit that records a ``ctx.emit`` payload, and only that one."""
+
+    def commit(self, batch: Batch) -> None:
+        if self.refuse > 0 and any(e.type == EventType.CUSTOM for e in batch.events):
+            self.refuse -= 1
+            self.refused += 1
+            if self.applied:
+                self.inner.commit(batch)
+            raise OSError("connection reset by peer")
+        self.inner.commit(batch)
+
+
+class Chunks(BaseModel):
+    log: Annotated[list[str], append] = []
+
+
+def write(state: Chunks, ctx: NodeContext) -> dict[str, Any]:
+    ctx.emit({"progress": 0.5})
+    ctx.emit({"token": "hel"}, ephemeral=True)
+    return {"log": ["written"]}
+
+
+async def write_async(state: Chunks, ctx: NodeContext) -> dict[str, Any]:
+    return write(state, ctx)
+
+
+@pytest.mark.parametrize("applied", [False, True])
+@pytest.mark.parametrize("node", [write, write_async], ids=["def", "async-def"])
+async def test_a_commit_refused_once_before_a_streamed_token_chunk_is_tried_again(
+        store: CheckpointStore, applied: bool, node: Any) -> None:
+    """An ephemeral event first commits what was recorded before it (so a reader sees them
+    in order): that commit, refused once, is tried again as any other is, and not written
+    twice when the store had applied it; the node is not failed by it."""
+    g = Graph("chunks", state=Chunks)
+    g.add_node("write", node)
+    refusing = RefusingCustom(store, skip=0, applied=applied)
+    rt = Runtime(store=refusing)
+    try:
+        events = [ev async for ev in rt.stream(g, {})]
+        run = store.get_run(events[0].run_id)
+        assert refusing.refused == 1
+        assert run.status == RunStatus.SUCCEEDED, run.error
+        assert [e.data for e in events if e.type == "custom"] == [{"payload": {"progress": 0.5}},
+                                                                  {"payload": {"token": "hel"}}]
         assert_gapless_trace(store, run.id)
     finally:
         rt.close()
