@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from ..core.errors import AttemptCancelled
+from ..core.errors import AttemptCancelled, InvalidInputError
 from ..core.jsonvalues import JSON, to_json
 from ..core.records import InterruptKind, InterruptStatus
 from .effects import JournalHost, check_usage, perform_effect
@@ -124,6 +124,8 @@ class NodeContext:
         ``async def`` node call it without ``await``; from a sync node it is handed to
         the run's event loop in order."""
         self._check_alive()
+        if not isinstance(ephemeral, bool):   # by its truth, "false" would drop a payload meant for the trace
+            raise InvalidInputError(f"emit: ephemeral must be True or False, got {ephemeral!r}")
         value = to_json(payload, "emitted payload")
         if threading.get_ident() == self._loop_thread:
             self._host.emit(self._scope, value, ephemeral)

@@ -95,6 +95,21 @@ async def test_ephemeral_payloads_are_streamed_in_order_but_never_stored(rt: Run
     assert all("token" not in (t.data.get("payload") or {}) for t in trace)
 
 
+@pytest.mark.parametrize("flag", ["false", 0, None])
+async def test_an_emit_whose_ephemeral_flag_is_not_a_bool_fails_its_node_naming_it(rt: Runtime, flag: Any):
+    """Read by its truth, "false" would make a payload meant for the trace ephemeral: lost."""
+    g = Graph("flagged", state=S)
+
+    @g.node()
+    def a(state: S, ctx: NodeContext) -> dict:
+        ctx.emit({"progress": 1.0}, ephemeral=flag)
+        return {}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED
+    assert run.error["class"] == "invalid_input" and "ephemeral must be True or False" in run.error["message"]
+
+
 async def test_a_pause_ends_the_stream_and_a_streamed_resume_continues_it(rt: Runtime):
     g = Graph("ask", state=S)
 
