@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ..core.errors import AttemptCancelled, InvalidInputError
 from ..core.jsonvalues import JSON, to_json
@@ -135,7 +135,8 @@ class NodeContext:
     async def _interrupt(self, payload: JSON, response: type[BaseModel] | None) -> Any:
         slot = str(self._scope.interrupts)
         self._scope.interrupts += 1
-        found = self._host.find_interrupt(self.node, slot, InterruptKind.USER)
+        found = self._host.find_interrupt(self.node, slot, InterruptKind.USER,
+                                          None if response is None else _fits(response))
         if found is not None and found.status == InterruptStatus.ANSWERED:   # null is an answer too
             if response is not None:
                 return response.model_validate(found.answer)
@@ -157,3 +158,14 @@ class NodeContext:
     def _check_alive(self) -> None:
         if self._scope.abandoned:
             raise AttemptCancelled(f"attempt {self.attempt} of node {self.node!r} was abandoned")
+
+
+def _fits(model: type[BaseModel]) -> Callable[[JSON], bool]:
+    """Whether a recorded answer is one ``model`` takes."""
+    def fits(answer: JSON) -> bool:
+        try:
+            model.model_validate(answer)
+        except ValidationError:
+            return False
+        return True
+    return fits

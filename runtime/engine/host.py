@@ -175,10 +175,16 @@ class RunHost:
 
     # ------------------------------------------------------------------ interrupts
 
-    def find_interrupt(self, node: str, slot: str, kind: InterruptKind) -> Interrupt | None:
+    def find_interrupt(self, node: str, slot: str, kind: InterruptKind,
+                       accepts: Callable[[JSON], bool] | None = None) -> Interrupt | None:
         found = self.interrupts.get((node, slot, kind.value))
         if found is not None and kind != InterruptKind.USER and found.run_id != self.run_id:
             return None  # a continuation asks again: whoever continues the run decides afresh
+        if (found is not None and accepts is not None and found.status == InterruptStatus.ANSWERED
+                and not accepts(found.answer)):
+            # answered for code whose response model took it; this code's does not (a replay of
+            # new code, a continuation after a deploy): the question is asked again
+            return None
         if found is not None and found.run_id != self.run_id and found.status == InterruptStatus.ANSWERED:
             # an answer recorded by an earlier run (a continued run, or the run a replay re-executes)
             self.rec.emit(EventType.INTERRUPT_REUSED, node, interrupt_id=found.id,
