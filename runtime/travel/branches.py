@@ -168,6 +168,7 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
                              f"graph given: {problems(e, 'input')}") from None
     if compiled.version != base_run.graph_version:
         _refuse_moved_loops(deps, base_run, compiled, cp.node_states)
+        _refuse_unmapped_items(compiled, cp.node_states)
     statuses = branch_statuses(cp.node_states, compiled)
     options: dict[str, JSON] = {"effects": EffectsMode.MOCK.value, "mocks": mocks_json, "compare": True,
                                 "source": {"run_id": source.id, "checkpoint_id": cp.id}}
@@ -255,6 +256,19 @@ def _refuse_moved_loops(deps: EngineDeps, recorded: Run, graph: ExecutableGraph,
                 f"the graph given runs {node!r} in {loops(graph.loop_path.get(node, ()))}, and the recording "
                 f"ran it in {loops(before.get(node, ()))}: its recorded instance {name!r} has no place in the new "
                 f"graph; replay from a checkpoint before {node!r} ran in a loop iteration, or from the run's start")
+
+
+def _refuse_unmapped_items(graph: ExecutableGraph, node_states: Mapping[str, NodeStatus]) -> None:
+    """Refuse to replay new code that runs once a node the recording mapped over a list:
+    its recorded items (``work[2]``), and the writes they hold, have no place in it."""
+    for name in node_states:
+        parsed = parse_instance(name)
+        node = parsed.node
+        if parsed.item is not None and node in graph.nodes and graph.nodes[node].map_over is None:
+            raise InvalidRequest(
+                f"the graph given runs {node!r} once, and the recording mapped it over a list: its recorded "
+                f"item {name!r} has no place in the new graph; replay from a checkpoint before {node!r} "
+                f"ran, or from the run's start")
 
 
 def _name_code(options: dict[str, JSON], source: Run, graph: ExecutableGraph | None) -> None:

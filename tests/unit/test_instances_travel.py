@@ -868,3 +868,34 @@ async def test_replay_from_inside_a_loop_with_code_that_adds_a_member_to_the_loo
     final = (await rt.history(replay.id))[-1]
     assert final.node_states["alt#1"] == NodeStatus.SKIPPED and final.node_states["model#2"] == NodeStatus.SUCCEEDED
     assert (await final_state(rt, replay.id)).log == (await final_state(rt, run.id)).log
+
+
+async def test_replay_of_code_that_no_longer_maps_a_node_is_refused_from_a_checkpoint_with_its_items(rt: Runtime):
+    """The recorded items (``work[0]``) have no place in a graph that runs ``work`` once:
+    refused, naming them, before anything is written (it crashed, leaving the replay running)."""
+    def once() -> Graph:
+        g = Graph("map", state=S)
+
+        @g.node()
+        def plan(s: S) -> dict:
+            return {"items": [0, 1, 2]}
+
+        @g.node(after=["plan"])
+        def work(s: S) -> dict:
+            return {"log": [f"w{i}" for i in s.items]}
+
+        @g.node(after=["work"])
+        def collect(s: S) -> dict:
+            return {"n": len(s.log)}
+
+        return g
+
+    run = await rt.start(map_graph(World(), count=3), {})
+    before = await rt.runs()
+    for item in ("work[0]", "collect"):
+        with pytest.raises(InvalidRequest, match=r"runs 'work' once.*recorded item 'work\[0\]'"):
+            await rt.replay(await checkpoint_after(rt, run.id, item), graph=once())
+    assert await rt.runs() == before
+    # from before the map ran, the new code replays
+    report = await rt.replay(await checkpoint_after(rt, run.id, "plan"), graph=once())
+    assert report.status == "succeeded" and report.node("work").verdict == "different"
