@@ -140,3 +140,41 @@ def test_the_selected_checkpoint_stays_in_view(page: Page, demo: Any, shot: Any)
     page.keyboard.press("j")
     selected(page, last // 2 + 1)
     assert selected_in_view(page)
+
+
+def test_the_node_drawer_follows_an_instance_through_the_timeline(page: Page, demo: Any, shot: Any) -> None:
+    run_id = demo.ids["research"]
+    cps = demo.api(f"/api/runs/{run_id}/checkpoints")["checkpoints"]
+    made = next(c["seq"] for c in cps if "model#2" in c["node_states"])   # the third model call is due
+    last = cps[-1]["seq"]
+    page.goto(f"/runs/{run_id}?cp={last}&node=model%232")
+    drawer = page.locator("#drawer")
+    expect(drawer.locator("details.instance > summary")).to_have_text(re.compile(r"^model#2 "))
+
+    # stepped to before the instance exists: the drawer stays, and says so
+    page.locator(f'.timeline a.cp-link[data-seq="{made - 1}"]').click()
+    selected(page, made - 1)
+    expect(drawer).to_contain_text(f"model#2 does not exist yet at checkpoint #{made - 1}")
+    expect(drawer.locator("details.instance")).to_have_count(0)
+    expect(page).to_have_url(re.compile(r"[?&]node=model%232(&|$)"))
+    page.keyboard.press("k")
+    selected(page, made - 2)
+    expect(drawer).to_contain_text(f"does not exist yet at checkpoint #{made - 2}")
+
+    # and follows it again where it exists
+    page.locator(f'.timeline a.cp-link[data-seq="{made}"]').click()
+    selected(page, made)
+    expect(drawer.locator("details.instance > summary")).to_have_text(re.compile(r"^model#2 "))
+    expect(drawer).not_to_contain_text("does not exist yet")
+    shot()
+    page.go_back()
+    selected(page, made - 2)
+    expect(drawer).to_contain_text("does not exist yet")
+
+    # closing the drawer is what drops the node
+    drawer.get_by_role("link", name="close").click()
+    expect(page.locator("#drawer")).to_have_count(0)
+    expect(page).not_to_have_url(re.compile(r"node="))
+    page.keyboard.press("j")
+    selected(page, made - 1)
+    expect(page.locator("#drawer")).to_have_count(0)

@@ -65,8 +65,9 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1) -> dict[str, A
     base = f"/runs/{p.run.id}"
     sel = p.selected.checkpoint.seq
 
-    def cp_url(seq: int) -> str:
-        return f"{base}?cp={seq}"
+    def cp_url(seq: int, keep_node: bool = True) -> str:
+        # stepping keeps the node drawer open on the node (or instance) it shows
+        return f"{base}?{urlencode({'cp': seq, **({'node': p.node} if p.node and keep_node else {})})}"
 
     def node_url(name: FromPath[str], page: int = 1) -> str:
         return f"{base}?{urlencode({'cp': sel, 'node': name, **({'page': page} if page > 1 else {})})}"

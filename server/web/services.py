@@ -115,6 +115,7 @@ class RunPage:
     previous: Checkpoint | None
     changes: Sequence[Change]
     node: str | None
+    node_absent: bool   # ``node`` is an instance created after the selected checkpoint
     node_states: Mapping[str, NodeStatus]
     interrupts: Sequence[Interrupt]
     children: Sequence[Run]
@@ -149,22 +150,28 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
     last = max(run.head_seq, chosen.seq)
     lo = max(0, min(chosen.seq - TIMELINE_WINDOW // 2, last + 1 - TIMELINE_WINDOW))
     window = rt.store.checkpoint_summaries(run_id, lo, lo + TIMELINE_WINDOW - 1)
-    # a graph node with any instance here, or an instance that exists here
-    if node is not None and node not in chosen.node_states and (
-            node != base_node(node) or not any(base_node(n) == node for n in chosen.node_states)):
-        # an instance a later iteration or item creates is not there yet: say where it was looked for
-        raise NotFound(f"run {run_id} has no node {node!r} at checkpoint #{chosen.seq}")
     states = chosen.node_states
     if run.status == RunStatus.RUNNING and chosen.seq >= run.head_seq:
         # the head of a run going on: a checkpoint is taken when a node settles, so the nodes
         # that started since are in its trace only (shown pending, a running node would mislead)
         since = rt.store.events(run_id, after_seq=chosen.event_seq, limit=LIVE_EVENTS)
         states = states_after(states, since, chosen.event_seq)
+    absent = node is not None and not _has_node(states, node)
+    if absent:
+        # an instance a later iteration or item creates: the drawer stays open on it while stepping
+        head = rt.store.find_checkpoint(run_id) if chosen.seq < run.head_seq else None
+        if head is None or not _has_node(head.node_states, node or ""):
+            raise NotFound(f"run {run_id} has no node {node!r} at checkpoint #{chosen.seq}")
     return RunPage(
         run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
-        selected=view, previous=previous, changes=changes, node=node, node_states=states,
+        selected=view, previous=previous, changes=changes, node=node, node_absent=absent, node_states=states,
         interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
         orphaned=rt.orphaned(run))
+
+
+def _has_node(states: Mapping[str, NodeStatus], node: str) -> bool:
+    """A graph node with any instance in ``states``, or an instance in them."""
+    return node in states or (node == base_node(node) and any(base_node(n) == node for n in states))
 
 
 def events_window(rt: Runtime, run_id: str, page: int, query: str = "",

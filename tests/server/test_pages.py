@@ -438,21 +438,13 @@ def test_a_checkpoint_where_a_wide_map_is_due_lists_a_bounded_part_of_it(seeded:
                                  "/runs/{failed}/report", "/runs/run_nope/export", "/threads/nope",
                                  "/diff?a=cp_nope", "/runs/{failed}?cp=-1", f"/runs/{{failed}}?cp={HUGE}",
                                  f"/runs/{{failed}}/panels/journal?cp={HUGE}", f"/runs/{{failed}}/events/{HUGE}",
-                                 "/runs/{mapped}?node=work%5B99%5D", "/runs/{mapped}?cp=1&node=work%5B0%5D",
+                                 "/runs/{mapped}?node=work%5B99%5D",
                                  "/runs/{looped}?node=model%239", "/runs/{failed}?node="])
 def test_unknown_things_are_404_pages(shared: Seeded, reader: Client, url: str) -> None:
     url = url.format(failed=shared.failed, mapped=shared.mapped, looped=shared.looped)
     text = error_page(reader.get(url), 404)
     assert full(text) and 'data-status="404"' in text
     no_raw_script(text)
-
-
-def test_an_instance_not_yet_there_at_the_checkpoint_is_named_with_the_checkpoint(shared: Seeded,
-                                                                                 reader: Client) -> None:
-    # model#1 exists later in the run: the page must not say the run has no such node
-    text = error_page(reader.get(f"/runs/{shared.looped}?cp=0&node=model%231"), 404)
-    assert f"run {shared.looped} has no node &#39;model#1&#39; at checkpoint #0" in text
-    assert reader.get(f"/runs/{shared.looped}?node=model%231").status_code == 200
 
 
 def test_page_numbers_past_the_end_are_empty_pages(shared: Seeded, reader: Client) -> None:
