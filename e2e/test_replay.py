@@ -30,10 +30,10 @@ def test_replay_shows_the_divergence_report(page: Page, demo: Any, shot: Any) ->
     replay_id = REPORT_URL.search(page.url).group(1)   # type: ignore[union-attr]
     heading = page.get_by_role("heading", level=1)
     expect(heading).to_contain_text(replay_id)
-    # the replay is driven in the background: the report is complete once the run has ended
+    # the replay is driven in the background: the report follows it, without a reload, until it ends
     demo.wait_status(replay_id, "succeeded")
-    page.reload()
     expect(heading.locator(".badge")).to_have_text("succeeded")
+    expect(page.locator("main")).not_to_contain_text("still running")
     expect(page.locator("main")).to_contain_text(f"Re-executed {support} (graph v{run['graph_version']}) "
                                                  f"with graph v{other}")
     expect(page.locator("main")).to_contain_text("Some nodes diverged.")

@@ -130,7 +130,7 @@ async def report_page(request: Request[Any, Any, Any], run_id: FromPath[str]) ->
     if not run.options.get("compare"):
         raise NotFound(f"run {run_id} is not a replay: it has no divergence report")
     report = await in_thread(lambda: complete(rt.replay_report(run_id)))
-    return render(request, "report.html", {"run": run, "report": report})
+    return render(request, "report.html", {"run": run, "report": report}, block="report")
 
 
 # ------------------------------------------------------------------ resume, cancel, compensate
