@@ -80,3 +80,31 @@ def test_a_checkpoint_picked_while_the_run_goes_on_stays_shown(page: Page, demo:
     expect(page.locator(f'.timeline a.cp-link[data-seq="{head}"]')).to_be_visible()
     expect(page).to_have_url(re.compile(r"[?&]cp=0(&|$)"))
     shot()
+
+
+def test_a_node_opened_while_the_run_goes_on_follows_its_end(page: Page, demo: Any, shot: Any) -> None:
+    """Opening a node (from the node table or the drawing) picks no checkpoint: the page goes on
+    following the head, so the drawer shows how the node ended."""
+    run_id = start_slow_run(demo)
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("running")
+    drawer = page.locator("#drawer")
+    page.locator(".selected-cp table.nodes").get_by_role("link", name="crawl").click()
+    expect(drawer.locator("details.instance > summary")).to_contain_text("running")
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}\?node=crawl$"))
+    page.locator("#dag g.node", has_text="sitemap").click()   # the drawing too
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}\?node=sitemap$"))
+    expect(page.locator("#run-status")).to_have_text("running")
+    page.locator("#dag g.node", has_text="crawl").click()
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}\?node=crawl$"))
+    expect(drawer.locator("details.instance > summary")).to_contain_text("running")
+
+    demo.post(f"/api/runs/{run_id}/cancel", {"reason": "stopped while watching crawl"})
+    expect(page.locator("#run-status")).to_have_text("cancelled")
+    head = demo.api(f"/api/runs/{run_id}")["checkpoint_count"] - 1
+    expect(page.locator(".timeline a.cp-link.selected")).to_have_attribute("data-seq", str(head))
+    expect(drawer.locator("details.instance > summary")).to_contain_text("cancelled")
+    shot()
+    drawer.get_by_role("link", name="close").click()
+    expect(page.locator("#drawer")).to_have_count(0)
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}$"))

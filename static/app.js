@@ -28,8 +28,9 @@
       if (f[d.dataset.path] === 1) { d.open = true; } else if (f[d.dataset.path] === 0) { d.open = false; }
     });
   }
-  // A node clicked in the graph drawing opens at the checkpoint shown: the drawing is laid
-  // out once per graph version and stays put while htmx swaps the checkpoint below it.
+  // A node clicked in the graph drawing opens at the checkpoint picked: the drawing is laid
+  // out once per graph version and stays put while htmx swaps the checkpoint below it. A page
+  // that picked none follows the head of a run going on, and goes on following it.
   document.addEventListener("click", function (e) {
     var a = e.target && e.target.closest ? e.target.closest("#dag a") : null;
     var sel = document.querySelector(".timeline a.cp-link.selected");
@@ -37,7 +38,7 @@
     var href = a.getAttribute("href") || a.getAttribute("xlink:href");
     if (!href) { return; }
     var url = new URL(href, window.location.href);
-    url.searchParams.set("cp", sel.dataset.seq);
+    if (new URLSearchParams(window.location.search).has("cp")) { url.searchParams.set("cp", sel.dataset.seq); }
     e.preventDefault();
     window.location.assign(url.toString());
   });

@@ -57,7 +57,7 @@ READY_SHOWN = 20
 CHANGE_ROWS = 200
 
 
-def _run_context(rt: Runtime, p: services.RunPage, page: int = 1) -> dict[str, Any]:
+def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool = True) -> dict[str, Any]:
     lay = dag.layout(p.run.graph_version, p.description)
     svg = lay.svg.replace("__RUN__", p.run.id)
     summary = dag.instance_summary(p.node_states)
@@ -65,12 +65,18 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1) -> dict[str, A
     base = f"/runs/{p.run.id}"
     sel = p.selected.checkpoint.seq
 
-    def cp_url(seq: int, keep_node: bool = True) -> str:
+    # a page that picked no checkpoint follows the head of a run going on: opening or closing
+    # the node drawer there must not pin the checkpoint shown at that moment
+    at = sel if pinned else None
+
+    def cp_url(seq: int | None, keep_node: bool = True) -> str:
         # stepping keeps the node drawer open on the node (or instance) it shows
-        return f"{base}?{urlencode({'cp': seq, **({'node': p.node} if p.node and keep_node else {})})}"
+        query = {**({"cp": seq} if seq is not None else {}), **({"node": p.node} if p.node and keep_node else {})}
+        return f"{base}?{urlencode(query)}" if query else base
 
     def node_url(name: FromPath[str], page: int = 1) -> str:
-        return f"{base}?{urlencode({'cp': sel, 'node': name, **({'page': page} if page > 1 else {})})}"
+        query = {**({"cp": at} if at is not None else {}), "node": name, **({"page": page} if page > 1 else {})}
+        return f"{base}?{urlencode(query)}"
 
     def panel_url(name: FromPath[str], **more: Any) -> str:
         return f"{base}/panels/{name}?{urlencode({'cp': sel, **more})}"
@@ -101,7 +107,7 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1) -> dict[str, A
         "ready": (p.selected.ready or [])[:READY_SHOWN], "more_ready": max(0, len(p.selected.ready or []) - READY_SHOWN),
         "ready_unknown": p.selected.ready is None,
         "changes": p.changes[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
-        "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url,
+        "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url, "at": at,
         "instances": instances, "instance_page": page, "more_instances": more,
         "source": services.node_source(rt, p.run, p.node) if p.node else "",
         "live": live,
@@ -116,7 +122,7 @@ async def run_page(request: Request[Any, Any, Any], run_id: FromPath[str], cp: F
     rt = runtime_of(request)
 
     def load() -> dict[str, Any]:
-        return _run_context(rt, services.run_page(rt, run_id, cp=cp, node=node), page)
+        return _run_context(rt, services.run_page(rt, run_id, cp=cp, node=node), page, pinned=cp is not None)
 
     context = await services.in_thread(load)
     # a swap of #main also brings the action bar (out of band): its fork link follows the selected

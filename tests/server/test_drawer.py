@@ -56,3 +56,19 @@ def test_an_instance_the_run_never_has_is_still_not_found(shared: Seeded, reader
     r = reader.get(f"/runs/{shared.looped}?cp=0&node=model%239")
     assert r.status_code == 404
     assert f"run {shared.looped} has no node &#39;model#9&#39; at checkpoint #0" in r.text
+
+
+def test_a_page_that_picked_no_checkpoint_opens_and_closes_the_drawer_without_picking_one(
+        shared: Seeded, reader: Client) -> None:
+    """It follows the head of a run going on: a node opened there must go on following it."""
+    looped = shared.looped
+    head = reader.get(f"/runs/{looped}", headers=HTMX).text
+    assert f'href="/runs/{looped}?node=model"' in head and "&amp;node=" not in head
+    opened = reader.get(f"/runs/{looped}?node=model", headers=HTMX).text
+    close = re.search(r'<a class="close" href="([^"]+)"', opened)
+    assert close and close.group(1) == f"/runs/{looped}"
+    # a checkpoint picked stays picked
+    picked = reader.get(f"/runs/{looped}?cp=1&node=model", headers=HTMX).text
+    assert f'href="/runs/{looped}?cp=1&amp;node=prep"' in picked
+    close = re.search(r'<a class="close" href="([^"]+)"', picked)
+    assert close and close.group(1) == f"/runs/{looped}?cp=1"
