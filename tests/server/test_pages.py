@@ -1255,3 +1255,17 @@ def test_more_nodes_swaps_into_a_panel_body_which_its_pager_targets(tmp_path) ->
     assert '<table class="nodes">' in part and not full(part)
     later = re.search(r'<a href="([^"]+)" hx-get="\1" hx-target="closest \.panel-body">later →</a>', part)
     assert later and "page=2" in later.group(1)
+
+
+def test_a_run_already_continued_offers_its_continuation_instead_of_resume(seeded: Seeded, client: Client) -> None:
+    token = run_page_token(client, seeded.failed)
+    assert f'action="/runs/{seeded.failed}/resume"' in client.get(f"/runs/{seeded.failed}").text
+    r = client.post(f"/runs/{seeded.failed}/resume", data={"_csrf_token": token}, follow_redirects=False)
+    cont_id = r.headers["location"].removeprefix("/runs/")
+    cont = wait_for(seeded.rt, cont_id)
+    parent = client.get(f"/runs/{seeded.failed}").text
+    actions = parent[parent.index('id="run-actions"'):parent.index("</div>", parent.index('id="run-actions"'))]
+    assert f'action="/runs/{seeded.failed}/resume"' not in actions   # it would only be refused
+    assert f'<a class="button" href="/runs/{cont_id}">Continued by {cont_id} (failed)</a>' in actions
+    assert f'action="/runs/{cont_id}/resume"' in client.get(f"/runs/{cont_id}").text   # the line goes on there
+    assert cont.status == RunStatus.FAILED
