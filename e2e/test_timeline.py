@@ -147,8 +147,10 @@ def test_the_node_drawer_follows_an_instance_through_the_timeline(page: Page, de
     cps = demo.api(f"/api/runs/{run_id}/checkpoints")["checkpoints"]
     made = next(c["seq"] for c in cps if "model#2" in c["node_states"])   # the third model call is due
     last = cps[-1]["seq"]
-    page.goto(f"/runs/{run_id}?cp={last}&node=model%232")
+    page.goto(f"/runs/{run_id}?cp={last}&node=model")
     drawer = page.locator("#drawer")
+    drawer.locator("details.instance > summary", has_text="model#2").get_by_role("link", name="follow this one").click()
+    expect(page).to_have_url(re.compile(rf"[?&]cp={last}&node=model%232$"))
     expect(drawer.locator("details.instance > summary")).to_have_text(re.compile(r"^model#2 "))
 
     # stepped to before the instance exists: the drawer stays, and says so

@@ -72,3 +72,10 @@ def test_a_page_that_picked_no_checkpoint_opens_and_closes_the_drawer_without_pi
     assert f'href="/runs/{looped}?cp=1&amp;node=prep"' in picked
     close = re.search(r'<a class="close" href="([^"]+)"', picked)
     assert close and close.group(1) == f"/runs/{looped}?cp=1"
+
+
+def test_each_instance_in_the_drawer_opens_alone(shared: Seeded, reader: Client) -> None:
+    html = drawer(reader.get(f"/runs/{shared.looped}?cp=5&node=model", headers=HTMX).text)
+    assert f'<a class="small" href="/runs/{shared.looped}?cp=5&amp;node=model%231"' in html
+    alone = drawer(reader.get(f"/runs/{shared.looped}?cp=5&node=model%231", headers=HTMX).text)
+    assert "follow this one" not in alone   # it is the one shown
