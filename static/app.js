@@ -63,6 +63,23 @@
       box.scrollTop = top + item.offsetHeight - box.clientHeight;
     }
   }
+  // The server puts the message of a refused request in #flash itself; a failure it could not
+  // explain (a 5xx, no answer at all) would otherwise leave the click without any visible effect.
+  function flash(text) {
+    var box = document.getElementById("flash");
+    if (!box) { return; }
+    var p = document.createElement("p");
+    p.className = "error";
+    p.textContent = text;
+    box.replaceChildren(p);
+  }
+  document.addEventListener("htmx:responseError", function (e) {
+    var status = e.detail.xhr ? e.detail.xhr.status : 0;
+    flash("The server could not do that (HTTP " + status + "); reload the page to see where things are.");
+  });
+  document.addEventListener("htmx:sendError", function () {
+    flash("The server did not answer: is it still running? Reload the page once it is.");
+  });
   document.addEventListener("DOMContentLoaded", function () { restore(document); reveal(); });
   document.addEventListener("htmx:afterSwap", function (e) { restore(e.target); reveal(); });
   document.addEventListener("htmx:historyRestore", reveal);

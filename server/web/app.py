@@ -36,6 +36,8 @@ def _status_of(exc: Exception) -> tuple[int, str]:
     if isinstance(exc, (InvalidRequest, GraphError)):
         return 422, str(exc)
     if isinstance(exc, HTTPException):
+        if exc.status_code == 403 and "CSRF" in str(exc.detail):   # most often: the server restarted since
+            return 403, f"{exc.detail}: the page is older than this server's session; reload it and try again"
         return exc.status_code, str(exc.detail)
     return 500, "internal error"
 

@@ -713,6 +713,21 @@ def test_invalid_fork_options_are_422_and_create_nothing(seeded: Seeded, client:
 # ------------------------------------------------------------------ CSRF
 
 
+def test_a_refused_csrf_token_tells_an_htmx_page_to_reload(shared: Seeded, reader: Client) -> None:
+    """A page kept open while the server restarted holds a token the new server refuses: the
+    message goes where the page shows messages (the page's htmx settings swap it in) and says
+    what to do."""
+    reader.get(f"/runs/{shared.interrupted}")
+    r = reader.post(f"/runs/{shared.interrupted}/cancel", data={"reason": "no"},
+                    headers={"HX-Request": "true", "x-csrftoken": "from-an-earlier-server"})
+    assert r.status_code == 403 and r.headers["hx-retarget"] == "#flash"
+    assert "reload it and try again" in r.text and not full(r.text)
+    config = re.search(r'<meta name="htmx-config" content=\'(.*?)\'>', reader.get("/runs").text)
+    assert config and any(rule.get("swap") and re.fullmatch(rule["code"], "403")
+                          for rule in json.loads(config.group(1))["responseHandling"])
+    assert shared.rt.store.get_run(shared.interrupted).status == RunStatus.INTERRUPTED
+
+
 def test_posts_without_the_csrf_token_are_refused_and_change_nothing(seeded: Seeded, client: Client,
                                                                       empty_rt: Runtime) -> None:
     cp = checkpoint_ids(seeded.rt, seeded.failed)[1]
