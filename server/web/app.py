@@ -35,6 +35,9 @@ def _status_of(exc: Exception) -> tuple[int, str]:
         return 409, str(exc)
     if isinstance(exc, (InvalidRequest, GraphError)):
         return 422, str(exc)
+    if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
+        # name the parameter (``page: Expected `int`, got `str```), as the JSON API does
+        return 400, "; ".join(f"{e.get('key')}: {e.get('message')}" for e in exc.extra if isinstance(e, dict))
     if isinstance(exc, HTTPException):
         if exc.status_code == 403 and "CSRF" in str(exc.detail):   # most often: the server restarted since
             return 403, f"{exc.detail}: the page is older than this server's session; reload it and try again"

@@ -477,7 +477,9 @@ def test_seq_and_page_numbers_past_what_a_store_holds_name_nothing(rt: Runtime) 
 
 def test_cp_must_be_a_number(shared: Seeded, reader: Client) -> None:
     r = reader.get(f"/runs/{shared.failed}?cp=abc")
-    assert r.status_code == 400 and "cp" in r.text
+    assert r.status_code == 400 and "<strong>400</strong> cp: Expected `int | null`, got `str`" in r.text   # names it
+    too_long = reader.get(f"/runs/{shared.failed}/panels/events", params={"eq": "x" * 201})
+    assert too_long.status_code == 400 and "<strong>400</strong> eq: " in too_long.text
 
 
 # ------------------------------------------------------------------ panels and events
