@@ -45,8 +45,10 @@ async def runs_list(request: Request[Any, Any, Any], status: FromQuery[str | Non
     def page_url(n: int) -> str:
         return "/runs?" + urlencode({**data.filters, "page": n})
 
+    # a filter swaps the form with the table; paging and the refresh, the table only
+    block = "listing" if request.headers.get("hx-target") == "runs-page" else "table"
     return render(request, "runs.html", {"p": data, "statuses": list(RunStatus), "kinds": list(RunKind),
-                                         "page_url": page_url}, block="table")
+                                         "page_url": page_url}, block=block)
 
 
 #: rows of the selected checkpoint's node table shown before "… more"

@@ -215,6 +215,15 @@ def test_runs_list_fragment_is_only_the_table(shared: Seeded, reader: Client) ->
     assert run_links(r.text) == [shared.failed]
 
 
+def test_a_filter_swaps_the_form_drawn_with_its_choices_and_the_table(shared: Seeded, reader: Client) -> None:
+    """So the browser's history, which keeps the page as drawn, restores the filters with the runs."""
+    r = reader.get("/runs?status=failed&q=run_", headers={"HX-Request": "true", "HX-Target": "runs-page"})
+    assert r.status_code == 200 and not full(r.text)
+    assert r.text.lstrip().startswith('<form id="runs-filter"')
+    assert '<option value="failed" selected>' in r.text and 'name="q" value="run_"' in r.text
+    assert '<div id="runs" hx-get="/runs"' in r.text and run_links(r.text) == [shared.failed]
+
+
 def test_runs_list_pages(extra: Extra, other: Client) -> None:
     every = {r.id for r in extra.rt.store.list_runs(None, None, 1000)}
     assert len(every) > services.PER_PAGE
