@@ -115,8 +115,9 @@ async def inbox(request: Request[Any, Any, Any], run: ShortText = None, graph: S
     def page_url(n: int) -> str:
         return "/inbox?" + urlencode({**data.filters, "page": n})
 
+    block = "listing" if request.headers.get("hx-target") == "inbox-page" else "list"   # a filter: the form too
     return render(request, "inbox.html", {"p": data, "kinds": list(InterruptKind), "page_url": page_url,
-                                          "question": question_text}, block="list")
+                                          "question": question_text}, block=block)
 
 
 # ------------------------------------------------------------------ one interrupt

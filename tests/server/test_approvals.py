@@ -306,6 +306,11 @@ def test_inbox_lists_pending_questions_newest_first_and_filters(rt: Runtime, cli
     # the polled fragment: only the list, no page around it
     fragment = client.get("/inbox", headers={"HX-Request": "true"})
     assert "<html" not in fragment.text and re.findall(r'data-interrupt="([^"]+)"', fragment.text) == [q3.id, q2.id, q1.id]
+    assert 'id="inbox-filter"' not in fragment.text
+    # a filter's fragment: the form drawn with its choices too, so the browser's history restores both
+    filtered = client.get("/inbox", params={"graph": "plain"}, headers={"HX-Request": "true", "HX-Target": "inbox-page"})
+    assert filtered.text.lstrip().startswith('<form id="inbox-filter"') and 'name="graph" value="plain"' in filtered.text
+    assert re.findall(r'data-interrupt="([^"]+)"', filtered.text) == [q2.id]
 
     # pages: newest first across pages, with links to the next
     first = approvals.inbox_page(rt, per_page=2)
