@@ -119,8 +119,12 @@ class RunView:
         if self.orphaned:
             lines.append(f"its process is gone: recover it with  harness resume {self.run.id}")
         lines += waiting_lines(self.run.id, self.interrupts)
-        lines += [f"continued by: {c.id} ({c.kind.value}, {c.status.value})" for c in self.children]
+        lines += [f"{_FOLLOWED[c.kind.value]}: {c.id} ({c.status.value})" for c in self.children]
         return lines
+
+
+#: how ``show`` names the runs that came from a run, by their kind (a thread's next turn is "main")
+_FOLLOWED = {"continuation": "continued by", "fork": "forked as", "replay": "replayed as", "main": "next turn"}
 
 
 async def load_run_view(rt: Runtime, run_id: str) -> RunView:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime import Run, RunStatus, Runtime, StreamEvent, resolve_ref
+from runtime import InvalidAnswer, Run, RunStatus, Runtime, StreamEvent, resolve_ref
 from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import event_line, run_line
 
@@ -76,7 +76,13 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     response = parse_json(args.response, "--response") if args.response is not None else None
     with opened(args, args.graph) as rt:
         if args.response is not None:
-            run = await rt.resume(args.run, response, **limit_args(args))
+            try:
+                run = await rt.resume(args.run, response, **limit_args(args))
+            except InvalidAnswer as e:
+                if "pending interrupts" not in str(e):
+                    raise
+                # several questions wait: say how to answer them from here, not from Python
+                raise InvalidAnswer(f"{e}; from the command line: --answers '{{\"ID\": ANSWER, ...}}'") from None
         else:
             run = await rt.resume(args.run, answers=answers, **limit_args(args))
         await show_run(rt, args, run.id)

@@ -35,6 +35,16 @@ GRAPH = textwrap.dedent('''
         answer = await ctx.interrupt({"question": "ok?"}, response=Answer)
         return {"approved": answer.approve}
 
+    two = Graph("cli_two", state=State)
+
+    @two.node()
+    async def ask_a(state, ctx):
+        await ctx.interrupt({"question": "a?"})
+
+    @two.node()
+    async def ask_b(state, ctx):
+        await ctx.interrupt({"question": "b?"})
+
     broken = Graph("broken")
     broken.add_node("a", lambda s: None, after=["missing"])
 ''')
@@ -98,6 +108,18 @@ def test_cancel_a_paused_run(workdir: Path, capsys: pytest.CaptureFixture[str]):
     assert code == 0 and "cancelled" in out
     code, _, err = harness(capsys, "cancel", run_id)
     assert code == 2 and "already cancelled" in err
+
+
+def test_one_response_to_several_questions_says_how_to_answer_them_from_the_shell(
+        workdir: Path, capsys: pytest.CaptureFixture[str]):
+    mod = (workdir / "module_name").read_text()
+    _, out, _ = harness(capsys, "run", f"{mod}:two", "--input", '{"order_id": 1}', "--json")
+    run_id = json.loads(out)["run"]["id"]
+    code, out, err = harness(capsys, "resume", run_id, "--response", "true")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "2 pending interrupts" in err and "from the command line: --answers" in err
+    _, out, _ = harness(capsys, "show", run_id, "--json")
+    assert json.loads(out)["run"]["status"] == "interrupted"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -343,3 +343,14 @@ def test_replaying_candidate_code_of_the_same_version_leaves_the_recording_on_it
     fork = harness.json("fork", harness.checkpoints(run_id)[0])
     assert fork["run"]["status"] == "succeeded" and fork["state"]["charged"] == 300
     assert importlib.import_module(module).CHARGED == [300]   # recorded once; nothing ran again
+
+
+def test_show_names_how_each_later_run_came_from_the_run(harness: Harness):
+    run_id = harness.start()
+    cp = harness.checkpoints(run_id)[1]
+    fork = harness.json("fork", cp, "--mock", 'payments.refund="r"')["run"]["id"]
+    replay = harness.json("replay", run_id)["run_id"]
+    code, out, _ = harness("show", run_id)
+    assert code == 0
+    assert f"forked as: {fork} (succeeded)" in out and f"replayed as: {replay} (succeeded)" in out
+    assert "continued by" not in out
