@@ -34,12 +34,17 @@ class RefusingStore:
             if self.skip > 0:
                 self.skip -= 1
             elif self.refuse > 0:
-                self.refuse -= 1
-                self.refused += 1
-                if self.applied:
-                    self.inner.commit(batch)
-                raise OSError("connection reset by peer")
+                self.refuse_once(batch)
         self.inner.commit(batch)
+
+    def refuse_once(self, batch: Batch) -> None:
+        """Report ``batch`` refused (applied first when ``applied``: the connection lost
+        while committing)."""
+        self.refuse -= 1
+        self.refused += 1
+        if self.applied:
+            self.inner.commit(batch)
+        raise OSError("connection reset by peer")
 
 
 @pytest.mark.parametrize("skip", [0, 1])   # the effect's STARTED entry, its outcome
@@ -119,11 +124,7 @@ class RefusingCustom(RefusingStore):
 
     def commit(self, batch: Batch) -> None:
         if self.refuse > 0 and any(e.type == EventType.CUSTOM for e in batch.events):
-            self.refuse -= 1
-            self.refused += 1
-            if self.applied:
-                self.inner.commit(batch)
-            raise OSError("connection reset by peer")
+            self.refuse_once(batch)
         self.inner.commit(batch)
 
 
