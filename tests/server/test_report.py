@@ -55,3 +55,15 @@ def test_the_report_of_a_replay_still_running_is_not_a_verdict(seeded: Seeded, c
     assert ended.lstrip().startswith('<section id="report">')   # nothing more to follow
     assert "still running" not in ended
     assert "Every node did what the recording did." in ended   # it was cancelled at charge, as the recording
+
+
+def test_the_report_of_a_replay_paused_for_an_answer_says_it_waits(seeded: Seeded, client: Client) -> None:
+    # the recording itself waits for the answer: its replay asks the same question and pauses there
+    answer = client.post(f"/api/runs/{seeded.interrupted}/replay", json={})
+    assert answer.status_code == 202, answer.text
+    replay_id = answer.json()["run_id"]
+    wait_for(seeded.rt, replay_id, [RunStatus.INTERRUPTED])
+    page = client.get(f"/runs/{replay_id}/report").text
+    assert "The replay is paused, waiting for an answer:" in page
+    assert "Some nodes diverged" not in page and "Every node did what the recording did" not in page
+    assert f'<a href="/runs/{replay_id}">it is answered</a>' in page
