@@ -115,7 +115,12 @@ async def diff_page(request: Request[Any, Any, Any], a: FromQuery[str], b: FromQ
         changes = complete(rt.diff(a, b)) if b else None
         cp_b = rt.store.get_checkpoint(b) if b else None
         options = _checkpoints_of_thread(rt, run_a.thread_id, cp_a, cp_b)
-        return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes, "rows": DIFF_ROWS}
+        # with nothing chosen yet, "To" offers the run's latest checkpoint (from its head: the one before)
+        own = next((cps for r, cps in options if r.id == cp_a.run_id), [])
+        later = [c for c in own if c.seq > cp_a.seq]
+        suggest = later[-1].id if later else cp_a.parent_id
+        return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes, "rows": DIFF_ROWS,
+                "suggest": suggest}
 
     return render(request, "diff.html", await in_thread(load))
 

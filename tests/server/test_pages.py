@@ -439,6 +439,20 @@ def test_a_checkpoint_where_a_wide_map_is_due_lists_a_bounded_part_of_it(seeded:
     assert f'href="/api/diff?a={cps[0].id}&amp;b={cps[-1].id}"' in compared
 
 
+def test_compare_offers_the_runs_latest_checkpoint_to_compare_with(seeded: Seeded, client: Client):
+    cps = seeded.rt.store.checkpoints(seeded.succeeded)
+    # a later run of the same thread lists its checkpoints first: not what "To" should be
+    asyncio.run(seeded.rt.fork(cps[1].id, mocks={"payments.charge": "r"}))
+
+    def chosen(a: str) -> list[str]:
+        page = client.get("/diff", params={"a": a}).text
+        to = page[page.index('name="b"'):]
+        return re.findall(r'<option value="([^"]+)" selected>', to[:to.index("</select>")])
+
+    assert chosen(cps[0].id) == [cps[-1].id]
+    assert chosen(cps[-1].id) == [cps[-2].id]   # from the head: the checkpoint before it
+
+
 @pytest.mark.parametrize("url", ["/runs/run_nope", "/runs/{failed}?cp=99", "/runs/{failed}?node=nope",
                                  "/runs/{failed}?cp=0&node=nope", "/runs/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
                                  "/runs/{failed}/panels/nope", "/runs/{failed}/panels/events?cp=99",
