@@ -13,7 +13,7 @@ from litestar import Request, Response, get
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect
 
-from runtime import Runtime
+from runtime import NodeStatus, Runtime
 from runtime.core.errors import NotFound
 from runtime.core.records import RunKind
 from runtime.core.states import RunStatus
@@ -93,7 +93,9 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         if what is not None:
             counts = counted.setdefault((name.node, what), {})
             counts[st.value] = counts.get(st.value, 0) + 1
-    repeated = [(node, what, counts) for (node, what), counts in counted.items()]
+    # a loop none of whose iterations has begun has run no iteration yet: nothing to count
+    repeated = [(node, what, counts) for (node, what), counts in counted.items()
+                if what == "item" or set(counts) != {NodeStatus.PENDING.value}]
     group: list[tuple[str, str]] = []
     if p.node is not None:   # a folded fan-out: its members, each with its status here
         gid = lay.ids.get(base_node(p.node), "")

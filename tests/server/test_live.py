@@ -207,8 +207,11 @@ def test_loops_and_maps_show_their_iteration_and_item_counts_beside_the_graph(tm
             assert "<strong>model</strong>: 4 iterations (4 succeeded)" in page
             assert "<strong>read</strong>: 3 items (3 succeeded)" in page
             first = client.get(f"/runs/{run.id}?cp=1", headers={"HX-Request": "true", "HX-Target": "main"}).text
+            start = client.get(f"/runs/{run.id}?cp=0").text
         assert 'id="dag-counts" hx-swap-oob="true"' in first   # stepping updates them beside the graph
         assert "<strong>model</strong>: 1 iteration (1 succeeded)" in first
+        # before the loop began it has run no iteration, not "1 iteration (1 pending)"
+        assert "<strong>model</strong>:" not in start and "<strong>read</strong>:" not in start
     finally:
         rt.close()
 
