@@ -93,9 +93,12 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         if what is not None:
             counts = counted.setdefault((name.node, what), {})
             counts[st.value] = counts.get(st.value, 0) + 1
-    # a loop none of whose iterations has begun has run no iteration yet: nothing to count
-    repeated = [(node, what, counts) for (node, what), counts in counted.items()
-                if what == "item" or set(counts) != {NodeStatus.PENDING.value}]
+    # one line per node (a map inside a loop counts both); a loop none of whose iterations
+    # has begun has run no iteration yet: nothing to count
+    repeated: dict[str, list[tuple[str, dict[str, int]]]] = {}
+    for (node, what), counts in counted.items():
+        if what == "item" or set(counts) != {NodeStatus.PENDING.value}:
+            repeated.setdefault(node, []).append((what, counts))
     group: list[tuple[str, str]] = []
     if p.node is not None:   # a folded fan-out: its members, each with its status here
         gid = lay.ids.get(base_node(p.node), "")

@@ -7,11 +7,11 @@ import asyncio
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from litestar.testing import AsyncTestClient, TestClient
 
-from runtime import Graph, Runtime, SqlStore
+from runtime import Graph, RunStatus, Runtime, SqlStore, append
 from server.web import create_app
 
 
@@ -255,5 +255,35 @@ def test_a_loop_inside_a_loop_shows_every_instance_of_its_nodes_in_fold_order(tm
             assert shown == ["step", "step#0.1", "step#1.0", "step#1.1"]
             one = client.get(f"/runs/{run.id}?node=step%231.0").text
             assert re.findall(r'<details class="instance" open><summary>([^ <]+) ', one) == ["step#1.0"]
+    finally:
+        rt.close()
+
+
+def test_a_map_inside_a_loop_is_counted_on_one_line(tmp_path: Path) -> None:
+    from pydantic import BaseModel
+
+    class Rounds(BaseModel):
+        round: int = 0
+        items: list[int] = []
+        done: Annotated[list[int], append] = []
+
+    g = Graph("rounds", Rounds)
+
+    @g.node(after=["work"], max_iterations=5)
+    def plan(s: Rounds) -> dict[str, Any]:
+        return {"round": s.round + 1, "items": [s.round * 10 + i for i in range(3)]}
+
+    @g.node(after=["plan"], map_over="items", when=lambda s: s.round <= 3)
+    def work(s: Rounds, item: int) -> dict[str, Any]:
+        return {"done": [item]}
+
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
+    try:
+        run = asyncio.run(rt.start(g, {}))
+        assert run.status == RunStatus.SUCCEEDED, run.error
+        with TestClient(create_app(rt)) as client:
+            page = client.get(f"/runs/{run.id}").text
+        assert page.count("<strong>work</strong>:") == 1
+        assert "<strong>work</strong>: 4 iterations (3 succeeded, 1 skipped); 9 items (9 succeeded)" in page
     finally:
         rt.close()
