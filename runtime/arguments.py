@@ -37,6 +37,15 @@ def check_thread_id(thread_id: object) -> None:
         raise InvalidRequest(f"thread_id {problem}")
 
 
+def call_of(target: object, owner: object, methods: tuple[Any, ...]) -> bool:
+    """Whether ``target`` is a call, not yet begun, of one of ``methods`` on ``owner`` (a
+    call of another Runtime would be followed in the other's store)."""
+    if getattr(target, "cr_code", None) not in {m.__code__ for m in methods}:
+        return False
+    frame = getattr(target, "cr_frame", None)
+    return frame is not None and frame.f_locals.get("self") is owner
+
+
 def close_call(call: object) -> None:
     """Close a call that is refused before it was awaited (no "never awaited" warning)."""
     close = getattr(call, "close", None)

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .arguments import (answers_arg, bool_arg, check_cancel, check_stream, check_thread_id, close_call, graph_arg,
-                        id_arg, seq_arg, start_options)
+from .arguments import (answers_arg, bool_arg, call_of, check_cancel, check_stream, check_thread_id, close_call,
+                        graph_arg, id_arg, seq_arg, start_options)
 from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
@@ -252,7 +252,7 @@ class Runtime:
         if isinstance(target, (Graph, ExecutableGraph)):
             return stream_call(self.start(target, input, **options), self.store, buffer, recorded)
         streamable = (Runtime.start, Runtime.resume, Runtime.fork, Runtime.replay)
-        if getattr(target, "cr_code", None) not in {f.__code__ for f in streamable}:
+        if not call_of(target, self, streamable):
             close_call(target)   # never awaited: say so once, here, not as a warning later
             raise InvalidRequest(f"stream takes a graph or a call of this Runtime (rt.resume(...), rt.fork(...), "
                                  f"rt.replay(...)), got {type(target).__name__}")

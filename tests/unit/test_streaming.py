@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel
 
-from runtime import Graph, NodeContext, NotFound, Runtime, RunStatus, StreamEvent, append
+from runtime import Graph, MemoryStore, NodeContext, NotFound, Runtime, RunStatus, StreamEvent, append
 from runtime.core.records import Checkpoint, CheckpointSummary, PendingWrite
 from runtime.engine.streaming import follow
 from runtime.store.base import CheckpointStore
@@ -361,6 +361,16 @@ async def test_streaming_an_awaitable_that_is_not_a_call_of_the_runtime_is_refus
     with pytest.raises(Exception, match="takes the call alone"):
         rt.stream(rt.start(chain(), {}), {"n": 1})
     assert await rt.runs() == []
+    # a call of another Runtime: a reader left behind would read back from the wrong store
+    other = Runtime(store=MemoryStore())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(Exception, match="graph or a call of this Runtime"):
+                rt.stream(other.start(chain(), {}))
+        assert await other.runs() == [] and await rt.runs() == []
+    finally:
+        other.close()
 
 
 @pytest.mark.parametrize("thread_id", ["", "  ", "a\x00b", 123, "t" * 501])
