@@ -42,11 +42,11 @@ from .engine.leases import make_owner
 from .engine.slots import Slots
 from .engine.streaming import DEFAULT_BUFFER, RunStream, follow, stream_call
 from .graph import AnyState, ExecutableGraph, Graph
-from .history.creation import insert_run, new_limits, validate_input
+from .history.creation import check_concurrency, insert_run, new_limits, validate_input
 from .history.registry import GraphRegistry, compiled
 from .history.state import DROPPED_FIELDS, state_json, state_model_at
 from .history.threads import given_fields, known_fields, next_turn, thread_state, turn_base, turn_state
-from .store.base import MAX_SEQ, CheckpointStore
+from .store.base import CheckpointStore
 from .store.memory import MemoryStore
 from .travel.branches import new_fork, new_replay
 from .travel.diff import Change, diff
@@ -66,8 +66,7 @@ class Runtime:
                  graphs: Iterable[Graph | ExecutableGraph] = (), clock: Clock | None = None,
                  ids: IdSource | None = None, lease_ttl: float = 30.0, heartbeat: float = 1.0,
                  group_commit: float = 0.005):
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or not 1 <= max_concurrency <= MAX_SEQ:
-            raise InvalidRequest(f"max_concurrency must be a whole number from 1 to {MAX_SEQ}, got {max_concurrency!r}")
+        check_concurrency(max_concurrency)
         self.store: CheckpointStore = store if store is not None else MemoryStore()
         ids = ids or RandomIds()
         # more threads than slots: a timed-out sync node keeps its thread until it returns,

@@ -241,10 +241,6 @@ class RunHost:
         if scope.abandoned:
             return
         if ephemeral:
-            if self.rec.sink is not None and self.rec.batch.events:
-                # what was recorded before it reaches the reader first: committed as a step is
-                # (tried again once if refused, not written twice if it went in after all)
-                self.rec.flush_checked()
             self.rec.publish_now(StreamEvent(self.run_id, self.rec.seq, CUSTOM, scope.node, scope.attempt,
                                              {"payload": payload}, self.now(), ephemeral=True))
             return

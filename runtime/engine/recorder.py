@@ -336,11 +336,12 @@ class Recorder:
                      lost)
 
     def publish_now(self, event: StreamEvent) -> None:
-        """Deliver an ephemeral event after everything recorded before it."""
+        """Deliver an ephemeral event after everything recorded before it, committed as a
+        step is (tried again once if refused, not written twice if it went in after all)."""
         if self.sink is None:
             return
         if self.batch.events:
-            self.flush()
+            self.flush_checked()
         self.sink([event])
 
 

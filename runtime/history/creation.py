@@ -159,8 +159,8 @@ def new_limits(now: float, *, deadline: Any = None, max_steps: Any = None, max_t
             raise InvalidRequest(f"{name} must be a positive number, got {_shown(value)}")
         if name in counts and not isinstance(value, int):
             raise InvalidRequest(f"{name} must be a whole number, got {value!r}")
-    if max_concurrency is not None and max_concurrency > MAX_SEQ:   # the store's column is 32-bit
-        raise InvalidRequest(f"max_concurrency must be a whole number from 1 to {MAX_SEQ}, got {max_concurrency!r}")
+    if max_concurrency is not None:
+        check_concurrency(max_concurrency)
     limits: dict[str, JSON] = {}
     if deadline is not None:
         limits["deadline_s"] = deadline
@@ -168,6 +168,12 @@ def new_limits(now: float, *, deadline: Any = None, max_steps: Any = None, max_t
         if (value := {**amounts, **counts}[name]) is not None:
             limits[name] = value
     return renew_limits(limits, now)
+
+
+def check_concurrency(value: Any) -> None:
+    """A concurrency bound (the Runtime's, a run's): a whole number the store's 32-bit column holds."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SEQ:
+        raise InvalidRequest(f"max_concurrency must be a whole number from 1 to {MAX_SEQ}, got {value!r}")
 
 
 def _finite(value: int | float) -> bool:

@@ -79,7 +79,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
             try:
                 run = await rt.resume(args.run, response, **limit_args(args))
             except InvalidAnswer as e:
-                if "pending interrupts" not in str(e):
+                if len(await rt.interrupts(args.run)) < 2:
                     raise
                 # several questions wait: say how to answer them from here, not from Python
                 raise InvalidAnswer(f"{e}; from the command line: --answers '{{\"ID\": ANSWER, ...}}'") from None
