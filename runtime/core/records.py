@@ -7,11 +7,11 @@ maps between the two, so the kernel never sees a database type.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .frozen import fast_init
+from .frozen import fast_init, fast_replace
 from .jsonvalues import JSON
 from .states import NodeEvent, NodeStatus, RunEvent, RunStatus
 
@@ -205,7 +205,10 @@ class Run:
         return EffectsMode(self.options.get("effects", EffectsMode.LIVE))
 
     def evolve(self, **changes: Any) -> Run:
-        return replace(self, **changes)
+        return _replace_run(self, changes)
+
+
+_replace_run = fast_replace(Run)
 
 
 @fast_init

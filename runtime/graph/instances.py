@@ -58,6 +58,7 @@ def instance_name(node: str, iteration: int = 0, item: int | None = None, outer:
     return name if item is None else f"{name}[{item}]"
 
 
+@lru_cache(maxsize=65536)   # asked as each of a map's items is created, folded and settled
 def group_of(name: InstanceName) -> str:
     """The map's group record an item belongs to (the instance itself, without its item)."""
     return instance_name(name.node, name.iteration, None, name.outer)

@@ -83,3 +83,23 @@ def test_the_kernel_records() -> None:
     assert NodeAttempt("run_1", "a", 1, NodeStatus.SUCCEEDED, 1.0, 2.0).error is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         cp.seq = 5  # type: ignore[misc]
+
+
+def test_fast_replace_is_dataclasses_replace() -> None:
+    from runtime.core.frozen import fast_replace
+    replace = fast_replace(Fast)
+    r = Fast(1, "x", [2])
+    for changes in ({}, {"a": 5}, {"b": "y", "c": [9]}, {"a": 0, "b": "", "c": []}):
+        assert replace(r, dict(changes)) == dataclasses.replace(r, **changes)  # type: ignore[arg-type]
+    assert replace(r, {}) is not r
+    with pytest.raises(TypeError, match=r"no field\(s\) \['d'\]"):
+        replace(r, {"d": 1})
+
+
+def test_run_evolve_keeps_every_field_it_is_not_given() -> None:
+    run = Run("r", "t", "g", "v", RunStatus.RUNNING, RunKind.MAIN, {"x": 1}, 1.0, 2.0,
+              parent_run_id="p", limits={"max_steps": 3}, usage={"steps": 1}, fence=4, lease_owner="o")
+    evolved = run.evolve(status=RunStatus.SUCCEEDED, usage={"steps": 2})
+    assert evolved == dataclasses.replace(run, status=RunStatus.SUCCEEDED, usage={"steps": 2})
+    with pytest.raises(TypeError):
+        run.evolve(nope=1)
