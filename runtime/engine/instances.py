@@ -155,6 +155,8 @@ class Instances:
         if p.item is not None:   # a map's items fold what their group record folds (see _dep_instances)
             found = self._anc[name] = self.ancestor_mask(group_of(p))
             return found
+        if (found := self._fixed_mask(name)) is not None:
+            return found
         stack = [name]
         while stack:   # iterative: a long loop would exhaust the stack of a recursion
             n = stack[-1]
@@ -172,6 +174,23 @@ class Instances:
             self._anc[n] = mask
             stack.pop()
         return self._anc[name]
+
+    def _fixed_mask(self, name: str) -> int | None:
+        """``ancestor_mask`` from fixed dependencies whose masks are known (a loop's next
+        iteration, once due), with the items of maps; None otherwise (the walk finds it)."""
+        fixed = self._planned(name)[0]
+        if fixed is None:
+            return None
+        anc, index, items = self._anc, self.index, self._items
+        mask = 0
+        for d in fixed:   # the same instances as ``_dep_instances`` gives, without the items
+            if (m := anc.get(d)) is None:
+                return None
+            mask |= m | 1 << index[d]
+            for i in items.get(d, ()):
+                mask |= 1 << index[i]
+        anc[name] = mask
+        return mask
 
     def _with_items(self, name: str) -> list[str]:
         items = self._items.get(name)
