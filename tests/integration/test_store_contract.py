@@ -254,6 +254,23 @@ def test_list_runs_sees_status_changed_by_commit(store: CheckpointStore) -> None
     assert store.list_runs(status=RunStatus.SUCCEEDED) == [store.get_run("r1")]
 
 
+def test_every_status_a_commit_carries_is_stored_whatever_came_before(store: CheckpointStore) -> None:
+    """Commits of a running run leave its status as it is; one that changes it (pausing,
+    running again, a lease taken by another owner, the end) is always stored."""
+    run = add_run(store, "r1")
+    steps = [(1, RunStatus.RUNNING), (1, RunStatus.RUNNING), (1, RunStatus.INTERRUPTED), (1, RunStatus.RUNNING),
+             (1, RunStatus.RUNNING), (2, RunStatus.RUNNING), (2, RunStatus.INTERRUPTED), (2, RunStatus.INTERRUPTED),
+             (2, RunStatus.RUNNING), (2, RunStatus.FAILED)]
+    for i, (fence, status) in enumerate(steps):
+        if fence != store.get_run("r1").fence:
+            store.acquire_lease("r1", "owner2", T0 + 60, fence - 1)
+        run = run.evolve(status=status, fence=fence, event_seq=i + 1, updated_at=T0 + i)
+        store.commit(Batch(run_id="r1", fence=fence, run=run))
+        stored = store.get_run("r1")
+        assert (stored.status, stored.event_seq) == (status, i + 1), f"after commit {i}"
+        assert [r.id for r in store.list_runs(status=status)] == ["r1"], f"after commit {i}"
+
+
 def test_list_runs_filters_by_thread_id(store: CheckpointStore) -> None:
     for i in range(6):   # each after the previous run of its thread, as turns are
         add_run(store, f"r{i}", thread_id=f"t{i % 2}", parent=f"r{i - 2}" if i >= 2 else None,

@@ -87,11 +87,16 @@ class Writer:
         self._integrity_errors = _integrity_errors(engine)
         # statements of the hot path, built once (``?`` turned into the driver's style)
         json = "?" if sqlite else "CAST(? AS JSONB)"
-        run_set = ", ".join(f"{c} = {json if c in _RUN_STATE_JSON else '?'}" for c in _RUN_STATE)
-        self._update_run = {(stopped, fenced): self._sql(
-            f"UPDATE runs SET {run_set}{', cancel_reason = NULL' if stopped else ''} "
-            f"WHERE pk = ?{' AND fence = ?' if fenced else ''}")
-            for stopped in (False, True) for fenced in (False, True)}
+        def run_set(columns: Sequence[str]) -> str:
+            return ", ".join(f"{c} = {json if c in _RUN_STATE_JSON else '?'}" for c in columns)
+        #: by (stopped, fenced, status left out): a status the row has already is not set again,
+        #: or SQLite rewrites its index entry (a page written) at every commit of a running run
+        self._update_run = {(stopped, fenced, same): self._sql(
+            f"UPDATE runs SET {run_set(_RUN_STATE[1:] if same else _RUN_STATE)}"
+            f"{', cancel_reason = NULL' if stopped else ''} WHERE pk = ?{' AND fence = ?' if fenced else ''}")
+            for stopped in (False, True) for fenced in (False, True) for same in (False, True)}
+        #: run id -> (fence, status) this writer last committed for it under that fence
+        self._statuses: dict[str, tuple[int, RunStatus]] = {}
         self._answer = self._sql(f"UPDATE interrupts SET status = ?, answer = {json}, answered_at = ? WHERE id = ?")
         self._describe = self._sql(f"UPDATE graphs SET description = {json} WHERE version = ?")
 
@@ -178,9 +183,12 @@ class Writer:
                 with self._db.transaction(batch.durable) as cur:
                     pk = self._pk(cur, batch.run_id)
                     if batch.run is not None:
-                        stmt = self._update_run[batch.run.status != RunStatus.RUNNING, batch.fence is not None]
+                        status = batch.run.status
+                        # under the same fence nobody else changed the row's status since
+                        same = batch.fence is not None and self._statuses.get(batch.run_id) == (batch.fence, status)
+                        stmt = self._update_run[status != RunStatus.RUNNING, batch.fence is not None, same]
                         params = [self._dumps(v) if c in _RUN_STATE_JSON else v
-                                  for c, v in _run_state(batch.run).items()]
+                                  for c, v in _run_state(batch.run).items() if not (same and c == "status")]
                         cur.execute(stmt, [*params, pk] if batch.fence is None else [*params, pk, batch.fence])
                         if cur.rowcount != 1:
                             raise _stale(batch)
@@ -192,7 +200,12 @@ class Writer:
                     self._write_children(cur, pk, batch)
             except BaseException:
                 self._last_states.pop(batch.run_id, None)
+                self._statuses.pop(batch.run_id, None)
                 raise
+            if batch.run is not None and batch.fence is not None and batch.run.status == RunStatus.RUNNING:
+                self._statuses[batch.run_id] = (batch.fence, batch.run.status)
+            elif batch.run is not None:
+                self._statuses.pop(batch.run_id, None)
             if batch.run is not None and batch.run.status != RunStatus.RUNNING:
                 # ended or paused: a continuation reads its delta base back, and a long-lived
                 # process must not keep every run's statuses it ever wrote
