@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from runtime.core.frozen import fast_init
+from runtime.core.frozen import fast_init, fast_replace
 from runtime.core.records import Checkpoint, CheckpointSource, NodeAttempt, Run, RunKind, TraceEvent
 from runtime.core.states import NodeStatus, RunStatus
 
@@ -86,7 +86,6 @@ def test_the_kernel_records() -> None:
 
 
 def test_fast_replace_is_dataclasses_replace() -> None:
-    from runtime.core.frozen import fast_replace
     replace = fast_replace(Fast)
     r = Fast(1, "x", [2])
     for changes in ({}, {"a": 5}, {"b": "y", "c": [9]}, {"a": 0, "b": "", "c": []}):

@@ -95,8 +95,8 @@ class Writer:
             f"UPDATE runs SET {run_set(_RUN_STATE[1:] if same else _RUN_STATE)}"
             f"{', cancel_reason = NULL' if stopped else ''} WHERE pk = ?{' AND fence = ?' if fenced else ''}")
             for stopped in (False, True) for fenced in (False, True) for same in (False, True)}
-        #: run id -> (fence, status) this writer last committed for it under that fence
-        self._statuses: dict[str, tuple[int, RunStatus]] = {}
+        #: run id -> the fence under which this writer last stored the run as RUNNING
+        self._running: dict[str, int] = {}
         self._answer = self._sql(f"UPDATE interrupts SET status = ?, answer = {json}, answered_at = ? WHERE id = ?")
         self._describe = self._sql(f"UPDATE graphs SET description = {json} WHERE version = ?")
 
@@ -183,10 +183,10 @@ class Writer:
                 with self._db.transaction(batch.durable) as cur:
                     pk = self._pk(cur, batch.run_id)
                     if batch.run is not None:
-                        status = batch.run.status
+                        running = batch.run.status == RunStatus.RUNNING
                         # under the same fence nobody else changed the row's status since
-                        same = batch.fence is not None and self._statuses.get(batch.run_id) == (batch.fence, status)
-                        stmt = self._update_run[status != RunStatus.RUNNING, batch.fence is not None, same]
+                        same = running and batch.fence is not None and self._running.get(batch.run_id) == batch.fence
+                        stmt = self._update_run[not running, batch.fence is not None, same]
                         params = [self._dumps(v) if c in _RUN_STATE_JSON else v
                                   for c, v in _run_state(batch.run).items() if not (same and c == "status")]
                         cur.execute(stmt, [*params, pk] if batch.fence is None else [*params, pk, batch.fence])
@@ -200,12 +200,12 @@ class Writer:
                     self._write_children(cur, pk, batch)
             except BaseException:
                 self._last_states.pop(batch.run_id, None)
-                self._statuses.pop(batch.run_id, None)
+                self._running.pop(batch.run_id, None)
                 raise
-            if batch.run is not None and batch.fence is not None and batch.run.status == RunStatus.RUNNING:
-                self._statuses[batch.run_id] = (batch.fence, batch.run.status)
+            if batch.run is not None and batch.run.status == RunStatus.RUNNING and batch.fence is not None:
+                self._running[batch.run_id] = batch.fence
             elif batch.run is not None:
-                self._statuses.pop(batch.run_id, None)
+                self._running.pop(batch.run_id, None)
             if batch.run is not None and batch.run.status != RunStatus.RUNNING:
                 # ended or paused: a continuation reads its delta base back, and a long-lived
                 # process must not keep every run's statuses it ever wrote
