@@ -95,7 +95,9 @@ class StateFold:
             if field not in self._merged:
                 self._field_writers[field] = self._field_writers.get(field, 0) | bit
         after, self._after = self._after, None
-        if after is not None and after[0] == node and after[1] is writes:
+        # a map item's state after it is nobody's input (what follows a map sees all its
+        # items at once): kept, it would push out the state its siblings start from
+        if after is not None and after[0] == node and after[1] is writes and node[-1] != "]":
             self._keep(after[2], after[3])
 
     def input_state(self, node: str) -> dict[str, JSON]:

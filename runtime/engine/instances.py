@@ -23,6 +23,8 @@ from .placement import Placement
 #: a dependency as remembered: its instances (a live list when they may still grow) and
 #: the loop whose end they wait for, None when they are fixed
 _Plan = tuple[Sequence[str], tuple[str, tuple[int, ...]] | None]
+#: a map item's remembered dependencies: none of its own (its group record waited for them)
+_NO_DEPS: tuple[tuple[str, ...], tuple[_Plan, ...]] = ((), ())
 
 
 def shift_mask(mask: int, at: int, count: int) -> int:
@@ -352,14 +354,28 @@ class Instances:
                 for inst in list(insts) for n in self.add_iteration(node, self._its(inst))]
 
     def add_items(self, group: str, count: int) -> list[str]:
-        """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones."""
+        """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones.
+        What each item's dependencies and ancestors are is its group record's (see
+        ``_dep_instances``): set here for all of them at once, not asked item by item."""
         p = parse_instance(group)
+        index = self.index
         # in item order, which is canonical order: no sort needed
-        new = [n for i in range(count) if (n := instance_name(p.node, p.iteration, i, p.outer)) not in self.index]
-        return self._insert(new, ordered=True)
+        found = [(n, i) for i in range(count) if (n := instance_name(p.node, p.iteration, i, p.outer)) not in index]
+        if not found:
+            return []
+        head = self.graph.key(group)[:-1]   # an item's key is its group record's, with the item
+        new = self._insert([n for n, _ in found], ordered=True, keys=[(*head, i) for _, i in found], group=group)
+        anc = self._anc.get(group)
+        for n in new:
+            self._deps[n] = _NO_DEPS
+            if anc is not None:
+                self._anc[n] = anc
+        return new
 
-    def _insert(self, names: list[str], ordered: bool = False, keys: list[InstanceKey] | None = None) -> list[str]:
-        """Give ``names`` their positions (``keys``: theirs, when the caller knows them)."""
+    def _insert(self, names: list[str], ordered: bool = False, keys: list[InstanceKey] | None = None,
+                group: str | None = None) -> list[str]:
+        """Give ``names`` their positions (``keys``: theirs, when the caller knows them;
+        ``group``: the map whose items they all are)."""
         if not names:
             return []
         if not ordered:
@@ -391,6 +407,9 @@ class Instances:
         else:
             for i, n in enumerate(names, at):
                 self.index[n] = i   # type: ignore[index]
+        if group is not None:
+            self._note_items(group, names)
+            return names
         for n in names:
             self._note(n)
         p = parse_instance(names[0])
@@ -398,3 +417,17 @@ class Instances:
             # positions are in canonical order: sorting by them needs no key computed again
             self._items[group_of(p)].sort(key=self.index.__getitem__)
         return names
+
+    def _note_items(self, group: str, names: list[str]) -> None:
+        """``_note`` for new items of one map, in item order: they share where they are."""
+        items = self._items.setdefault(group, [])
+        if items:   # some were there already (taken over after a crash): kept in order
+            items += names
+            items.sort(key=self.index.__getitem__)
+        else:
+            items += names
+        path = self._path.get(parse_instance(group).node)
+        if path:
+            its = self._its(group)
+            for k, entry in enumerate(path):
+                self._in.setdefault((entry, its[:k]), []).extend(names)
