@@ -29,7 +29,8 @@ from ..core.jsonvalues import JSON
 from ..graph.instances import base_node
 from ..graph.reducers import FieldPlan, append, copy_model, field_plan, fold
 from ..graph import ExecutableGraph
-from .instances import Instances, as_instances, shift_mask
+from .instance_growth import shift_mask
+from .instances import Instances, as_instances
 
 #: folded states kept (beyond the run input): enough for a chain, a fan-out's root
 #: and a few branches in flight at once

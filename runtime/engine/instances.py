@@ -6,33 +6,21 @@ iteration is created once the nodes that lead back to its entry have settled and
 of them succeeded; a map's items once its worker is due. Instances are kept in
 canonical order (``graph.key``), so a fold over any set of them is the same whatever
 order they were created or finished in; inserting shifts the positions after the
-insertion point, and whoever keeps positions as bitmasks registers to be told.
+insertion point, and whoever keeps positions as bitmasks registers to be told (how
+they grow: ``instance_growth``).
 """
 
 from __future__ import annotations
 
 import weakref
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph, NodeSpec
-from ..graph.instances import InstanceKey, base_node, group_of, instance_name, iterations, key_at, parse_instance
+from ..graph.instances import base_node, group_of, parse_instance
+from .instance_growth import InstanceGrowth, Plan
 from .placement import Placement
 
-#: a dependency as remembered: its instances (a live list when they may still grow) and
-#: the loop whose end they wait for, None when they are fixed
-_Plan = tuple[Sequence[str], tuple[str, tuple[int, ...]] | None]
-#: a map item's remembered dependencies: none of its own (its group record waited for them)
-_NO_DEPS: tuple[tuple[str, ...], tuple[_Plan, ...]] = ((), ())
-
-
-def shift_mask(mask: int, at: int, count: int) -> int:
-    """``mask`` with every position >= ``at`` moved up by ``count``."""
-    high = mask >> at
-    if not high:
-        return mask
-    return (mask & ((1 << at) - 1)) | (high << (at + count))
 
 
 def as_instances(graph: ExecutableGraph | Instances) -> Instances:
@@ -40,7 +28,7 @@ def as_instances(graph: ExecutableGraph | Instances) -> Instances:
     return graph if isinstance(graph, Instances) else Instances(graph, ())
 
 
-class Instances:
+class Instances(InstanceGrowth):
     def __init__(self, graph: ExecutableGraph, names: Iterable[str]):
         self.graph = graph
         self.dynamic = graph.dynamic
@@ -65,7 +53,7 @@ class Instances:
         #: an instance's dependencies, asked on every step: (them when they are fixed
         #: instances, else None; each group as the instances whose statuses count and the
         #: loop seen from outside, with the iterations around it, whose end it waits for)
-        self._deps: dict[str, tuple[tuple[str, ...] | None, tuple[_Plan, ...]]] = {}
+        self._deps: dict[str, tuple[tuple[str, ...] | None, tuple[Plan, ...]]] = {}
         g = graph
         #: a loop's members (those of loops inside it too) in canonical order, and the nodes
         #: after it that wait for its end
@@ -98,26 +86,6 @@ class Instances:
         k = self._common(parse_instance(name).node, node)
         its = self._its(name)[:k]
         return self._at(node, its + (0,) * (len(self._path.get(node, ())) - k))
-
-    def _note(self, name: str) -> None:
-        p = parse_instance(name)
-        node, item = p.node, p.item
-        if item is None:
-            path = self._path.get(node)
-            if not path:
-                self._of.setdefault((node, ()), []).append(name)
-                return
-            its = self._its(name)
-            for k in range(len(path)):   # seen from outside each loop around it
-                self._of.setdefault((node, its[:k]), []).append(name)
-        else:
-            self._items.setdefault(group_of(p), []).append(name)
-            path = self._path.get(node)
-            if not path:
-                return
-            its = iterations(p, len(path))   # an item's own, not kept: items are many
-        for k, entry in enumerate(path):
-            self._in.setdefault((entry, its[:k]), []).append(name)
 
     def on_shift(self, listener: Callable[[int, int], None]) -> None:
         """Call the bound method ``listener`` when instances move. Held weakly: its owner (a
@@ -237,7 +205,7 @@ class Instances:
             return None
         return [d for members, _ in plan for d in members]
 
-    def _planned(self, name: str) -> tuple[tuple[str, ...] | None, tuple[_Plan, ...]]:
+    def _planned(self, name: str) -> tuple[tuple[str, ...] | None, tuple[Plan, ...]]:
         """``name``'s dependencies as remembered (see ``_deps``). They depend on names only:
         a loop's instances seen from outside it are kept as the list that grows with it."""
         found = self._deps.get(name)
@@ -245,23 +213,28 @@ class Instances:
             return found
         g = self.graph
         p = parse_instance(name)
-        plan: list[_Plan] = []
+        #: the dependencies while all are fixed instances (the usual case), else None
+        fixed: list[str] | None = []
+        plan: list[Plan] = []
         if p.item is None:   # else its group record waited for the dependencies already
             node = p.node
             its = self._its(name) if node in self._path else ()
             if p.iteration >= 1 and g.loop_of.get(node) == node:
                 before = (*its[:-1], p.iteration - 1)
-                plan = [((self._at(s, before),), None) for s in g.back_sources[node]]
+                fixed = [self._at(s, before) for s in g.back_sources[node]]
             else:
                 for d, k, depth in self._after(node):
                     if depth == k:
-                        plan.append(((self._at(d, its[:k]) if k else d,), None))
+                        dep = self._at(d, its[:k]) if k else d
+                        plan.append(((dep,), None))
+                        if fixed is not None:
+                            fixed.append(dep)
                         continue
                     loop, around = self._path[d][k], its[:k] if k else ()
                     plan.append((self._of[(d, around)], (loop, around)))
-        fixed = None if any(where is not None for _, where in plan) else tuple(
-            d for members, _ in plan for d in members)
-        found = self._deps[name] = (fixed, tuple(plan))
+                    fixed = None
+        # a plan is asked only while some dependency is not fixed (``current_deps``)
+        found = self._deps[name] = (tuple(fixed), ()) if fixed is not None else (None, tuple(plan))
         return found
 
     def loop_ended(self, entry: str, around: tuple[int, ...], statuses: Mapping[str, NodeStatus]) -> bool:
@@ -301,133 +274,3 @@ class Instances:
                 if nxt in self.index:
                     out.append(nxt)   # created before this way back settled (a branch inherited it)
         return out
-
-    # ------------------------------------------------------------------ growing
-
-    def next_iteration(self, name: str, statuses: Mapping[str, NodeStatus]) -> tuple[str, tuple[int, ...]] | None:
-        """When settling ``name`` completes an iteration that leads back to its loop's
-        entry: (the loop's entry, the next iteration's numbers, one per loop around it,
-        outermost first). None otherwise."""
-        if not self.dynamic:
-            return None
-        p = parse_instance(name)
-        entry = self._leads_back.get(p.node)
-        if entry is None or p.item is not None:
-            return None
-        its = self._its(name)
-        succeeded = False
-        for s in self.graph.back_sources[entry]:
-            status = statuses[self._at(s, its)]
-            if status not in FINISHED_NODE:
-                return None
-            succeeded = succeeded or status == NodeStatus.SUCCEEDED
-        if not succeeded:
-            return None   # every way back was skipped: the loop ends here
-        nxt = (*its[:-1], its[-1] + 1)
-        if self._at(entry, nxt) in self.index:
-            return None
-        return entry, nxt
-
-    def add_iteration(self, entry: str, its: tuple[int, ...]) -> list[str]:
-        """Create the members of a loop's iteration ``its`` (with the iterations of the loops
-        around it) that do not exist yet, loops inside it at their first iteration; returns
-        the new names."""
-        new, keys = [], []
-        index, block = self.graph.index, self.graph.block
-        for m in self._members[entry]:
-            deeper = len(self._path[m]) - len(its)
-            at = its + (0,) * deeper if deeper else its
-            n = self._at(m, at)
-            if n not in self.index:
-                new.append(n)
-                keys.append(key_at(index, block, m, at))
-        return self._insert(new, ordered=True, keys=keys)
-
-    def complete_iterations(self) -> list[str]:
-        """Create the members an existing loop iteration lacks; returns the new names. A run
-        of another graph version (a replay of new code from inside a loop) may have a
-        member the iterations it inherited never had."""
-        if not self.dynamic:
-            return []
-        return [n for (node, around), insts in list(self._of.items())
-                if node in self._members and len(around) == len(self._path[node]) - 1   # each instance once
-                for inst in list(insts) for n in self.add_iteration(node, self._its(inst))]
-
-    def add_items(self, group: str, count: int) -> list[str]:
-        """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones.
-        What each item's dependencies and ancestors are is its group record's (see
-        ``_dep_instances``): set here for all of them at once, not asked item by item."""
-        p = parse_instance(group)
-        index = self.index
-        # in item order, which is canonical order: no sort needed
-        found = [(n, i) for i in range(count) if (n := instance_name(p.node, p.iteration, i, p.outer)) not in index]
-        if not found:
-            return []
-        head = self.graph.key(group)[:-1]   # an item's key is its group record's, with the item
-        new = self._insert([n for n, _ in found], ordered=True, keys=[(*head, i) for _, i in found], group=group)
-        anc = self._anc.get(group)
-        for n in new:
-            self._deps[n] = _NO_DEPS
-            if anc is not None:
-                self._anc[n] = anc
-        return new
-
-    def _insert(self, names: list[str], ordered: bool = False, keys: list[InstanceKey] | None = None,
-                group: str | None = None) -> list[str]:
-        """Give ``names`` their positions (``keys``: theirs, when the caller knows them;
-        ``group``: the map whose items they all are)."""
-        if not names:
-            return []
-        if not ordered:
-            names = self.graph.canonical(names)   # new: they have no position yet
-        if keys is None:
-            keys = [self.graph.key(n) for n in names]
-        at = bisect_left(self._keys, keys[0])
-        if at < len(self._keys) and self._keys[at] < keys[-1]:
-            # some of a map's items exist already (taken over after a crash): one at a time
-            for n in names:
-                self._insert([n])
-            return names
-        count = len(names)
-        assert isinstance(self.order, list)
-        self.order[at:at] = names
-        self._keys[at:at] = keys
-        if at + count < len(self.order):
-            for i in range(at, len(self.order)):
-                self.index[self.order[i]] = i   # type: ignore[index]
-            # an instance's ancestors come before it: only masks of instances after ``at`` move
-            for n in self.order[at + count:]:
-                m = self._anc.get(n)
-                if m is not None:
-                    self._anc[n] = shift_mask(m, at, count)
-            for ref in self._shift:
-                listener = ref()
-                if listener is not None:
-                    listener(at, count)
-        else:
-            for i, n in enumerate(names, at):
-                self.index[n] = i   # type: ignore[index]
-        if group is not None:
-            self._note_items(group, names)
-            return names
-        for n in names:
-            self._note(n)
-        p = parse_instance(names[0])
-        if p.item is not None:
-            # positions are in canonical order: sorting by them needs no key computed again
-            self._items[group_of(p)].sort(key=self.index.__getitem__)
-        return names
-
-    def _note_items(self, group: str, names: list[str]) -> None:
-        """``_note`` for new items of one map, in item order: they share where they are."""
-        items = self._items.setdefault(group, [])
-        if items:   # some were there already (taken over after a crash): kept in order
-            items += names
-            items.sort(key=self.index.__getitem__)
-        else:
-            items += names
-        path = self._path.get(parse_instance(group).node)
-        if path:
-            its = self._its(group)
-            for k, entry in enumerate(path):
-                self._in.setdefault((entry, its[:k]), []).extend(names)

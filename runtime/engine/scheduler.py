@@ -8,21 +8,19 @@ dependency finishes, whatever order completions arrive in.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..core.frozen import fast_init
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph, NodeSpec
 from ..graph.instances import parse_instance
 from .instances import Instances, as_instances
 
 N = NodeStatus
+#: the statuses of an instance that may start once its dependencies allow
+_DUE = frozenset({N.PENDING, N.RETRYING})
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Frontier:
+class Frontier(NamedTuple):   # a tuple: built several times a step, in one call
     ready: tuple[str, ...]   # may start now, in canonical order
     skip: tuple[str, ...]    # every dependency was skipped: skip propagates
 
@@ -42,6 +40,11 @@ def dependency_verdict(inst: Instances, statuses: Mapping[str, NodeStatus], node
             return "wait"
     else:   # one instance per node: its dependencies as declared
         deps = inst.graph.nodes[node].after
+    return _verdict(statuses, deps)
+
+
+def _verdict(statuses: Mapping[str, NodeStatus], deps: Sequence[str]) -> str:
+    """``dependency_verdict`` once the dependencies are known."""
     if not deps:
         return "ready"
     succeeded = False
@@ -85,9 +88,20 @@ def frontier(graph: Instances | ExecutableGraph, statuses: Mapping[str, NodeStat
             nodes = sorted(nodes, key=inst.index.__getitem__)
     for node in nodes:
         status = statuses[node]
-        if status not in (N.PENDING, N.RETRYING):
+        if status not in _DUE:
             continue
-        verdict = dependency_verdict(inst, statuses, node)
+        # ``dependency_verdict``, with its usual answers inlined: asked several times a step
+        deps = inst.current_deps(node, statuses) if inst.dynamic else inst.graph.nodes[node].after
+        if deps is None:
+            continue   # a loop it waits for from outside may still grow
+        if len(deps) == 1:
+            s = statuses[deps[0]]
+            if s == N.SUCCEEDED:
+                ready.append(node)
+                continue
+            if s not in FINISHED_NODE:
+                continue
+        verdict = _verdict(statuses, deps)
         if verdict == "skip" and entered(inst, statuses, node):
             verdict = "ready"
         if verdict == "ready":

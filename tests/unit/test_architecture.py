@@ -18,7 +18,7 @@ FACADE = 6   # runtime/runtime.py, runtime/__init__.py and the old import paths
 #: the kernel's deterministic parts: no SQL, HTTP, threads or wall clock
 PURE = ["core/states.py", "core/records.py", "core/frozen.py", "core/errors.py", "core/trace.py", "core/jsonvalues.py",
         "graph/spec.py", "graph/builder.py", "graph/validate.py", "graph/reducers.py", "graph/loops.py", "graph/exits.py",
-        "graph/instances.py", "engine/instances.py", "engine/placement.py", "engine/scheduler.py", "engine/decisions.py", "engine/folding.py",
+        "graph/instances.py", "engine/instances.py", "engine/instance_growth.py", "engine/placement.py", "engine/scheduler.py", "engine/decisions.py", "engine/folding.py",
         "engine/lookahead.py",
         "travel/diff.py", "travel/report.py"]
 FORBIDDEN = {"sqlalchemy", "sqlmodel", "sqlite3", "psycopg", "http", "httpx", "litestar", "time",

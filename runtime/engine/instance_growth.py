@@ -1,0 +1,197 @@
+"""How a run's node instances grow: a loop's next iteration, a map's items.
+
+Pure, mixed into ``Instances`` (``instances.py`` reads them): new instances get their
+positions in canonical order, and everything kept by position (masks, the positions
+of later instances, whoever registered with ``on_shift``) moves up past them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
+
+from ..core.states import FINISHED_NODE, NodeStatus
+from ..graph import ExecutableGraph
+from ..graph.instances import InstanceKey, group_of, instance_name, iterations, key_at, parse_instance
+
+#: a dependency as remembered: its instances (a live list when they may still grow) and
+#: the loop whose end they wait for, None when they are fixed
+Plan = tuple[Sequence[str], tuple[str, tuple[int, ...]] | None]
+#: a map item's remembered dependencies: none of its own (its group record waited for them)
+NO_DEPS: tuple[tuple[str, ...], tuple[Plan, ...]] = ((), ())
+
+
+def shift_mask(mask: int, at: int, count: int) -> int:
+    """``mask`` with every position >= ``at`` moved up by ``count``."""
+    high = mask >> at
+    if not high:
+        return mask
+    return (mask & ((1 << at) - 1)) | (high << (at + count))
+
+
+class InstanceGrowth:
+    graph: ExecutableGraph
+    dynamic: bool
+    order: list[str] | tuple[str, ...]
+    index: Mapping[str, int]
+    _keys: list[InstanceKey]
+    _anc: dict[str, int]
+    _shift: list[weakref.WeakMethod[Callable[[int, int], None]]]
+    _path: Mapping[str, tuple[str, ...]]
+    _of: dict[tuple[str, tuple[int, ...]], list[str]]
+    _items: dict[str, list[str]]
+    _in: dict[tuple[str, tuple[int, ...]], list[str]]
+    _deps: dict[str, tuple[tuple[str, ...] | None, tuple[Plan, ...]]]
+    _members: Mapping[str, tuple[str, ...]]
+    _leads_back: Mapping[str, str]
+    _its: Callable[[str], tuple[int, ...]]
+    _at: Callable[[str, tuple[int, ...]], str]
+
+    def _note(self, name: str) -> None:
+        p = parse_instance(name)
+        node, item = p.node, p.item
+        if item is None:
+            path = self._path.get(node)
+            if not path:
+                self._of.setdefault((node, ()), []).append(name)
+                return
+            its = self._its(name)
+            for k in range(len(path)):   # seen from outside each loop around it
+                self._of.setdefault((node, its[:k]), []).append(name)
+        else:
+            self._items.setdefault(group_of(p), []).append(name)
+            path = self._path.get(node)
+            if not path:
+                return
+            its = iterations(p, len(path))   # an item's own, not kept: items are many
+        for k, entry in enumerate(path):
+            self._in.setdefault((entry, its[:k]), []).append(name)
+
+    def next_iteration(self, name: str, statuses: Mapping[str, NodeStatus]) -> tuple[str, tuple[int, ...]] | None:
+        """When settling ``name`` completes an iteration that leads back to its loop's
+        entry: (the loop's entry, the next iteration's numbers, one per loop around it,
+        outermost first). None otherwise."""
+        if not self.dynamic:
+            return None
+        p = parse_instance(name)
+        entry = self._leads_back.get(p.node)
+        if entry is None or p.item is not None:
+            return None
+        its = self._its(name)
+        succeeded = False
+        for s in self.graph.back_sources[entry]:
+            status = statuses[self._at(s, its)]
+            if status not in FINISHED_NODE:
+                return None
+            succeeded = succeeded or status == NodeStatus.SUCCEEDED
+        if not succeeded:
+            return None   # every way back was skipped: the loop ends here
+        nxt = (*its[:-1], its[-1] + 1)
+        if self._at(entry, nxt) in self.index:
+            return None
+        return entry, nxt
+
+    def add_iteration(self, entry: str, its: tuple[int, ...]) -> list[str]:
+        """Create the members of a loop's iteration ``its`` (with the iterations of the loops
+        around it) that do not exist yet, loops inside it at their first iteration; returns
+        the new names."""
+        new, keys = [], []
+        index, block = self.graph.index, self.graph.block
+        for m in self._members[entry]:
+            deeper = len(self._path[m]) - len(its)
+            at = its + (0,) * deeper if deeper else its
+            n = self._at(m, at)
+            if n not in self.index:
+                new.append(n)
+                keys.append(key_at(index, block, m, at))
+        return self._insert(new, ordered=True, keys=keys)
+
+    def complete_iterations(self) -> list[str]:
+        """Create the members an existing loop iteration lacks; returns the new names. A run
+        of another graph version (a replay of new code from inside a loop) may have a
+        member the iterations it inherited never had."""
+        if not self.dynamic:
+            return []
+        return [n for (node, around), insts in list(self._of.items())
+                if node in self._members and len(around) == len(self._path[node]) - 1   # each instance once
+                for inst in list(insts) for n in self.add_iteration(node, self._its(inst))]
+
+    def add_items(self, group: str, count: int) -> list[str]:
+        """Create a map's items ``0..count-1`` that do not exist yet; returns the new ones.
+        What each item's dependencies and ancestors are is its group record's (see
+        ``_dep_instances``): set here for all of them at once, not asked item by item."""
+        p = parse_instance(group)
+        index = self.index
+        # in item order, which is canonical order: no sort needed
+        found = [(n, i) for i in range(count) if (n := instance_name(p.node, p.iteration, i, p.outer)) not in index]
+        if not found:
+            return []
+        head = self.graph.key(group)[:-1]   # an item's key is its group record's, with the item
+        new = self._insert([n for n, _ in found], ordered=True, keys=[(*head, i) for _, i in found], group=group)
+        anc = self._anc.get(group)
+        for n in new:
+            self._deps[n] = NO_DEPS
+            if anc is not None:
+                self._anc[n] = anc
+        return new
+
+    def _insert(self, names: list[str], ordered: bool = False, keys: list[InstanceKey] | None = None,
+                group: str | None = None) -> list[str]:
+        """Give ``names`` their positions (``keys``: theirs, when the caller knows them;
+        ``group``: the map whose items they all are)."""
+        if not names:
+            return []
+        if not ordered:
+            names = self.graph.canonical(names)   # new: they have no position yet
+        if keys is None:
+            keys = [self.graph.key(n) for n in names]
+        at = bisect_left(self._keys, keys[0])
+        if at < len(self._keys) and self._keys[at] < keys[-1]:
+            # some of a map's items exist already (taken over after a crash): one at a time
+            for n in names:
+                self._insert([n])
+            return names
+        count = len(names)
+        assert isinstance(self.order, list)
+        self.order[at:at] = names
+        self._keys[at:at] = keys
+        if at + count < len(self.order):
+            for i in range(at, len(self.order)):
+                self.index[self.order[i]] = i   # type: ignore[index]
+            # an instance's ancestors come before it: only masks of instances after ``at`` move
+            for n in self.order[at + count:]:
+                m = self._anc.get(n)
+                if m is not None:
+                    self._anc[n] = shift_mask(m, at, count)
+            for ref in self._shift:
+                listener = ref()
+                if listener is not None:
+                    listener(at, count)
+        else:
+            for i, n in enumerate(names, at):
+                self.index[n] = i   # type: ignore[index]
+        if group is not None:
+            self._note_items(group, names)
+            return names
+        for n in names:
+            self._note(n)
+        p = parse_instance(names[0])
+        if p.item is not None:
+            # positions are in canonical order: sorting by them needs no key computed again
+            self._items[group_of(p)].sort(key=self.index.__getitem__)
+        return names
+
+    def _note_items(self, group: str, names: list[str]) -> None:
+        """``_note`` for new items of one map, in item order: they share where they are."""
+        items = self._items.setdefault(group, [])
+        if items:   # some were there already (taken over after a crash): kept in order
+            items += names
+            items.sort(key=self.index.__getitem__)
+        else:
+            items += names
+        path = self._path.get(parse_instance(group).node)
+        if path:
+            its = self._its(group)
+            for k, entry in enumerate(path):
+                self._in.setdefault((entry, its[:k]), []).extend(names)
