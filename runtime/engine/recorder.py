@@ -33,6 +33,7 @@ from ..core.records import (
     WriteKind,
 )
 from ..core.states import (
+    NODE_TRANSITIONS,
     SETTLED_NODE,
     NodeEvent,
     NodeStatus,
@@ -103,7 +104,9 @@ class Recorder:
 
     def node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: Any) -> bool:
         """Apply a node transition; True when the node's outcome is now settled."""
-        status = next_node_status(self.statuses[node], event)
+        before = self.statuses[node]
+        # the transition table, read here: ``next_node_status`` is asked only to name a bad one
+        status = NODE_TRANSITIONS[before].get(event) or next_node_status(before, event)
         self.statuses[node] = status
         self._changed.add(node)
         # ``emit``, inlined: a transition is recorded several times a step. The event's type
