@@ -96,16 +96,26 @@ class InstanceGrowth:
         """Create the members of a loop's iteration ``its`` (with the iterations of the loops
         around it) that do not exist yet, loops inside it at their first iteration; returns
         the new names."""
-        new, keys = [], []
-        index, block = self.graph.index, self.graph.block
+        new, keys, where = [], [], []
+        index, block, path = self.graph.index, self.graph.block, self._path
         for m in self._members[entry]:
-            deeper = len(self._path[m]) - len(its)
+            deeper = len(path[m]) - len(its)
             at = its + (0,) * deeper if deeper else its
             n = self._at(m, at)
             if n not in self.index:
                 new.append(n)
                 keys.append(key_at(index, block, m, at))
-        return self._insert(new, ordered=True, keys=keys)
+                where.append((m, at))
+        if not new:
+            return new
+        self._insert(new, keys)
+        of, within = self._of, self._in
+        for n, (m, at) in zip(new, where):   # ``_note``, with the iterations known
+            around = path[m]
+            for k in range(len(around)):
+                of.setdefault((m, at[:k]), []).append(n)
+                within.setdefault((around[k], at[:k]), []).append(n)
+        return new
 
     def complete_iterations(self) -> list[str]:
         """Create the members an existing loop iteration lacks; returns the new names. A run
@@ -128,7 +138,9 @@ class InstanceGrowth:
         if not found:
             return []
         head = self.graph.key(group)[:-1]   # an item's key is its group record's, with the item
-        new = self._insert([n for n, _ in found], ordered=True, keys=[(*head, i) for _, i in found], group=group)
+        new = [n for n, _ in found]
+        self._insert(new, [(*head, i) for _, i in found])
+        self._note_items(group, new)
         anc = self._anc.get(group)
         for n in new:
             self._deps[n] = NO_DEPS
@@ -136,51 +148,37 @@ class InstanceGrowth:
                 self._anc[n] = anc
         return new
 
-    def _insert(self, names: list[str], ordered: bool = False, keys: list[InstanceKey] | None = None,
-                group: str | None = None) -> list[str]:
-        """Give ``names`` their positions (``keys``: theirs, when the caller knows them;
-        ``group``: the map whose items they all are)."""
-        if not names:
-            return []
-        if not ordered:
-            names = self.graph.canonical(names)   # new: they have no position yet
-        if keys is None:
-            keys = [self.graph.key(n) for n in names]
+    def _insert(self, names: list[str], keys: list[InstanceKey]) -> None:
+        """Give ``names`` (in canonical order, new) their positions: ``keys`` are theirs.
+        The caller notes what they are (``_note``)."""
         at = bisect_left(self._keys, keys[0])
         if at < len(self._keys) and self._keys[at] < keys[-1]:
             # some of a map's items exist already (taken over after a crash): one at a time
-            for n in names:
-                self._insert([n])
-            return names
+            for n, key in zip(names, keys):
+                self._insert([n], [key])
+            return
         count = len(names)
         assert isinstance(self.order, list)
         self.order[at:at] = names
         self._keys[at:at] = keys
+        index = self.index
         if at + count < len(self.order):
-            for i in range(at, len(self.order)):
-                self.index[self.order[i]] = i   # type: ignore[index]
+            order = self.order
+            for i in range(at, len(order)):
+                index[order[i]] = i   # type: ignore[index]
             # an instance's ancestors come before it: only masks of instances after ``at`` move
-            for n in self.order[at + count:]:
-                m = self._anc.get(n)
+            anc = self._anc
+            for n in order[at + count:]:
+                m = anc.get(n)
                 if m is not None:
-                    self._anc[n] = shift_mask(m, at, count)
+                    anc[n] = shift_mask(m, at, count)
             for ref in self._shift:
                 listener = ref()
                 if listener is not None:
                     listener(at, count)
         else:
             for i, n in enumerate(names, at):
-                self.index[n] = i   # type: ignore[index]
-        if group is not None:
-            self._note_items(group, names)
-            return names
-        for n in names:
-            self._note(n)
-        p = parse_instance(names[0])
-        if p.item is not None:
-            # positions are in canonical order: sorting by them needs no key computed again
-            self._items[group_of(p)].sort(key=self.index.__getitem__)
-        return names
+                index[n] = i   # type: ignore[index]
 
     def _note_items(self, group: str, names: list[str]) -> None:
         """``_note`` for new items of one map, in item order: they share where they are."""
