@@ -151,8 +151,8 @@ class Recorder:
 
     def _take_changed(self, parent: Checkpoint) -> tuple[str, ...]:
         """Nodes whose status differs from the parent checkpoint's, canonical order."""
-        before = parent.node_states
-        changed = [n for n in self._changed if before.get(n) != self.statuses[n]]
+        before, now = parent.node_states, self.statuses
+        changed = [n for n in self._changed if before.get(n) != now[n]]
         self._changed = set()
         return tuple(self.inst.canonical(changed) if len(changed) > 1 else changed)
 
@@ -171,14 +171,12 @@ class Recorder:
             snapshot = self.state.head_state()
             self._since_snapshot = self._bytes_since_snapshot = 0
             self._snapshot_bytes = len(to_json(snapshot))
-        cp = Checkpoint(
-            id=self.env.ids.new("cp"), run_id=self.run.id, seq=self.head.seq + 1,
-            parent_id=self.head.id,
-            nodes=tuple(self.inst.canonical(self._folded) if len(self._folded) > 1 else self._folded),
-            node_states=dict(self.statuses), event_seq=self.seq,
-            created_at=self.now(), source=CheckpointSource.STEP, snapshot=snapshot,
-            changed=self._take_changed(self.head),
-        )
+        head, folded = self.head, self._folded
+        # positional, in the record's field order: a checkpoint is made at nearly every step
+        cp = Checkpoint(self.env.ids.new("cp"), self.run.id, head.seq + 1, head.id,
+                        tuple(self.inst.canonical(folded) if len(folded) > 1 else folded),
+                        dict(self.statuses), self.seq, self.now(), CheckpointSource.STEP, snapshot,
+                        self._take_changed(head))
         self._folded = []
         self._parent, self.head = self.head, cp
         self.batch.checkpoints.append(cp)
