@@ -19,8 +19,12 @@ from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph, NodeSpec
 from ..graph.instances import base_node, group_of, parse_instance
 from .instance_growth import InstanceGrowth, Plan
-from .placement import Placement
+from .placement import Flat, Placement
 
+
+
+def _no_shape(node: str, leads_back: Mapping[str, str]) -> Flat | None:
+    return None
 
 
 def as_instances(graph: ExecutableGraph | Instances) -> Instances:
@@ -29,7 +33,8 @@ def as_instances(graph: ExecutableGraph | Instances) -> Instances:
 
 
 class Instances(InstanceGrowth):
-    def __init__(self, graph: ExecutableGraph, names: Iterable[str]):
+    def __init__(self, graph: ExecutableGraph, names: Iterable[str], *, shapes: bool = True):
+        """``shapes=False``: every answer from the general path (what the shapes are checked against)."""
         self.graph = graph
         self.dynamic = graph.dynamic
         self._shift: list[weakref.WeakMethod[Callable[[int, int], None]]] = []
@@ -65,6 +70,7 @@ class Instances(InstanceGrowth):
         self._where = Placement(g, self._exits)
         self._its, self._at, self._common = self._where.its, self._where.at, self._where.common
         self._after, self._reach = self._where.after, self._where.reach
+        self._flat = self._where.flat if shapes else _no_shape
         for n in self.order:
             self._note(n)
 
@@ -216,8 +222,16 @@ class Instances(InstanceGrowth):
         #: the dependencies while all are fixed instances (the usual case), else None
         fixed: list[str] | None = []
         plan: list[Plan] = []
-        if p.item is None:   # else its group record waited for the dependencies already
-            node = p.node
+        node = p.node
+        flat = self._flat(node, self._leads_back) if p.item is None else None
+        if flat is not None:   # as ``children``: the names are the node's own suffix on the others'
+            if p.iteration >= 1 and g.loop_of.get(node) == node:
+                prev = "" if p.iteration == 1 else f"#{p.iteration - 1}"
+                fixed = [s + prev for s in flat.back]
+            else:
+                suffix = name[len(node):]
+                fixed = [d + suffix if same else d for d, same in flat.deps]
+        elif p.item is None:   # else its group record waited for the dependencies already
             its = self._its(name) if node in self._path else ()
             if p.iteration >= 1 and g.loop_of.get(node) == node:
                 before = (*its[:-1], p.iteration - 1)
@@ -259,6 +273,15 @@ class Instances(InstanceGrowth):
         if p.item is not None:
             return []
         node = p.node
+        flat = self._flat(node, self._leads_back)
+        if flat is not None:   # the names are the node's own suffix on the others'
+            suffix = name[len(node):]
+            out = [c + suffix if same else c for c, same in flat.kids]
+            if flat.leads_to is not None:
+                nxt = f"{flat.leads_to}#{p.iteration + 1}"
+                if nxt in self.index:
+                    out.append(nxt)   # created before this way back settled (a branch inherited it)
+            return out
         path = self._path.get(node, ())
         its = self._its(name) if path else ()
         out = []

@@ -8,9 +8,26 @@ depend on the graph and on names only).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from ..graph import ExecutableGraph
 from ..graph.instances import instance_name, iterations, parse_instance
+
+
+class Flat(NamedTuple):
+    """What an instance of a node in one loop, with nothing of another loop around what it
+    meets, needs from its name: its instances are ``node`` and ``node#k``, and whatever it
+    meets in its loop is at the same iteration, written with the same suffix."""
+
+    #: what may become due once it settles, as (node, whether in the same iteration)
+    kids: tuple[tuple[str, bool], ...]
+    #: what it runs after, the same way (the loop's entry: from its first iteration on)
+    deps: tuple[tuple[str, bool], ...]
+    #: the loop's entry, from its second iteration on: the nodes of the previous one it
+    #: runs after; else ()
+    back: tuple[str, ...]
+    #: the loop's entry, when settling it may lead back there; else None
+    leads_to: str | None
 
 
 class Placement:
@@ -23,6 +40,7 @@ class Placement:
         self._shared: dict[tuple[str, str], int] = {}
         self._reaches: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._afters: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        self._flats: dict[str, Flat | None] = {}
 
     def its(self, name: str) -> tuple[int, ...]:
         """The iteration of each loop around the instance, outermost first."""
@@ -83,4 +101,25 @@ class Placement:
             reach = self._reaches[node] = tuple(
                 (c, self.common(node, c), len(self._path.get(c, ()))) for c in dict.fromkeys(found))
             return reach
+
+    def flat(self, node: str, leads_back: Mapping[str, str]) -> Flat | None:
+        """``node``'s ``Flat`` shape, or None when it is in no loop, in a loop inside another,
+        or meets a node of another loop (the general path answers those)."""
+        try:
+            return self._flats[node]
+        except KeyError:
+            pass
+        path, g = self._path.get(node, ()), self._graph
+        found = None
+        if len(path) == 1:
+            kids, deps = self.reach(node), self.after(node)
+            # each met at the same iteration of the same loop (1, 1) or in no loop (0, 0)
+            if all((k, depth) in ((1, 1), (0, 0)) for _, k, depth in (*kids, *deps)):
+                entry = path[0]
+                back = g.back_sources.get(node, ()) if node == entry else ()
+                if all(self._path.get(b) == path for b in back):
+                    found = Flat(tuple((c, k == 1) for c, k, _ in kids), tuple((d, k == 1) for d, k, _ in deps),
+                                 tuple(back), entry if leads_back.get(node) == entry else None)
+        self._flats[node] = found
+        return found
 
