@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..core.states import FINISHED_NODE, NodeStatus
 from ..graph import ExecutableGraph
 from ..graph.instances import InstanceKey, group_of, instance_name, iterations, key_at, parse_instance
+from .placement import Flat
 
 #: a dependency as remembered: its instances (a live list when they may still grow) and
 #: the loop whose end they wait for, None when they are fixed
@@ -47,6 +48,10 @@ class InstanceGrowth:
     _leads_back: Mapping[str, str]
     _its: Callable[[str], tuple[int, ...]]
     _at: Callable[[str, tuple[int, ...]], str]
+    _flat: Callable[[str, Mapping[str, str]], Flat | None]
+    #: a loop with no loop inside it, in none -> its members' (name, where the loop's block
+    #: starts, position), in canonical order
+    _flat_loops: Mapping[str, tuple[tuple[str, int, int], ...]]
 
     def _note(self, name: str) -> None:
         p = parse_instance(name)
@@ -78,6 +83,9 @@ class InstanceGrowth:
         entry = self._leads_back.get(p.node)
         if entry is None or p.item is not None:
             return None
+        if self._flat(p.node, self._leads_back) is not None:
+            # the ways back are at its loop's level, so at its iteration: its own suffix
+            return self._next_flat(entry, name[len(p.node):], p.iteration, statuses)
         its = self._its(name)
         succeeded = False
         for s in self.graph.back_sources[entry]:
@@ -92,10 +100,26 @@ class InstanceGrowth:
             return None
         return entry, nxt
 
+    def _next_flat(self, entry: str, suffix: str, k: int,
+                   statuses: Mapping[str, NodeStatus]) -> tuple[str, tuple[int, ...]] | None:
+        """``next_iteration`` of an instance at iteration ``k`` of a loop around nothing else."""
+        succeeded = False
+        for s in self.graph.back_sources[entry]:
+            status = statuses[s + suffix]
+            if status not in FINISHED_NODE:
+                return None
+            succeeded = succeeded or status == NodeStatus.SUCCEEDED
+        if not succeeded or f"{entry}#{k + 1}" in self.index:
+            return None   # every way back was skipped (the loop ends here), or it exists
+        return entry, (k + 1,)
+
     def add_iteration(self, entry: str, its: tuple[int, ...]) -> list[str]:
         """Create the members of a loop's iteration ``its`` (with the iterations of the loops
         around it) that do not exist yet, loops inside it at their first iteration; returns
         the new names."""
+        flat = self._flat_loops.get(entry) if len(its) == 1 else None
+        if flat is not None:
+            return self._add_flat(entry, its[0], flat)
         new, keys, where = [], [], []
         index, block, path = self.graph.index, self.graph.block, self._path
         for m in self._members[entry]:
@@ -115,6 +139,21 @@ class InstanceGrowth:
             for k in range(len(around)):
                 of.setdefault((m, at[:k]), []).append(n)
                 within.setdefault((around[k], at[:k]), []).append(n)
+        return new
+
+    def _add_flat(self, entry: str, k: int, members: tuple[tuple[str, int, int], ...]) -> list[str]:
+        """``add_iteration`` of a loop around no other: each member's name is its own with
+        the iteration's suffix, its key (where the loop's block starts, k, its position)."""
+        suffix = f"#{k}" if k else ""
+        index, made = self.index, [(m + suffix, m, (start, k, pos, -1)) for m, start, pos in members]
+        made = [x for x in made if x[0] not in index]
+        new = [n for n, _, _ in made]
+        if new:
+            self._insert(new, [key for _, _, key in made])
+            of, within = self._of, self._in.setdefault((entry, ()), [])
+            for n, m, _ in made:   # ``_note``, with what the name says known
+                of.setdefault((m, ()), []).append(n)
+                within.append(n)
         return new
 
     def complete_iterations(self) -> list[str]:

@@ -71,6 +71,8 @@ class Instances(InstanceGrowth):
         self._its, self._at, self._common = self._where.its, self._where.at, self._where.common
         self._after, self._reach = self._where.after, self._where.reach
         self._flat = self._where.flat if shapes else _no_shape
+        self._flat_loops = {e: tuple((m, g.block[m][0], g.index[m]) for m in ms) for e, ms in self._members.items()
+                            if shapes and all(len(self._path[m]) == 1 for m in ms)}
         for n in self.order:
             self._note(n)
 

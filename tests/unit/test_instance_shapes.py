@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from runtime import ExecutableGraph, Graph, MemoryStore, RunStatus, Runtime, append
+from runtime import ExecutableGraph, Graph, MemoryStore, NodeStatus, RunStatus, Runtime, append
 from runtime.engine.instances import Instances
 from test_instance_properties import rounds, side_by_side
 
@@ -93,13 +93,16 @@ async def instances_of(graph: Graph) -> list[str]:
         rt.close()
 
 
-def assert_same_answers(graph: ExecutableGraph, names: list[str]) -> int:
-    """Every instance's successors and dependencies, from shapes and from the general path;
-    returns how many instances answered from a shape."""
+def assert_same_answers(graph: ExecutableGraph, names: list[str], statuses: list[NodeStatus] | None = None) -> int:
+    """Every instance's successors, dependencies and next iteration (under ``statuses``,
+    taken in turn), from shapes and from the general path; returns how many instances
+    answered from a shape."""
     shaped, general = Instances(graph, names), Instances(graph, names, shapes=False)
     assert shaped.order == general.order
+    states = {n: (statuses or [NodeStatus.SUCCEEDED])[i % len(statuses or [1])] for i, n in enumerate(shaped.order)}
     answered = 0
     for name in shaped.order:
+        assert shaped.next_iteration(name, states) == general.next_iteration(name, states), name
         assert shaped.children(name) == general.children(name), name
         fixed, plan = shaped._planned(name)
         want_fixed, want_plan = general._planned(name)
@@ -128,7 +131,24 @@ def test_shapes_answer_as_the_general_path_for_any_iterations(which: str, turns:
     for member in [m for ms in graph.loops.values() for m in ms]:
         made = data.draw(st.sets(st.integers(1, turns), max_size=turns) if turns else st.just(set()))
         names += [f"{member}#{k}" for k in sorted(made)]
-    assert assert_same_answers(graph, names) > 0
+    statuses = data.draw(st.lists(st.sampled_from(list(NodeStatus)), min_size=1, max_size=5))
+    assert assert_same_answers(graph, names, statuses) > 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(which=st.sampled_from(["side_by_side", "wide", "sub"]), steps=st.lists(st.integers(0, 6), max_size=8))
+def test_a_loop_grows_the_same_from_its_shape(which: str, steps: list[int]) -> None:
+    """Iterations created in any order (some again, some skipped) give the same instances,
+    positions, and what each loop and node holds, with or without shapes."""
+    graph = GRAPHS[which]().compile()
+    shaped, general = Instances(graph, ()), Instances(graph, (), shapes=False)
+    for k in steps:
+        for entry in graph.loops:
+            assert shaped.add_iteration(entry, (k,)) == general.add_iteration(entry, (k,))
+    assert shaped.order == general.order and shaped.index == general.index
+    assert shaped._keys == general._keys and shaped._of == general._of and shaped._in == general._in
+    for entry in graph.loops:
+        assert shaped.loop_ended(entry, (), {n: NodeStatus.SUCCEEDED for n in shaped.order})
 
 
 def test_a_node_meeting_a_loop_inside_its_own_has_no_shape() -> None:
