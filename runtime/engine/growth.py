@@ -47,6 +47,7 @@ class Growth:
         name = parse_instance(node)
         if name.item is not None:
             self._close_map(group_of(name))
+            return   # an item leads nowhere (``next_iteration``): its map's group record may
         nxt = self.inst.next_iteration(node, self.rec.statuses)
         if nxt is None:
             return

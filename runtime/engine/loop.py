@@ -257,7 +257,8 @@ class RunLoop(Outcomes, Growth):
             return
         now = self.rec.now()
         while True:
-            front = scheduler.frontier(self.inst, self.rec.statuses, self._candidates)
+            front = (scheduler.frontier(self.inst, self.rec.statuses, self._candidates) if self._candidates
+                     else scheduler.NOTHING_DUE)   # nothing to examine (a map item settled)
             # examined: a waiting node comes back when one of its dependencies settles
             self._candidates = set()
             skipped = False
@@ -321,7 +322,7 @@ class RunLoop(Outcomes, Growth):
         except ValidationError as e:
             self._fail_before_start(node, InvalidWrites(f"state for {node!r} does not validate: {e}"))
             return False
-        extra: dict[str, object] = {}
+        extra: dict[str, object] | None = None
         if spec.map_over is not None:
             index = parse_instance(node).item
             values = getattr(state, spec.map_over, None)
@@ -329,14 +330,13 @@ class RunLoop(Outcomes, Growth):
                 self._fail_before_start(node, InvalidWrites(f"map item {node!r}: its list changed under it"))
                 return False
             if spec.wants_item:
-                extra["item"] = values[index]
-        state = view_of(state, spec.view)
+                extra = {"item": values[index]}
+        state = view_of(state, spec.view) if spec.view is not None else state
         attempt = self._attempt_no.get(node, 0) + 1
         self._attempt_no[node] = attempt
         usage["steps"] += 1
         self._retry_at.pop(node, None)
-        scope = AttemptScope(run_id=self.run_id, node=node, attempt=attempt, deadline=deadline,
-                             clock=self.env.clock.time, started_at=now)
+        scope = AttemptScope(self.run_id, node, attempt, deadline, self.env.clock.time, now)
         self._node(node, NodeEvent.START, attempt=attempt)
         ctx = NodeContext(self.host, scope, asyncio.get_running_loop())
         self._in_flight.launch(spec, state, ctx, scope, extra)

@@ -25,6 +25,10 @@ class Frontier(NamedTuple):   # a tuple: built several times a step, in one call
     skip: tuple[str, ...]    # every dependency was skipped: skip propagates
 
 
+#: the frontier among no candidates
+NOTHING_DUE = Frontier((), ())
+
+
 def dependency_verdict(inst: Instances, statuses: Mapping[str, NodeStatus], node: str) -> str:
     """"ready", "skip", "wait" or "blocked" for one node instance, from its dependencies only.
 
