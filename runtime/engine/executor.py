@@ -9,11 +9,9 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..core.frozen import fast_init
 from ..core.errors import AttemptCancelled, DeadlineExceeded, NodeInterrupt
 from ..graph import NodeSpec
 from . import effects
@@ -27,9 +25,7 @@ class OutcomeKind(StrEnum):
     INTERRUPTED = "interrupted"
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):   # a tuple: one per attempt, built in one call
     kind: OutcomeKind
     value: Any = None                 # the node's return value
     error: BaseException | None = None

@@ -4,35 +4,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(slots=True)
 class AttemptScope:
     """Per-attempt counters: effect occurrences and interrupt slots restart at 0 on
-    every attempt, so a re-execution meets the same identities in the same order."""
+    every attempt, so a re-execution meets the same identities in the same order.
 
-    run_id: str
-    node: str
-    attempt: int
-    deadline: float | None
-    clock: Callable[[], float]
-    started_at: float = 0.0
+    A plain class whose counters start as class attributes: an attempt is made at every
+    step, and most never change them (set on the instance when they do)."""
+
+    #: set once the attempt no longer counts (cancelled, past its deadline, its run gone)
     abandoned: bool = False
     #: set when the attempt raised an interrupt, even if node code caught the signal
     interrupt_id: str | None = None
-    occurrences: dict[str, int] = field(default_factory=dict)
     interrupts: int = 0
     tokens: int = 0
     cost: float = 0.0
     #: effects a ``def`` node's thread handed to the event loop and is waiting for (made
     #: when first needed: most attempts never call an effect from a thread)
     effects_in_thread: list[Future[Any]] | None = None
+    #: effect name -> how many times this attempt called it (made at the first call)
+    occurrences: dict[str, int] | None = None
+
+    def __init__(self, run_id: str, node: str, attempt: int, deadline: float | None,
+                 clock: Callable[[], float], started_at: float = 0.0):
+        self.run_id = run_id
+        self.node = node
+        self.attempt = attempt
+        self.deadline = deadline
+        self.clock = clock
+        self.started_at = started_at
+
+    def __repr__(self) -> str:
+        return f"AttemptScope(run_id={self.run_id!r}, node={self.node!r}, attempt={self.attempt})"
 
     def next_occurrence(self, name: str) -> int:
-        n = self.occurrences.get(name, 0)
-        self.occurrences[name] = n + 1
+        seen = self.occurrences
+        if seen is None:
+            seen = self.occurrences = {}
+        n = seen.get(name, 0)
+        seen[name] = n + 1
         return n
 
     def remaining(self) -> float | None:
