@@ -48,7 +48,7 @@ class InstanceGrowth:
     _leads_back: Mapping[str, str]
     _its: Callable[[str], tuple[int, ...]]
     _at: Callable[[str, tuple[int, ...]], str]
-    _flat: Callable[[str, Mapping[str, str]], Flat | None]
+    _flat: Callable[[str], Flat | None]
     #: a loop with no loop inside it, in none -> its members' (name, where the loop's block
     #: starts, position), in canonical order
     _flat_loops: Mapping[str, tuple[tuple[str, int, int], ...]]
@@ -83,35 +83,24 @@ class InstanceGrowth:
         entry = self._leads_back.get(p.node)
         if entry is None or p.item is not None:
             return None
-        if self._flat(p.node, self._leads_back) is not None:
+        nxt: tuple[int, ...]
+        if self._flat(p.node) is not None:
             # the ways back are at its loop's level, so at its iteration: its own suffix
-            return self._next_flat(entry, name[len(p.node):], p.iteration, statuses)
-        its = self._its(name)
+            suffix, k = name[len(p.node):], p.iteration
+            back, nxt, following = [s + suffix for s in self.graph.back_sources[entry]], (k + 1,), f"{entry}#{k + 1}"
+        else:
+            its = self._its(name)
+            back, nxt = [self._at(s, its) for s in self.graph.back_sources[entry]], (*its[:-1], its[-1] + 1)
+            following = self._at(entry, nxt)
         succeeded = False
-        for s in self.graph.back_sources[entry]:
-            status = statuses[self._at(s, its)]
+        for s in back:
+            status = statuses[s]
             if status not in FINISHED_NODE:
                 return None
             succeeded = succeeded or status == NodeStatus.SUCCEEDED
-        if not succeeded:
-            return None   # every way back was skipped: the loop ends here
-        nxt = (*its[:-1], its[-1] + 1)
-        if self._at(entry, nxt) in self.index:
-            return None
-        return entry, nxt
-
-    def _next_flat(self, entry: str, suffix: str, k: int,
-                   statuses: Mapping[str, NodeStatus]) -> tuple[str, tuple[int, ...]] | None:
-        """``next_iteration`` of an instance at iteration ``k`` of a loop around nothing else."""
-        succeeded = False
-        for s in self.graph.back_sources[entry]:
-            status = statuses[s + suffix]
-            if status not in FINISHED_NODE:
-                return None
-            succeeded = succeeded or status == NodeStatus.SUCCEEDED
-        if not succeeded or f"{entry}#{k + 1}" in self.index:
+        if not succeeded or following in self.index:
             return None   # every way back was skipped (the loop ends here), or it exists
-        return entry, (k + 1,)
+        return entry, nxt
 
     def add_iteration(self, entry: str, its: tuple[int, ...]) -> list[str]:
         """Create the members of a loop's iteration ``its`` (with the iterations of the loops

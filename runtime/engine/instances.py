@@ -23,7 +23,7 @@ from .placement import Flat, Placement
 
 
 
-def _no_shape(node: str, leads_back: Mapping[str, str]) -> Flat | None:
+def _no_shape(node: str) -> Flat | None:
     return None
 
 
@@ -67,7 +67,7 @@ class Instances(InstanceGrowth):
         #: a node that leads back to the entry of the loop it is in -> that entry (asked as
         #: each instance settles: most lead nowhere)
         self._leads_back = {s: e for e, srcs in g.back_sources.items() for s in srcs if g.loop_of.get(s) == e}
-        self._where = Placement(g, self._exits)
+        self._where = Placement(g, self._exits, self._leads_back)
         self._its, self._at, self._common = self._where.its, self._where.at, self._where.common
         self._after, self._reach = self._where.after, self._where.reach
         self._flat = self._where.flat if shapes else _no_shape
@@ -225,7 +225,7 @@ class Instances(InstanceGrowth):
         fixed: list[str] | None = []
         plan: list[Plan] = []
         node = p.node
-        flat = self._flat(node, self._leads_back) if p.item is None else None
+        flat = self._flat(node) if p.item is None else None
         if flat is not None:   # as ``children``: the names are the node's own suffix on the others'
             if p.iteration >= 1 and g.loop_of.get(node) == node:
                 prev = "" if p.iteration == 1 else f"#{p.iteration - 1}"
@@ -275,7 +275,7 @@ class Instances(InstanceGrowth):
         if p.item is not None:
             return []
         node = p.node
-        flat = self._flat(node, self._leads_back)
+        flat = self._flat(node)
         if flat is not None:   # the names are the node's own suffix on the others'
             suffix = name[len(node):]
             out = [c + suffix if same else c for c, same in flat.kids]

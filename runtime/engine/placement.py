@@ -31,8 +31,9 @@ class Flat(NamedTuple):
 
 
 class Placement:
-    def __init__(self, graph: ExecutableGraph, exits: Mapping[str, Sequence[str]]):
+    def __init__(self, graph: ExecutableGraph, exits: Mapping[str, Sequence[str]], leads_back: Mapping[str, str]):
         self._graph = graph
+        self._leads_back = leads_back   # a node leading back to the entry of its loop -> that entry
         self._path = graph.loop_path
         self._exits = exits   # a loop's entry -> the nodes after it, that wait for its end
         self._its_of: dict[str, tuple[int, ...]] = {}
@@ -102,7 +103,7 @@ class Placement:
                 (c, self.common(node, c), len(self._path.get(c, ()))) for c in dict.fromkeys(found))
             return reach
 
-    def flat(self, node: str, leads_back: Mapping[str, str]) -> Flat | None:
+    def flat(self, node: str) -> Flat | None:
         """``node``'s ``Flat`` shape, or None when it is in no loop, in a loop inside another,
         or meets a node of another loop (the general path answers those)."""
         try:
@@ -119,7 +120,7 @@ class Placement:
                 back = g.back_sources.get(node, ()) if node == entry else ()
                 if all(self._path.get(b) == path for b in back):
                     found = Flat(tuple((c, k == 1) for c, k, _ in kids), tuple((d, k == 1) for d, k, _ in deps),
-                                 tuple(back), entry if leads_back.get(node) == entry else None)
+                                 tuple(back), entry if self._leads_back.get(node) == entry else None)
         self._flats[node] = found
         return found
 

@@ -109,7 +109,7 @@ def assert_same_answers(graph: ExecutableGraph, names: list[str], statuses: list
         assert fixed == want_fixed, name
         assert [(list(m), w) for m, w in plan] == [(list(m), w) for m, w in want_plan], name
         node = name.split("[")[0].split("#")[0]
-        answered += shaped._where.flat(node, shaped._leads_back) is not None and "[" not in name
+        answered += shaped._where.flat(node) is not None and "[" not in name
     return answered
 
 
@@ -154,7 +154,7 @@ def test_a_loop_grows_the_same_from_its_shape(which: str, steps: list[int]) -> N
 def test_a_node_meeting_a_loop_inside_its_own_has_no_shape() -> None:
     graph = rounds(lambda _: 0.0).compile()
     inst = Instances(graph, ())
-    assert inst._where.flat("round", inst._leads_back) is None    # think is in a loop inside round's
-    assert inst._where.flat("side", inst._leads_back) is not None  # side meets round and tally only
-    assert inst._where.flat("think", inst._leads_back) is None    # in a loop inside another
-    assert inst._where.flat("end", inst._leads_back) is None      # in no loop
+    assert inst._where.flat("round") is None    # think is in a loop inside round's
+    assert inst._where.flat("side") is not None  # side meets round and tally only
+    assert inst._where.flat("think") is None    # in a loop inside another
+    assert inst._where.flat("end") is None      # in no loop
