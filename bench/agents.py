@@ -581,7 +581,7 @@ SPLIT = [  # (module, class or None for a module function, name); they nest: _sc
     ("runtime.engine.instances", "Instances", "loop_ended"),
     ("runtime.engine.loop", "RunLoop", "_launch"),
     ("runtime.engine.loop", "RunLoop", "_collect"),
-    ("runtime.engine.instances", "Instances", "_insert"),
+    ("runtime.engine.instance_growth", "InstanceGrowth", "_insert"),
     ("runtime.engine.recorder", "Recorder", "flush"),
 ]
 

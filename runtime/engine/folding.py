@@ -35,6 +35,8 @@ from .instances import Instances, as_instances
 #: folded states kept (beyond the run input): enough for a chain, a fan-out's root
 #: and a few branches in flight at once
 KEPT_STATES = 8
+#: nodes whose input is remembered until they are added (see ``_asked``): more than run at once
+KEPT_ASKED = 256
 
 
 @dataclass(slots=True)
@@ -81,15 +83,16 @@ class StateFold:
         # a field missing from the input gets its default on every validation: the whole-state path does that
         self._plan = plan if plan is not None and set(graph.state_model.model_fields) <= set(run_input) else None
         self._scratch_model: BaseModel | None = None
-        #: the last node whose input was asked, its input mask and state (until a node is added)
-        self._last: tuple[str, int, _Folded] | None = None
+        #: nodes asked for their input (once due: all they fold has settled, so it stays as it
+        #: was) and not added since -> their input mask and state (a map's items ask twice)
+        self._asked: dict[str, tuple[int, _Folded]] = {}
         for n, w in writes.items():
             self.add(n, w)
 
     def add(self, node: str, writes: Mapping[str, JSON]) -> None:
         """Keep a succeeded node's (checked) writes."""
         self.writes[node] = writes
-        self._last = None
+        self._asked.pop(node, None)
         bit = 1 << self.inst.index[node]
         self._done_mask |= bit
         for field in writes:
@@ -119,14 +122,16 @@ class StateFold:
 
     def _input(self, node: str) -> tuple[int, _Folded]:
         """The node's input mask and state; asked again (a ``when`` predicate, then the
-        node, then its writes) while nothing completed, the same answer from memory."""
-        last = self._last
-        if last is not None and last[0] == node:
-            return last[1], last[2]
+        node, then its writes), the same answer from memory."""
+        found = self._asked.get(node)
+        if found is not None:
+            return found
         mask = self.inst.ancestor_mask(node) & self._done_mask
         folded = self._state(mask)
-        self._last = (node, mask, folded)
-        return mask, folded
+        if len(self._asked) >= KEPT_ASKED:   # those never added (skipped, failed) go at last
+            self._asked.clear()
+        self._asked[node] = found = (mask, folded)
+        return found
 
     def head_state(self) -> dict[str, JSON]:
         return self._state(self._done_mask).json
@@ -136,7 +141,7 @@ class StateFold:
 
     def _shift(self, at: int, count: int) -> None:
         """Instances were inserted at position ``at``: move every later position up."""
-        self._last = None
+        self._asked.clear()
         after = self._after[2] if self._after is not None else 0
         if not (self._done_mask | after) >> at:
             return   # every mask kept here is made of those positions: none moves (a loop's next iteration)

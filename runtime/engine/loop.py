@@ -22,7 +22,6 @@ from ..core.states import (
     FINISHED_NODE,
     NodeEvent,
     NodeStatus,
-    RunEvent,
     RunStatus,
     StopKind,
     supersedes,
@@ -44,6 +43,7 @@ from .instances import Instances
 from .recorder import Recorder
 from .scope import AttemptScope
 from .stopping import Stop, StopError, finish_run, stop
+from .takeover import TakeOver
 from .waiting import Waiter
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ N = NodeStatus
 STOPPED_WAITING = "the caller stopped waiting for the run"
 
 
-class RunLoop(Outcomes, Growth):
+class RunLoop(Outcomes, Growth, TakeOver):
     def __init__(self, deps: EngineDeps, graph: ExecutableGraph, run: Run, *,
                  base: Mapping[str, JSON], head: Checkpoint, statuses: Mapping[str, NodeStatus],
                  writes: Mapping[str, JSON],
@@ -107,44 +107,6 @@ class RunLoop(Outcomes, Growth):
 
     def wake(self) -> None:
         self._waiter.wake()
-
-    # ------------------------------------------------------------------ taking the run over
-
-    def begin(self, event: RunEvent, answered: Mapping[str, JSON], by: str | None = None) -> None:
-        """Record why this process took the run over: claim, resume with answers, recovery."""
-        if event == RunEvent.RECOVER:
-            log.info("run %s: recovering it (its previous owner stopped)", self.run_id)
-            self._lose_in_flight()
-        for interrupt_id, value in answered.items():
-            done = self.host.answer(interrupt_id, value, by)
-            if self.rec.statuses[done.node] == N.INTERRUPTED:
-                self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
-        self.rec.run_event(event, owner=self.env.owner)
-        self._grow_inherited()
-        self._candidates = set(self.inst.order)
-        self._queued = []
-        self.rec.checkpoint_if_dirty()
-        self.rec.flush(durable=True)
-
-    def begin_cancel(self, reason: str) -> None:
-        """Cancel a run no process is executing (queued, paused, or orphaned by a crash)."""
-        if self.run.status == RunStatus.RUNNING:
-            self._lose_in_flight()
-            self.rec.run_event(RunEvent.RECOVER, owner=self.env.owner)
-        self._stop = stop(StopKind.CANCEL, ErrorClass.CANCELLED, reason)
-
-    def _lose_in_flight(self) -> None:
-        # RETRYING nodes were waiting, not running: they keep their backoff (see restore)
-        for node in list(self.inst.order):
-            if self.rec.statuses[node] == N.RUNNING:
-                self._node(node, NodeEvent.LOST, reason="the process running it stopped")
-
-    def restore(self, retry_at: Mapping[str, float], stopping: Stop | None) -> None:
-        """What a run taken over mid-way was doing: backoffs in progress, and whether it
-        had already begun to stop (a failure or cancel waiting for siblings)."""
-        self._retry_at.update(retry_at)
-        if stopping is not None:
-            self._stop = stopping
 
     def request_cancel(self, reason: str) -> None:
         if supersedes(StopKind.CANCEL, self._stop.kind if self._stop else None):

@@ -1,0 +1,89 @@
+"""Taking a run over: what a process records when it claims, resumes, recovers or
+cancels a run it did not start, and what it learns of the run's previous progress.
+
+Mixed into ``RunLoop`` (see ``growth`` for the same arrangement).
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from collections.abc import Mapping
+
+from ..core.env import Environment
+from ..core.errors import ErrorClass
+from ..core.jsonvalues import JSON
+from ..core.records import Run
+from ..core.states import NodeEvent, NodeStatus, RunEvent, RunStatus, StopKind
+from .host import RunHost
+from .instances import Instances
+from .recorder import Recorder
+from .stopping import Stop, stop
+
+log = logging.getLogger(__name__)
+N = NodeStatus
+
+
+class TakeOver:
+    env: Environment
+    host: RunHost
+    inst: Instances
+    rec: Recorder
+    _stop: Stop | None
+    _retry_at: dict[str, float]
+    _candidates: set[str]
+    _queued: list[str]
+
+    @property
+    @abstractmethod
+    def run(self) -> Run:
+        ...
+
+    @property
+    @abstractmethod
+    def run_id(self) -> str:
+        ...
+
+    @abstractmethod
+    def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
+        ...
+
+    @abstractmethod
+    def _grow_inherited(self) -> None:
+        ...
+
+    def begin(self, event: RunEvent, answered: Mapping[str, JSON], by: str | None = None) -> None:
+        """Record why this process took the run over: claim, resume with answers, recovery."""
+        if event == RunEvent.RECOVER:
+            log.info("run %s: recovering it (its previous owner stopped)", self.run_id)
+            self._lose_in_flight()
+        for interrupt_id, value in answered.items():
+            done = self.host.answer(interrupt_id, value, by)
+            if self.rec.statuses[done.node] == N.INTERRUPTED:
+                self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
+        self.rec.run_event(event, owner=self.env.owner)
+        self._grow_inherited()
+        self._candidates = set(self.inst.order)
+        self._queued = []
+        self.rec.checkpoint_if_dirty()
+        self.rec.flush(durable=True)
+
+    def begin_cancel(self, reason: str) -> None:
+        """Cancel a run no process is executing (queued, paused, or orphaned by a crash)."""
+        if self.run.status == RunStatus.RUNNING:
+            self._lose_in_flight()
+            self.rec.run_event(RunEvent.RECOVER, owner=self.env.owner)
+        self._stop = stop(StopKind.CANCEL, ErrorClass.CANCELLED, reason)
+
+    def _lose_in_flight(self) -> None:
+        # RETRYING nodes were waiting, not running: they keep their backoff (see restore)
+        for node in list(self.inst.order):
+            if self.rec.statuses[node] == N.RUNNING:
+                self._node(node, NodeEvent.LOST, reason="the process running it stopped")
+
+    def restore(self, retry_at: Mapping[str, float], stopping: Stop | None) -> None:
+        """What a run taken over mid-way was doing: backoffs in progress, and whether it
+        had already begun to stop (a failure or cancel waiting for siblings)."""
+        self._retry_at.update(retry_at)
+        if stopping is not None:
+            self._stop = stopping
