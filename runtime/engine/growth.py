@@ -10,29 +10,17 @@ from __future__ import annotations
 from abc import abstractmethod
 
 from ..core.errors import ErrorClass, InvalidWrites
-from ..core.jsonvalues import JSON
 from ..core.states import FINISHED_NODE, NodeEvent, NodeStatus, StopKind
 from ..graph import ExecutableGraph
 from ..graph.instances import group_of, parse_instance
 from . import scheduler
-from .folding import StateFold
-from .instances import Instances
-from .recorder import Recorder
+from .parts import LoopPart
 
 N = NodeStatus
 
 
-class Growth:
+class Growth(LoopPart):
     graph: ExecutableGraph
-    inst: Instances
-    rec: Recorder
-    state: StateFold
-    _candidates: set[str]
-    _attempt_no: dict[str, int]
-
-    @abstractmethod
-    def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
-        ...
 
     @abstractmethod
     def _stop_with(self, kind: StopKind, cls: ErrorClass, message: str) -> None:

@@ -17,9 +17,8 @@ from pydantic import ValidationError
 
 from ..core.errors import ConditionFailed, EndNotRecorded, ErrorClass, InvalidWrites, LeaseLost, NodeError
 from ..core.jsonvalues import JSON
-from ..core.records import Checkpoint, Interrupt, JournalEntry, Run, WriteKind
+from ..core.records import Checkpoint, Interrupt, JournalEntry, Run
 from ..core.states import (
-    FINISHED_NODE,
     NodeEvent,
     NodeStatus,
     RunStatus,
@@ -30,7 +29,6 @@ from ..graph import ExecutableGraph
 from ..graph.instances import parse_instance
 from . import scheduler
 from .context import NodeContext
-from .decisions import on_failure
 from .effects import CANCEL_GRACE
 from .deps import EngineDeps
 from .ending import commit_end

@@ -6,50 +6,20 @@ Mixed into ``RunLoop`` (see ``growth`` for the same arrangement).
 
 from __future__ import annotations
 
-from abc import abstractmethod
-
 from ..core.errors import ErrorClass, NodeError, classify
-from ..core.jsonvalues import JSON
-from ..core.records import Run, WriteKind
+from ..core.records import WriteKind
 from ..core.states import NodeEvent, NodeStatus, StopKind, supersedes
-from ..core.env import Environment
 from .decisions import on_failure
 from .executor import Outcome
-from .folding import StateFold
-from .host import RunHost
-from .instances import Instances
-from .recorder import Recorder
 from .scope import AttemptScope
+from .parts import LoopPart
 from .stopping import Stop
 
 N = NodeStatus
 
 
-class Outcomes:
-    env: Environment
-    host: RunHost
-    inst: Instances
-    rec: Recorder
-    state: StateFold
-    _stop: Stop | None
+class Outcomes(LoopPart):
     _failures: dict[str, int]
-    _retry_at: dict[str, float]
-    _candidates: set[str]
-    _attempt_no: dict[str, int]
-
-    @property
-    @abstractmethod
-    def run(self) -> Run:
-        ...
-
-    @property
-    @abstractmethod
-    def run_id(self) -> str:
-        ...
-
-    @abstractmethod
-    def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
-        ...
 
     def _record_success(self, scope: AttemptScope, outcome: Outcome) -> None:
         node = scope.node

@@ -10,43 +10,18 @@ import logging
 from abc import abstractmethod
 from collections.abc import Mapping
 
-from ..core.env import Environment
 from ..core.errors import ErrorClass
 from ..core.jsonvalues import JSON
-from ..core.records import Run
 from ..core.states import NodeEvent, NodeStatus, RunEvent, RunStatus, StopKind
-from .host import RunHost
-from .instances import Instances
-from .recorder import Recorder
+from .parts import LoopPart
 from .stopping import Stop, stop
 
 log = logging.getLogger(__name__)
 N = NodeStatus
 
 
-class TakeOver:
-    env: Environment
-    host: RunHost
-    inst: Instances
-    rec: Recorder
-    _stop: Stop | None
-    _retry_at: dict[str, float]
-    _candidates: set[str]
+class TakeOver(LoopPart):
     _queued: list[str]
-
-    @property
-    @abstractmethod
-    def run(self) -> Run:
-        ...
-
-    @property
-    @abstractmethod
-    def run_id(self) -> str:
-        ...
-
-    @abstractmethod
-    def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
-        ...
 
     @abstractmethod
     def _grow_inherited(self) -> None:

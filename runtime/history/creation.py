@@ -8,7 +8,7 @@ everything it was given (a rejected request writes nothing).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runtime import Runtime
-from runtime.core.errors import InvalidAnswer, InvalidRequest, NotFound
+from runtime.core.errors import InvalidAnswer, InvalidRequest
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import Interrupt, InterruptStatus, Run
 from runtime.core.states import RunStatus

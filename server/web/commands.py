@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from litestar import Request, Response, get, post
 from litestar.datastructures import UploadFile
 from litestar.enums import RequestEncodingType
-from litestar.params import Body, FromPath, FromQuery
+from litestar.params import Body, FromPath
 from litestar.response import Redirect
 
 from runtime import Runtime
