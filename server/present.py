@@ -31,6 +31,7 @@ from runtime import (
     Runtime,
     StreamEvent,
 )
+from runtime.history.lineage import unused_mocks
 
 #: longest value shown in a report row (the JSON views hold them whole)
 LONG = 160
@@ -106,11 +107,14 @@ class RunView:
     interrupts: Sequence[Interrupt]
     children: Sequence[Run]
     orphaned: bool = False   # it looks running, but its process is gone
+    #: names the branch's ``mocks`` gave that no effect called (see ``unused_mocks``)
+    unused_mocks: Sequence[str] = ()
 
     def to_json(self) -> dict[str, JSON]:
         out: dict[str, JSON] = plain({"run": self.run, "checkpoints": self.checkpoints, "state": self.state,
                                       "interrupts": self.interrupts})
         out["children"] = [c.id for c in self.children]
+        out["unused_mocks"] = list(self.unused_mocks)
         return out
 
     def lines(self) -> list[str]:
@@ -119,6 +123,10 @@ class RunView:
         if self.orphaned:
             lines.append(f"its process is gone: recover it with  harness resume {self.run.id}")
         lines += waiting_lines(self.run.id, self.interrupts)
+        if self.unused_mocks:
+            names = ", ".join(map(repr, self.unused_mocks))
+            lines.append(f"mocks never used: {names} (no effect of that name was called; check the name against "
+                         f"the effects the run calls)")
         lines += [f"{_FOLLOWED[c.kind.value]}: {c.id} ({c.status.value})" for c in self.children]
         return lines
 
@@ -133,7 +141,8 @@ async def load_run_view(rt: Runtime, run_id: str) -> RunView:
     cps = await rt.history(run_id)
     pending = await rt.interrupts(run_id)
     state = (await rt.state_at(cps[-1].id)).model_dump(mode="json") if cps else {}
-    return RunView(run, cps, state, pending, rt.store.child_runs(run_id), rt.orphaned(run))
+    return RunView(run, cps, state, pending, rt.store.child_runs(run_id), rt.orphaned(run),
+                   unused_mocks(rt.store, run))
 
 
 # ------------------------------------------------------------------ interrupts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..core.errors import NotFound
 from ..core.records import Checkpoint, Run, RunKind
+from ..core.states import TERMINAL_RUN
 from ..store.base import CheckpointStore
 
 
@@ -78,3 +79,16 @@ def head(store: CheckpointStore, run_id: str) -> Checkpoint:
 
 def continuations(store: CheckpointStore, run_id: str) -> list[Run]:
     return [c for c in store.child_runs(run_id) if c.kind == RunKind.CONTINUATION]
+
+
+def unused_mocks(store: CheckpointStore, run: Run) -> list[str]:
+    """The names in a branch's ``mocks`` that no effect of the branch was called by, once
+    it has ended (a paused one may still call them): a misspelt name is otherwise silent,
+    and the effect it meant pauses the branch as unrecorded. (A mock for an effect the
+    recording served is not reported: it was there in case.) The runs it continues count:
+    a continuation copies their options and calls the effects they had not reached."""
+    mocks = run.options.get("mocks")
+    if not isinstance(mocks, dict) or not mocks or run.status not in TERMINAL_RUN:
+        return []
+    called = {e.name for e in store.journal(continued_chain(store, run))}
+    return sorted(set(mocks) - called)

@@ -33,6 +33,7 @@ from runtime.core.states import NodeStatus, RunStatus
 from runtime.core.streams import StreamEvent
 from runtime.core.trace import states_after
 from runtime.graph.instances import base_node, parse_instance
+from runtime.history.lineage import unused_mocks
 from runtime.history.state import state_json
 from runtime.store.base import MAX_SEQ
 from runtime.travel.diff import Change, diff
@@ -120,6 +121,7 @@ class RunPage:
     interrupts: Sequence[Interrupt]
     children: Sequence[Run]
     orphaned: bool
+    unused_mocks: Sequence[str] = ()   # the branch's ``mocks`` no effect called
 
 
 def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
@@ -166,7 +168,7 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
         run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
         selected=view, previous=previous, changes=changes, node=node, node_absent=absent, node_states=states,
         interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
-        orphaned=rt.orphaned(run))
+        orphaned=rt.orphaned(run), unused_mocks=unused_mocks(rt.store, run))
 
 
 def _has_node(states: Mapping[str, NodeStatus], node: str) -> bool:
@@ -183,10 +185,8 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
             return [], False
         found = rt.store.events(run_id, (page - 1) * per_page, per_page + 1)
         return found[:per_page], len(found) > per_page
-    q = query.lower()
-    skip = (page - 1) * per_page
+    q, skip, after = query.lower(), (page - 1) * per_page, 0
     shown: list[TraceEvent] = []
-    after = 0
     # read a chunk at a time and stop once the page and one match more are found: memory
     # stays a chunk and a page, and an early page does not read the rest of the trace
     while True:

@@ -439,6 +439,15 @@ def test_a_checkpoint_where_a_wide_map_is_due_lists_a_bounded_part_of_it(seeded:
     assert f'href="/api/diff?a={cps[0].id}&amp;b={cps[-1].id}"' in compared
 
 
+def test_a_fork_page_names_the_mocks_no_effect_called(seeded: Seeded, client: Client):
+    cps = seeded.rt.store.checkpoints(seeded.succeeded)
+    typo = asyncio.run(seeded.rt.fork(cps[1].id, mocks={"payments.charge": "r", "payments.chrage": "typo"}))
+    right = asyncio.run(seeded.rt.fork(cps[1].id, mocks={"payments.charge": "r"}))
+    assert typo.status == right.status == RunStatus.SUCCEEDED
+    assert "never used: payments.chrage" in client.get(f"/runs/{typo.id}").text
+    assert "never used" not in client.get(f"/runs/{right.id}").text
+
+
 def test_compare_offers_the_runs_latest_checkpoint_to_compare_with(seeded: Seeded, client: Client):
     cps = seeded.rt.store.checkpoints(seeded.succeeded)
     # a later run of the same thread lists its checkpoints first: not what "To" should be

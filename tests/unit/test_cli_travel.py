@@ -175,6 +175,17 @@ def test_fork_with_mocks_or_live_effects_completes(harness: Harness, options: li
     assert doc["state"]["receipt"] == receipt and doc["interrupts"] == []
 
 
+def test_a_fork_names_the_mocks_no_effect_called(harness: Harness):
+    cp = harness.checkpoints(harness.start())[1]
+    mocks = ["--mock", 'payments.refund="R"', "--mock", 'payments.refnd="typo"']
+    doc = harness.json("fork", cp, "--patch", '{"order_id": 6}', *mocks)
+    assert doc["run"]["status"] == "succeeded" and doc["unused_mocks"] == ["payments.refnd"]
+    code, out, _ = harness("fork", cp, "--patch", '{"order_id": 7}', *mocks)
+    assert code == 0 and "mocks never used: 'payments.refnd'" in out
+    code, out, _ = harness("fork", cp, "--patch", '{"order_id": 8}', *mocks[:2])
+    assert code == 0 and "never used" not in out
+
+
 @pytest.mark.parametrize("options, message", [
     (["--patch", '{"x": "many"}'], "patch does not fit State: field 'x': Input should be a valid integer"),
     (["--patch", '{"colour": "red"}'], "patch names unknown state field(s) 'colour'"),

@@ -25,6 +25,7 @@ from runtime import (
 )
 from runtime import ExecutableGraph
 from runtime import EffectStatus, InterruptKind
+from runtime.history.lineage import unused_mocks
 
 
 class Order(BaseModel):
@@ -199,6 +200,31 @@ async def test_mocks_pre_answer_unrecorded_effects(rt: Runtime):
     assert (await state(rt, branch.id)).receipt == "rcpt-m"
     assert {e.source for e in rt.store.journal([branch.id])} == {"mocks"}
     assert len(world.charges) == 1
+
+
+async def test_mocks_no_effect_called_are_named_once_the_branch_has_ended(rt: Runtime):
+    world = World()
+    run_id = await recorded_run(rt, world)
+    base = await checkpoint_after(rt, run_id, "lookup")
+    mocks = {"payments.charge": "rcpt-m", "mail.send": "ok", "mail.sned": "typo"}
+    branch = await rt.fork(base, {"amount": 5.0}, mocks=mocks)
+    assert branch.status == RunStatus.SUCCEEDED
+    assert unused_mocks(rt.store, branch) == ["mail.sned"]
+    # the charge mocked, then paused on the email, which no mock answers: it may call the others yet
+    paused = await rt.fork(base, {"amount": 6.0}, mocks={"payments.charge": "rcpt-m", "mail.sned": "typo"})
+    assert paused.status == RunStatus.INTERRUPTED and unused_mocks(rt.store, paused) == []
+    done = await rt.resume(paused.id, {"action": "live"})
+    assert done.status == RunStatus.SUCCEEDED
+    assert unused_mocks(rt.store, done) == ["mail.sned"]   # the charge was served before the pause
+    assert unused_mocks(rt.store, await rt.get_run(run_id)) == []
+    # a branch that failed, then continued: what it served counts for its continuation
+    failed = await rt.fork(base, {"amount": 7.0}, mocks={"payments.charge": "rcpt-m", "mail.sned": "typo"})
+    failed = await rt.resume(failed.id, {"action": "abort"})
+    assert failed.status == RunStatus.FAILED and unused_mocks(rt.store, failed) == ["mail.sned"]
+    cont = await rt.resume(failed.id)
+    cont = await rt.resume(cont.id, {"action": "live"})
+    assert cont.kind == RunKind.CONTINUATION and cont.status == RunStatus.SUCCEEDED
+    assert unused_mocks(rt.store, cont) == ["mail.sned"]
 
 
 async def test_allow_live_runs_the_effect_once_with_a_branch_key(rt: Runtime):
