@@ -249,6 +249,36 @@ async def test_a_map_inside_a_loop_runs_parallel_tool_calls_per_iteration(rt: Ru
                          "model 3 saw 5"]
 
 
+async def test_what_follows_a_map_inside_a_loop_sees_every_item_so_far(rt: Runtime) -> None:
+    """plan → work (a map) → join ⇢ plan: each iteration's join is created with the
+    iteration, before its map has items; it sees the results of its own iteration's
+    items and of every earlier one's."""
+    class Rounds(BaseModel):
+        items: list[int] = []
+        results: Annotated[list[int], append] = []
+        log: Annotated[list[str], append] = []
+
+    g = Graph("map_then_join", Rounds)
+
+    @g.node(after=["join"], max_iterations=5)
+    def plan(s: Rounds) -> dict[str, Any]:
+        return {"items": [len(s.log), 10], "log": ["plan"]}
+
+    @g.node(after=["plan"], map_over="items")
+    def work(s: Rounds, item: int) -> dict[str, Any]:
+        return {"results": [item]}
+
+    @g.node(after=["work"], when=lambda s: len(s.results) < 6)
+    def join(s: Rounds) -> dict[str, Any]:
+        return {"log": [f"join saw {len(s.results)}"]}
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    state = await rt.state_at((await rt.history(run.id))[-1].id)
+    assert state.log == ["plan", "join saw 2", "plan", "join saw 4", "plan"]
+    assert state.results == [0, 10, 2, 10, 4, 10]
+
+
 async def test_a_map_left_unfinished_by_a_failure_ends_with_the_run(rt: Runtime) -> None:
     def work(s: S, item: int) -> dict[str, Any]:
         raise PermissionError("no")
