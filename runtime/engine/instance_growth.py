@@ -140,14 +140,12 @@ class InstanceGrowth:
         if new:
             self._insert(new, [key for _, _, key in made])
             of, within, deps = self._of, self._in.setdefault((entry, ()), []), self._deps
-            before = "" if k <= 1 else f"#{k - 1}"
             for n, m, _ in made:   # ``_note``, with what the name says known
                 of.setdefault((m, ()), []).append(n)
                 within.append(n)
                 # what ``_planned`` would remember of it, from the shape it already has
                 if (flat := self._flat(m)) is not None:
-                    deps[n] = ((tuple(b + before for b in flat.back) if k and m == entry else
-                                tuple(d + suffix if same else d for d, same in flat.deps)), ())
+                    deps[n] = (flat.deps_at(k, m == entry), ())
         return new
 
     def complete_iterations(self) -> list[str]:

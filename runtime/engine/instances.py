@@ -227,12 +227,7 @@ class Instances(InstanceGrowth):
         node = p.node
         flat = self._flat(node) if p.item is None else None
         if flat is not None:   # as ``children``: the names are the node's own suffix on the others'
-            if p.iteration >= 1 and g.loop_of.get(node) == node:
-                prev = "" if p.iteration == 1 else f"#{p.iteration - 1}"
-                fixed = [s + prev for s in flat.back]
-            else:
-                suffix = name[len(node):]
-                fixed = [d + suffix if same else d for d, same in flat.deps]
+            fixed = list(flat.deps_at(p.iteration, g.loop_of.get(node) == node))
         elif p.item is None:   # else its group record waited for the dependencies already
             its = self._its(name) if node in self._path else ()
             if p.iteration >= 1 and g.loop_of.get(node) == node:

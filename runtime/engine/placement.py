@@ -29,6 +29,15 @@ class Flat(NamedTuple):
     #: the loop's entry, when settling it may lead back there; else None
     leads_to: str | None
 
+    def deps_at(self, k: int, entry: bool) -> tuple[str, ...]:
+        """What its instance of iteration ``k`` runs after (``entry``: it is the loop's
+        entry, which from iteration 1 on runs after the previous iteration's ways back)."""
+        if k and entry:
+            before = "" if k == 1 else f"#{k - 1}"
+            return tuple(b + before for b in self.back)
+        suffix = f"#{k}" if k else ""
+        return tuple(d + suffix if same else d for d, same in self.deps)
+
 
 class Placement:
     def __init__(self, graph: ExecutableGraph, exits: Mapping[str, Sequence[str]], leads_back: Mapping[str, str]):
