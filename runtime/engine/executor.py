@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from enum import StrEnum
@@ -74,11 +75,28 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
     except (Exception, AttemptCancelled) as e:
         if scope.interrupt_id is not None:
             return Outcome(OutcomeKind.INTERRUPTED, interrupt_id=scope.interrupt_id)
-        return Outcome(OutcomeKind.FAILED, error=e)
+        # only the error's class and message are recorded; its traceback's frames would keep
+        # their callers, which for an attempt started eagerly include the run loop's (a cycle)
+        return Outcome(OutcomeKind.FAILED, error=_without_traceback(e))
     finally:
         if scope.deadline is not None and (scope.remaining() or 0) <= 0:
             # a sync node keeps its thread after a timeout; stop it from doing more
             scope.abandoned = True
+
+
+def _without_traceback(error: BaseException) -> BaseException:
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return error
+
+
+#: Python 3.12 starts a task eagerly: its first step runs at once, in the task, and a node that
+#: never waits ends there, without a turn of the event loop (a ReAct node's one in ten lines)
+EAGER = sys.version_info >= (3, 12)
 
 
 def _current() -> asyncio.Task[None]:
@@ -102,13 +120,24 @@ class InFlight:
         self.tasks: dict[asyncio.Task[None], AttemptScope] = {}
         self._done: list[tuple[asyncio.Task[None], Ended]] = []
         self._launched = False   # since the last ``settle``
+        #: the attempt whose first step is running right now (started eagerly, not in ``tasks`` yet)
+        self._starting: AttemptScope | None = None
 
     def __len__(self) -> int:
         return len(self.tasks)
 
     def launch(self, spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
                extra: Mapping[str, Any] | None) -> None:
-        task = asyncio.get_running_loop().create_task(self._attempt(spec, state, ctx, scope, extra))
+        coro = self._attempt(spec, state, ctx, scope, extra)
+        loop = asyncio.get_running_loop()
+        if sys.version_info >= (3, 12):   # ``EAGER``, spelt so that type checkers follow it
+            self._starting = scope
+            try:
+                task = asyncio.Task(coro, loop=loop, eager_start=True)
+            finally:
+                self._starting = None
+        else:
+            task = loop.create_task(coro)
         self.tasks[task] = scope
         self._launched = True
 
@@ -142,6 +171,9 @@ class InFlight:
 
     def cancel_all(self) -> None:
         """Cancel every attempt; each is reported once it ends."""
+        if self._starting is not None:   # asked by that attempt's own first step: it is the current task
+            self._starting.abandoned = True
+            _current().cancel()
         for task, scope in self.tasks.items():
             scope.abandoned = True
             task.cancel()

@@ -260,7 +260,8 @@ class RunLoop(Outcomes, Growth, TakeOver):
                 # a run with nothing in flight waits for other runs of this Runtime to free one
                 self._starved = not self._in_flight and not launch
             for node in launch:
-                if not self._launch(node):
+                # a node started eagerly (``executor.EAGER``) may have stopped the run: start no more
+                if self._stop is not None or not self._launch(node):
                     return
             if not skipped:
                 return
@@ -299,8 +300,8 @@ class RunLoop(Outcomes, Growth, TakeOver):
         scope = AttemptScope(self.run_id, node, attempt, deadline, self.env.clock.time, now)
         self._node(node, NodeEvent.START, attempt=attempt)
         ctx = NodeContext(self.host, scope, asyncio.get_running_loop())
+        self.deps.slots.acquire()   # first: the attempt may run at once (``executor.EAGER``)
         self._in_flight.launch(spec, state, ctx, scope, extra)
-        self.deps.slots.acquire()
         return True
 
     async def _wait(self, until: float | None = None) -> None:

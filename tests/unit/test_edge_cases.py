@@ -25,6 +25,7 @@ from runtime import (
 )
 from runtime import InterruptKind, InterruptStatus
 from runtime.core.records import Batch
+from runtime.engine.executor import EAGER
 
 FAST = dict(initial_interval=0.001, backoff=1.0)
 
@@ -144,9 +145,11 @@ async def test_cancelling_the_caller_of_start_ends_the_run_cancelled(rt: Runtime
 
 
 async def test_a_cancel_reaches_a_node_launched_in_the_same_turn_before_it_ever_ran(rt: Runtime):
-    # ``first`` runs before ``second`` (launched with it) has taken its first step, and
-    # cancels the run: ``second`` is cancelled before any of its code ran, and the run
-    # still ends (an attempt that never started is reported as cancelled, not lost)
+    # ``first`` cancels the run in its first step; ``second`` is ready with it and none of its
+    # code runs. Without eager tasks both were launched in one turn and ``first`` runs before
+    # ``second`` took its first step: ``second`` is cancelled unstarted (reported as cancelled,
+    # not lost). With them (Python 3.12) ``first`` runs as it is launched, and a stopping run
+    # launches nothing more: ``second`` stays pending, with no attempt. The run ends either way.
     g = Graph("g", state=S)
     ran: list[str] = []
 
@@ -163,9 +166,55 @@ async def test_a_cancel_reaches_a_node_launched_in_the_same_turn_before_it_ever_
     assert run.status == RunStatus.CANCELLED and run.error["message"] == "stop now"
     assert ran == ["first"]
     states = (await rt.history(run.id))[-1].node_states
-    assert states == {"first": "cancelled", "second": "cancelled"}
     attempts = {a.node: a.status for a in await rt.attempts(run.id)}
-    assert attempts == {"first": "cancelled", "second": "cancelled"}
+    if EAGER:
+        assert states == {"first": "cancelled", "second": "pending"}
+        assert attempts == {"first": "cancelled"}
+    else:
+        assert states == {"first": "cancelled", "second": "cancelled"}
+        assert attempts == {"first": "cancelled", "second": "cancelled"}
+
+
+async def test_a_node_that_cancels_its_run_and_then_waits_is_cancelled_at_its_wait(rt: Runtime):
+    g = Graph("g", state=S)
+    ran: list[str] = []
+
+    @g.node()
+    async def first(state, ctx):
+        await rt.cancel(ctx.run_id, "stop now", wait=0)
+        ran.append("before the wait")
+        await asyncio.sleep(0)
+        ran.append("after the wait")
+
+    run = await asyncio.wait_for(rt.start(g, {}), 5)
+    assert run.status == RunStatus.CANCELLED and ran == ["before the wait"]
+    assert {a.node: a.status for a in await rt.attempts(run.id)} == {"first": "cancelled"}
+
+
+async def test_nodes_launched_together_start_in_canonical_order_and_eagerly_where_python_can(rt: Runtime):
+    # ``b`` and ``c`` are ready at once. With eager tasks (Python 3.12) each runs up to its
+    # first wait as it is launched: ``b``'s event comes before ``c`` starts. On 3.11 both
+    # start first and run at the loop's next turn. Canonical order either way.
+    g = Graph("g", state=S)
+
+    @g.node()
+    async def b(state, ctx):
+        ctx.emit({"from": "b"})
+        await asyncio.sleep(0)
+        ctx.emit({"from": "b, after a wait"})
+
+    @g.node()
+    async def c(state, ctx):
+        ctx.emit({"from": "c"})
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.SUCCEEDED
+    seen = [e.data["payload"]["from"] if e.type == "custom" else f"{e.node} starts"
+            for e in await rt.events(run.id) if e.type in ("node.start", "custom")]
+    if EAGER:
+        assert seen == ["b starts", "b", "c starts", "c", "b, after a wait"]
+    else:
+        assert seen == ["b starts", "c starts", "b", "c", "b, after a wait"]
 
 
 async def test_node_code_cannot_swallow_an_interrupt(rt: Runtime):
