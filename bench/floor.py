@@ -1,7 +1,8 @@
 """How fast the ReAct loop of ``agents.py`` could run with the records and store it has now.
 
-``floor_run`` does, for each node of the loop, only what its records require: a task and
-a turn of the event loop for the node's coroutine, its writes turned to JSON and back,
+``floor_run`` does, for each node of the loop, only what its records require: a task for
+the node's coroutine (started eagerly on Python 3.12, as the runtime does; on 3.11 with a
+turn of the event loop), its writes turned to JSON and back,
 the appended message validated alone and folded, the four records of an attempt (two
 trace events, the attempt, its writes) and a checkpoint with every instance's status,
 a commit every 5 ms (the default group commit), and the run's end forced to disk with a
@@ -40,6 +41,7 @@ from runtime.store.base import CheckpointStore  # noqa: E402
 from runtime.store.sql import SqlStore  # noqa: E402
 
 GROUP_COMMIT = 0.005
+EAGER = sys.version_info >= (3, 12)
 _ids = itertools.count()
 
 
@@ -63,8 +65,12 @@ async def floor_run(store: CheckpointStore, iterations: int = A.ITERATIONS) -> l
         seq += 1
         batch.events.append(TraceEvent(rid, seq, started, EventType.NODE_START, node, 1, {}))
         state = A.Conversation.model_construct(messages=list(messages))
-        task = loop.create_task((A.h_model if i % 2 == 0 else A.h_tool)(state, None))
-        await asyncio.sleep(0)
+        coro = (A.h_model if i % 2 == 0 else A.h_tool)(state, None)
+        if EAGER:   # as the runtime starts attempts there (``executor.EAGER``)
+            task = asyncio.Task(coro, loop=loop, eager_start=True)
+        else:
+            task = loop.create_task(coro)
+            await asyncio.sleep(0)
         writes = from_json(to_json(task.result()))
         validator.validate_assignment(scratch, "messages", writes["messages"])
         messages = [*messages, *scratch.__dict__["messages"]]
