@@ -47,6 +47,9 @@ from .waiting import Waiter
 log = logging.getLogger(__name__)
 N = NodeStatus
 
+#: the longest a run holds the event loop between turns it gives to other tasks (seconds)
+HOLD_LOOP = 0.002
+
 #: why a run ends whose caller stopped awaiting it (a stream's reader left, a timeout)
 STOPPED_WAITING = "the caller stopped waiting for the run"
 
@@ -79,6 +82,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
         self._next_poll = 0.0
         self.host.wake = self._waiter.wake
         self._starved = False
+        self._turn_at = 0.0   # when this loop last gave the event loop a turn for certain (``_wait``)
         #: whether what the inherited statuses imply was created (``_regrow``)
         self._grown = not self.inst.dynamic
 
@@ -305,6 +309,12 @@ class RunLoop(Outcomes, Growth, TakeOver):
         return True
 
     async def _wait(self, until: float | None = None) -> None:
+        now = self.rec.now()
+        if not 0 <= now - self._turn_at < HOLD_LOOP:   # (a clock set back counts as a long hold)
+            # attempts started eagerly may all end without waiting: the event loop's other
+            # tasks (other runs, a server's requests) get a turn at least this often
+            self._turn_at = now
+            await asyncio.sleep(0)
         if await self._in_flight.settle():
             return
         now = self.rec.now()

@@ -516,3 +516,35 @@ async def test_a_when_that_raises_fails_its_node_saying_it_was_the_condition(rt:
     [attempt] = [a for a in await rt.attempts(run.id) if a.node == "b"]
     assert attempt.error == f"ConditionFailed: when= of node 'b' raised {raised}"
     assert attempt.error_class == error_class
+
+
+async def test_a_long_run_of_nodes_that_never_wait_leaves_the_event_loop_to_others(rt: Runtime):
+    # Started eagerly, a node that never waits ends without a turn of the event loop; a run
+    # of such nodes still lets the loop's other tasks (another run, a web request) run now
+    # and then, rather than holding the loop until it ends.
+    class Counter(BaseModel):
+        n: int = 0
+
+    g = Graph("busy", state=Counter)
+    ticks = 0
+    seen: list[int] = []   # the other task's ticks, as each node saw them
+
+    @g.node(after=["step"], max_iterations=2000, when=lambda s: s.n < 1000)
+    async def step(state):
+        seen.append(ticks)
+        return {"n": state.n + 1}
+
+    async def other_task() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.get_running_loop().create_task(other_task())
+    try:
+        run = await rt.start(g, {})
+    finally:
+        ticker.cancel()
+    assert run.status == RunStatus.SUCCEEDED and len(seen) == 1000
+    # the other task ran between the run's first and last nodes, and more than once
+    assert seen[-1] - seen[0] >= 5
