@@ -548,3 +548,33 @@ async def test_a_long_run_of_nodes_that_never_wait_leaves_the_event_loop_to_othe
     assert run.status == RunStatus.SUCCEEDED and len(seen) == 1000
     # the other task ran between the run's first and last nodes, and more than once
     assert seen[-1] - seen[0] >= 5
+
+
+async def test_a_task_factory_of_the_callers_own_starts_every_attempt(rt: Runtime):
+    # instrumentation may set the event loop's task factory: the runtime then starts its
+    # attempts through it (not eagerly), and the run is the same
+    g = Graph("g", state=S)
+
+    @g.node()
+    async def a(state):
+        return {"log": ["a"]}
+
+    @g.node(after=["a"])
+    async def b(state):
+        return {"log": ["b"]}
+
+    loop = asyncio.get_running_loop()
+    attempts: list[str] = []
+
+    def factory(loop, coro, **kwargs):
+        if coro.__qualname__.endswith("._attempt"):
+            attempts.append(coro.cr_frame.f_locals["scope"].node)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(factory)
+    try:
+        run = await rt.start(g, {})
+    finally:
+        loop.set_task_factory(None)
+    assert run.status == RunStatus.SUCCEEDED and (await final(rt, run.id)).log == ["a", "b"]
+    assert attempts == ["a", "b"]
