@@ -39,6 +39,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+if [ -z "${PYTHON:-}" ] && [ "$("$VENV/bin/python" -c 'import sys; print(sys.version_info[:2] < (3, 12))')" = True ] \
+   && "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+  echo "setup: $VENV/ runs Python 3.11 though $PY is installed; 'rm -rf $VENV' and set up again to use it" >&2
+fi
 [ -x "$VENV/bin/uv" ] || "$VENV/bin/pip" install --quiet --disable-pip-version-check uv==0.9.*  2>/dev/null \
   || "$VENV/bin/pip" install --quiet --disable-pip-version-check uv
 
