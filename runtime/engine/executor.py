@@ -120,8 +120,10 @@ class InFlight:
         self.tasks: dict[asyncio.Task[None], AttemptScope] = {}
         self._done: list[tuple[asyncio.Task[None], Ended]] = []
         self._launched = False   # since the last ``settle``
-        #: the attempt whose first step is running right now (started eagerly, not in ``tasks`` yet)
+        #: the attempt whose first step is running right now (started eagerly, not in ``tasks``
+        #: yet), and its task once that step has begun
         self._starting: AttemptScope | None = None
+        self._starting_task: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -137,7 +139,7 @@ class InFlight:
             try:
                 task = asyncio.Task(coro, loop=loop, eager_start=True)
             finally:
-                self._starting = None
+                self._starting = self._starting_task = None
         else:
             task = loop.create_task(coro)
         self.tasks[task] = scope
@@ -153,6 +155,8 @@ class InFlight:
 
     async def _attempt(self, spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
                        extra: Mapping[str, Any] | None) -> None:
+        if self._starting is scope:   # started eagerly: ``cancel_all`` may need the task before ``tasks`` has it
+            self._starting_task = _current()
         try:
             ended: Ended = await execute_attempt(spec, state, ctx, scope, self._pool, extra)
         except asyncio.CancelledError:
@@ -173,9 +177,10 @@ class InFlight:
 
     def cancel_all(self) -> None:
         """Cancel every attempt; each is reported once it ends."""
-        if self._starting is not None:   # asked by that attempt's own first step: it is the current task
+        if self._starting is not None and self._starting_task is not None:   # asked during its first step
+            # (by its own code, or by a run it started: not necessarily the current task)
             self._starting.abandoned = True
-            _current().cancel()
+            self._starting_task.cancel()
         for task, scope in self.tasks.items():
             scope.abandoned = True
             task.cancel()

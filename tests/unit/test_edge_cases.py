@@ -578,3 +578,31 @@ async def test_a_task_factory_of_the_callers_own_starts_every_attempt(rt: Runtim
         loop.set_task_factory(None)
     assert run.status == RunStatus.SUCCEEDED and (await final(rt, run.id)).log == ["a", "b"]
     assert attempts == ["a", "b"]
+
+
+async def test_a_run_started_inside_a_node_can_cancel_the_run_of_that_node(rt: Runtime):
+    # ``host`` starts a run of its own, whose first node cancels the run ``host`` belongs to
+    # while ``host`` is still in its first step: it is ``host`` that is cancelled (at its next
+    # wait), not the node asking
+    ran: list[str] = []
+    outer_id: list[str] = []
+    inner = Graph("inner", state=S)
+
+    @inner.node()
+    async def stop_outer(state, ctx):
+        await rt.cancel(outer_id[0], "from inside", wait=0)
+        ran.append("stop_outer went on")
+        return {"value": "inner done"}
+
+    outer = Graph("outer", state=S)
+
+    @outer.node()
+    async def host(state, ctx):
+        outer_id.append(ctx.run_id)
+        await rt.start(inner, {})
+        ran.append("host went on")
+
+    run = await asyncio.wait_for(rt.start(outer, {}), 10)
+    assert run.status == RunStatus.CANCELLED and run.error["message"] == "from inside"
+    assert ran == ["stop_outer went on"]
+    assert {a.node: a.status for a in await rt.attempts(run.id)} == {"host": "cancelled"}
