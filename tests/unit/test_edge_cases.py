@@ -51,7 +51,9 @@ async def test_an_in_doubt_answer_settles_only_the_entry_it_was_given_for(rt: Ru
             await asyncio.sleep(5)  # outlives the attempt: outcome unknown
         return "paid"
 
-    @g.node(timeout=0.1, retry=RetryPolicy(max_attempts=10, **FAST))
+    # the timeout must outlast the effect's forced journal commit, or the call may never start
+    # (a slow disk under a loaded machine once took longer than 0.1 s)
+    @g.node(timeout=0.5, retry=RetryPolicy(max_attempts=10, **FAST))
     async def charge(state, ctx):
         return {"value": await ctx.effect("pay", pay)}
 
