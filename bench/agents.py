@@ -16,11 +16,17 @@
    ``messages: Annotated[list, operator.add]``. Both end with ITERATIONS model calls,
    ITERATIONS - 1 tool calls and 2 * ITERATIONS - 1 messages (about 100 KB of state).
    Per-iteration overhead = run wall time / ITERATIONS. Whether that cost grows with
-   the state is read from timestamps taken when each ``model`` call starts:
-   iterations 11-40 against iterations 70-99 (start of ``model`` to start of the next
-   ``model``). The first ten are left out: they finish before the first group commit
-   (5 ms), so they would carry no commit cost while every later window does, and the
-   check would measure where commits land rather than whether the state costs.
+   the state is read from timestamps taken when each ``model`` call starts. Shadow
+   Harness commits a group of steps every 5 ms, each commit about 1.5 ms: a window of
+   fixed iterations holds none, one or two of them depending on how fast the loop ran,
+   and would measure where commits land rather than whether the state costs. So its
+   windows are whole group-commit periods (from the iteration after one ordinary commit
+   to the iteration after the next: exactly one commit each), the first one of the run
+   against the last one, read on a loop of GROWTH_ITERATIONS iterations run as often as
+   the timed one, after it, in each repetition (a 100-iteration run holds two whole
+   periods at most, often one). A period can also hold one of SQLite's WAL checkpoints
+   (about 9 ms, once every few MB written): medians over all runs. LangGraph (no group
+   commit) is read on the timed runs, iterations 11-40 against 70-99.
 2. Map-reduce over ITEMS items. Shadow Harness: ``plan`` writes ``items``, ``work``
    maps over it (max_concurrency MAP_CONCURRENCY) appending one result per item,
    ``reduce`` sums them. LangGraph: a conditional edge from ``plan`` returns one
@@ -40,6 +46,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
+import contextlib
 import cProfile
 import io
 import json
@@ -53,6 +61,7 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from typing import Annotated, TypedDict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -78,13 +87,15 @@ MAP_CONCURRENCY = 8
 MESSAGE_BYTES = 500
 RUNS_PER_REP = 3
 WINDOW = 30                  # iterations per window of the growth check
-SKIP = 10                    # iterations before the early window (they run before the first commit)
+SKIP = 10                    # iterations before LangGraph's early window
+GROWTH_ITERATIONS = 400      # the loop Shadow Harness's growth check reads (about 400 KB of state at the end)
 
 TARGET_SPEEDUP = 10
-TARGET_FLAT = 1.3            # iterations 70-99 cost at most this many times iterations 11-40
+TARGET_FLAT = 1.3            # the late window costs at most this many times the early one per iteration
 
 CALLS: Counter[str] = Counter()
 STAMPS: list[float] = []     # perf_counter when each model call starts, in call order
+COMMITS: list[float] = []    # perf_counter when each ordinary (group) commit of a SqlStore starts
 
 
 def message(kind: str, i: int) -> str:
@@ -118,6 +129,22 @@ def windows(stamps: list[float], iterations: int = ITERATIONS) -> tuple[float, f
     early = (stamps[SKIP + w] - stamps[SKIP]) / w
     late = (stamps[-1] - stamps[-1 - w]) / w
     return early, late
+
+
+def commit_windows(stamps: list[float], commits: list[float]) -> tuple[float, float, int, int] | None:
+    """Seconds per iteration over the run's first whole group-commit period and over its
+    last, and the iterations each spans: a period runs from the first ``model`` call after
+    an ordinary commit to the first after the next, so it holds exactly one commit. None
+    when the run held fewer than two whole periods (a short loop, a fast machine)."""
+    # where each commit falls among the model calls: only those with a call before and after
+    at = sorted({i for i in (bisect.bisect_left(stamps, c) for c in commits) if 0 < i < len(stamps)})
+    if len(at) < 3:
+        return None
+
+    def per_iteration(i: int, j: int) -> float:
+        return (stamps[j] - stamps[i]) / (j - i)
+
+    return per_iteration(at[0], at[1]), per_iteration(at[-2], at[-1]), at[1] - at[0], at[-1] - at[-2]
 
 
 def window_label(iterations: int = ITERATIONS) -> str:
@@ -201,6 +228,24 @@ def mapreduce_graph(items: int = ITEMS) -> ExecutableGraph:
     return g.compile()
 
 
+@contextlib.contextmanager
+def commits_stamped() -> Iterator[None]:
+    """While inside, ``SqlStore.commit`` (whatever it is now) notes in COMMITS when each
+    ordinary commit starts (``commit_windows``)."""
+    inner = SqlStore.commit
+
+    def stamped(self: SqlStore, batch) -> None:
+        if not batch.durable:
+            COMMITS.append(now())
+        inner(self, batch)
+
+    SqlStore.commit = stamped  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SqlStore.commit = inner  # type: ignore[method-assign]
+
+
 def _runtime(path: str, max_concurrency: int = 8, *, memory: bool = False,
              group_commit: float | None = None) -> Runtime:
     """The measured Runtime: a SqlStore on ``path`` (or a MemoryStore: the engine alone);
@@ -211,14 +256,16 @@ def _runtime(path: str, max_concurrency: int = 8, *, memory: bool = False,
 
 
 async def _h_react_run(rt: Runtime, graph: ExecutableGraph,
-                       iterations: int = ITERATIONS) -> tuple[float, float, float]:
-    """One checked run of the loop; (wall seconds, s/iteration early, s/iteration late)."""
+                       iterations: int = ITERATIONS) -> tuple[float, tuple[float, float, int, int] | None]:
+    """One checked run of the loop; (wall seconds, ``commit_windows`` or None)."""
     CALLS.clear()
     STAMPS.clear()
+    COMMITS.clear()
     settle()
-    t0 = now()
-    run = await rt.start(graph, {})
-    elapsed = now() - t0
+    with commits_stamped():
+        t0 = now()
+        run = await rt.start(graph, {})
+        elapsed = now() - t0
     check(run.status == RunStatus.SUCCEEDED, f"react: run ended {run.status}, not succeeded")
     check(CALLS == Counter(model=iterations, tool=iterations - 1, finish=1), f"react: node calls {dict(CALLS)}")
     cps = await rt.history(run.id)
@@ -227,8 +274,8 @@ async def _h_react_run(rt: Runtime, graph: ExecutableGraph,
     final = await rt.state_at(cps[-1].id)
     check(final.messages == expected_messages(iterations),
           f"react: {len(final.messages)} messages, expected {2 * iterations - 1} in order")
-    early, late = windows(STAMPS, iterations)
-    return elapsed, early, late
+    check(len(STAMPS) == iterations, f"react: {len(STAMPS)} model calls timestamped, expected {iterations}")
+    return elapsed, commit_windows(STAMPS, COMMITS)
 
 
 async def _h_map_run(rt: Runtime, graph: ExecutableGraph, items: int = ITEMS) -> float:
@@ -254,17 +301,27 @@ async def _h_map_run(rt: Runtime, graph: ExecutableGraph, items: int = ITEMS) ->
 def h_react(runs: int, **setup: object) -> Sample:
     """``setup``: what ``_runtime`` takes besides the path (the breakdown's variants)."""
     graph = react_graph()
-    sample = Sample(info={"early": [], "late": []})
+    sample = Sample(info={"early": [], "late": [], "spans": [], "short": []})
 
     async def once(path: str) -> None:
         rt = _runtime(path, **setup)  # type: ignore[arg-type]
         try:
             await _h_react_run(rt, graph)              # warm-up, not kept
             for _ in range(runs):
-                elapsed, early, late = await _h_react_run(rt, graph)
-                sample.add(elapsed)
+                sample.add((await _h_react_run(rt, graph))[0])
+            if setup:
+                return   # the breakdown's variants: no growth check
+            # the growth check's longer loop, as many runs (see ``commit_windows``)
+            growth = react_graph(GROWTH_ITERATIONS)
+            for _ in range(runs):
+                _, periods = await _h_react_run(rt, growth, GROWTH_ITERATIONS)
+                if periods is None:
+                    sample.info["short"].append(1)
+                    continue
+                early, late, *spans = periods
                 sample.info["early"].append(early)
                 sample.info["late"].append(late)
+                sample.info["spans"].append(spans)
         finally:
             rt.close()
 
@@ -468,12 +525,14 @@ LOOP_SIZES = (25, 100, 400)
 MAP_SIZES = (50, 200, 800)
 
 
-def scaling(runs: int = RUNS_PER_REP) -> tuple[dict[int, tuple[float, float, float]], dict[int, float]]:
+def scaling(runs: int = RUNS_PER_REP) -> tuple[dict[int, tuple[float, float | None, float | None]],
+                                                dict[int, float]]:
     """How the per-iteration and per-item costs move with the loop's length and the map's
-    width: {iterations: (median s/iteration, median s/iteration over the early window,
-    over the late one)} (see ``windows``), {items: median s/item}. One fresh store per size, a warm-up, then
+    width: {iterations: (median s/iteration, median s/iteration over the first whole
+    group-commit period, over the last one; None in a loop too short for two)} (see
+    ``commit_windows``), {items: median s/item}. One fresh store per size, a warm-up, then
     ``runs`` checked runs."""
-    loops: dict[int, tuple[float, float, float]] = {}
+    loops: dict[int, tuple[float, float | None, float | None]] = {}
     maps: dict[int, float] = {}
 
     async def loop_once(path: str, n: int) -> None:
@@ -482,8 +541,10 @@ def scaling(runs: int = RUNS_PER_REP) -> tuple[dict[int, tuple[float, float, flo
         try:
             await _h_react_run(rt, graph, n)
             got = [await _h_react_run(rt, graph, n) for _ in range(runs)]
-            wall, early, late = (statistics.median(x) for x in zip(*got))
-            loops[n] = (wall / n, early, late)
+            periods = [p for _, p in got if p is not None]
+            early, late = ((statistics.median(p[0] for p in periods), statistics.median(p[1] for p in periods))
+                           if periods else (None, None))
+            loops[n] = (statistics.median(w for w, _ in got) / n, early, late)
         finally:
             rt.close()
 
@@ -522,8 +583,11 @@ def interleave(reps: int, cases: dict) -> dict[object, Sample]:
     return out
 
 
-def flatness(sample: Sample) -> tuple[float, float, float]:
-    """(median s/iteration over the early window, over the late one, their ratio)."""
+def flatness(sample: Sample) -> tuple[float, float, float] | None:
+    """(median s/iteration over the early window, over the late one, their ratio); None
+    when no run held two windows."""
+    if not sample.info["early"]:
+        return None
     early = statistics.median(sample.info["early"])
     late = statistics.median(sample.info["late"])
     return early, late, late / early
@@ -822,12 +886,21 @@ def main() -> int:
 
     react_ups = overhead_rows("1", f"ReAct loop, {ITERATIONS} iterations (2 nodes each)", react, ITERATIONS,
                               "iteration")
-    h_early, h_late, h_ratio = flatness(react["h"])
+    h_flat = flatness(react["h"])
     lg_flat = {m: flatness(react[m]) for m in L.MODES}
-    rows.append(["1", f"  per iteration, {window_label()}",
-                 f"{fmt_us(h_early)} → {fmt_us(h_late)} ({h_ratio:.2f}×)",
+    short = len(react["h"].info["short"])
+    if h_flat is None:
+        ours, result = "—", "n/a (no run held two whole commit periods)"
+    else:
+        h_early, h_late, h_ratio = h_flat
+        spans = react["h"].info["spans"]
+        ours = (f"{fmt_us(h_early)} → {fmt_us(h_late)} ({h_ratio:.2f}×), "
+                f"{statistics.median(a for a, _ in spans):.0f} → {statistics.median(b for _, b in spans):.0f} "
+                "iterations" + (f"; {short} run(s) too short, left out" if short else ""))
+        result = verdict(h_ratio <= TARGET_FLAT, f"{h_ratio:.2f}×")
+    rows.append(["1", "  per iteration, early window → late window (see below)", ours,
                  *(f"{fmt_us(e)} → {fmt_us(la)} ({x:.2f}×)" for e, la, x in (lg_flat[m] for m in L.MODES)),
-                 f"≤ {TARGET_FLAT}×", verdict(h_ratio <= TARGET_FLAT, f"{h_ratio:.2f}×")])
+                 f"≤ {TARGET_FLAT}×", result])
     map_ups = overhead_rows("2", f"map-reduce over {ITEMS} items, max_concurrency {MAP_CONCURRENCY}", mapred,
                             ITEMS, "item")
     rows.append(["", "  run wall time: ReAct loop", spread(react["h"], fmt_ms), fmt_ms(react["default"].median),
@@ -841,8 +914,10 @@ def main() -> int:
     print("\n" + LANGGRAPH_CONFIGS + "\n"
           f"Per-iteration overhead = run wall time / {ITERATIONS} (one model and one tool call per iteration, "
           f"no tool in the last);\nper-item overhead = run wall time / {ITEMS} (plan and reduce included). "
-          f"{window_label().capitalize()}: from timestamps taken as each model call starts, medians of all "
-          f"timed runs (the first {SKIP} run before the first group commit: left out);\nLangGraph default writes its checkpoints in the background "
+          "Early and late windows: from timestamps taken as each model call starts, medians;\n"
+          f"Shadow Harness: {RUNS_PER_REP} runs of a {GROWTH_ITERATIONS}-iteration loop per repetition, their first and last whole "
+          "group-commit periods (each holds exactly one commit; median iterations each shown);\n"
+          f"LangGraph: the timed runs, {window_label()};\nLangGraph default writes its checkpoints in the background "
           "and invoke waits for them after the last node, so its windows leave most of its cost out.")
     print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; "
           f"total benchmark time {time.perf_counter() - started:.1f} s")
@@ -853,9 +928,10 @@ def main() -> int:
         scale = scaling()
         loops, maps = scale
         print(f"\n3. Scaling, Shadow Harness alone (one store per size, median of {RUNS_PER_REP} runs after a warm-up)")
-        print(render_table(["loop iterations", "per iteration (wall / N)", "windows", "early window",
-                            "late window", "late / early"],
-                           [[str(n), fmt_us(w), window_label(n), fmt_us(e), fmt_us(la), f"{la / e:.2f}×"]
+        print(render_table(["loop iterations", "per iteration (wall / N)", "first whole commit period",
+                            "last whole commit period", "late / early"],
+                           [[str(n), fmt_us(w), *((fmt_us(e), fmt_us(la), f"{la / e:.2f}×") if e and la
+                                                  else ("—", "—", "fewer than two whole periods"))]
                             for n, (w, e, la) in loops.items()]))
         print(render_table([f"map items (max_concurrency {MAP_CONCURRENCY})", "per item (wall / N)"],
                            [[str(n), fmt_us(v)] for n, v in maps.items()]))
