@@ -20,6 +20,7 @@ from pydantic_core import to_json
 from ..core.env import Environment
 from ..core.errors import ErrorClass, HarnessError, LeaseLost
 from ..core.jsonvalues import JSON
+from ..core.layers import StatusLayers
 from ..core.records import (
     Batch,
     Checkpoint,
@@ -71,6 +72,9 @@ class Recorder:
         self._parent = head
         self.statuses: dict[str, NodeStatus] = dict(statuses)
         self._changed = {n for n, st in self.statuses.items() if head.node_states.get(n) != st}
+        #: the next checkpoint's statuses cannot be the head's with the changed ones over
+        #: them (``StatusLayers``): the head has nodes this run's statuses lack
+        self._flat_next = not head.node_states.keys() <= self.statuses.keys()
         self.batch = Batch(run_id=run.id, fence=run.fence)
         self.seq = run.event_seq
         self.last_flush = env.now()
@@ -171,12 +175,17 @@ class Recorder:
             snapshot = self.state.head_state()
             self._since_snapshot = self._bytes_since_snapshot = 0
             self._snapshot_bytes = len(to_json(snapshot))
-        head, folded = self.head, self._folded
+        head, folded, statuses = self.head, self._folded, self.statuses
+        changed = self._take_changed(head)
+        if self._flat_next:
+            self._flat_next = False
+            states: Mapping[str, NodeStatus] = dict(statuses)
+        else:   # the head's statuses with what changed over them: no copy of every instance's
+            states = StatusLayers.over(head.node_states, {n: statuses[n] for n in changed}, statuses)
         # positional, in the record's field order: a checkpoint is made at nearly every step
         cp = Checkpoint(self.env.ids.new("cp"), self.run.id, head.seq + 1, head.id,
                         tuple(self.inst.canonical(folded) if len(folded) > 1 else folded),
-                        dict(self.statuses), self.seq, self.now(), CheckpointSource.STEP, snapshot,
-                        self._take_changed(head))
+                        states, self.seq, self.now(), CheckpointSource.STEP, snapshot, changed)
         self._folded = []
         self._parent, self.head = self.head, cp
         self.batch.checkpoints.append(cp)

@@ -275,7 +275,14 @@ def _report(found: list[Problem]) -> str:
 
 def _dump(record: Any) -> dict[str, JSON]:
     out = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-    return to_jsonable_python(out)  # type: ignore[no-any-return]
+    # a checkpoint's statuses may be a read-only Mapping (``StatusLayers``): as a dict
+    return to_jsonable_python(out, fallback=_plain)  # type: ignore[no-any-return]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"cannot export a value of type {type(value).__name__}")
 
 
 def _load(cls: type[T], data: Any, where: str, found: list[Problem]) -> T | None:
