@@ -5,7 +5,8 @@ instance the run has. Copying them all each time would make a step of a long loo
 in proportion to the iterations before it. ``StatusLayers`` instead keeps the parent's
 statuses as they are (read-only) and the few that changed on top: made in time
 proportional to the change. Every ``MAX_DEPTH`` layers the recorder takes a flat copy
-again, so a lookup walks a bounded number of layers.
+again, so a lookup walks a bounded number of layers; a run with few instances copies
+them flat every time (below ``FLAT_BELOW`` a copy costs less than a layer).
 
 Pure: no I/O.
 """
@@ -18,45 +19,61 @@ from .states import NodeStatus
 
 #: layers at most between two flat copies
 MAX_DEPTH = 16
+#: fewer statuses than this are copied flat: copying them costs less than a layer
+FLAT_BELOW = 128
 
 
 class StatusLayers(Mapping[str, NodeStatus]):
-    """``below`` (never changed afterwards) with ``top`` over it. Iterated, it lists
+    """``top`` over ``below`` (which nobody changes afterwards). Iterated, it lists
     ``below``'s nodes in their order, then those only in ``top`` in ``top``'s order."""
 
-    __slots__ = ("_below", "_top", "depth", "_flat")
+    __slots__ = ("tops", "base", "_flat")
 
     def __init__(self, below: Mapping[str, NodeStatus], top: dict[str, NodeStatus]):
-        self._below = below
-        self._top = top
-        self.depth: int = below.depth + 1 if isinstance(below, StatusLayers) else 1
+        #: the layers' changes, newest first, over ``base``, the flat statuses at the bottom
+        self.tops: tuple[dict[str, NodeStatus], ...]
+        self.base: Mapping[str, NodeStatus]
+        if type(below) is StatusLayers:
+            self.tops, self.base = (top, *below.tops), below.base
+        else:
+            self.tops, self.base = (top,), below
         #: every status in one dict, once something asked for all of them (iteration, len)
         self._flat: dict[str, NodeStatus] | None = None
 
+    @property
+    def depth(self) -> int:
+        return len(self.tops)
+
     @staticmethod
     def over(below: Mapping[str, NodeStatus], top: dict[str, NodeStatus],
-             whole: Mapping[str, NodeStatus]) -> Mapping[str, NodeStatus]:
-        """``top`` over ``below``, or a flat copy of ``whole`` (what the two make) once
-        ``below`` is ``MAX_DEPTH`` layers deep."""
-        if isinstance(below, StatusLayers) and below.depth >= MAX_DEPTH:
+             whole: Mapping[str, NodeStatus], flat_below: int = FLAT_BELOW) -> Mapping[str, NodeStatus]:
+        """``top`` over ``below``; or a flat copy of ``whole`` (what the two make) when it
+        holds fewer than ``flat_below`` statuses or ``below`` is ``MAX_DEPTH`` layers deep."""
+        if len(whole) < flat_below or (type(below) is StatusLayers and len(below.tops) >= MAX_DEPTH):
             return dict(whole)
         return StatusLayers(below, top)
 
     def __getitem__(self, node: str) -> NodeStatus:
-        found = self._top.get(node)
-        return found if found is not None else self._below[node]
+        found = self.get(node)
+        if found is None:
+            raise KeyError(node)
+        return found
 
     def get(self, node: str, default: NodeStatus | None = None) -> NodeStatus | None:  # type: ignore[override]
-        found = self._top.get(node)
-        return found if found is not None else self._below.get(node, default)
+        for top in self.tops:
+            found = top.get(node)
+            if found is not None:
+                return found
+        return self.base.get(node, default)
 
     def __contains__(self, node: object) -> bool:
-        return node in self._top or node in self._below
+        return any(node in top for top in self.tops) or node in self.base
 
     def _all(self) -> dict[str, NodeStatus]:
         if self._flat is None:
-            flat = dict(self._below)
-            flat.update(self._top)
+            flat = dict(self.base)
+            for top in reversed(self.tops):
+                flat.update(top)
             self._flat = flat
         return self._flat
 

@@ -71,7 +71,9 @@ class Recorder:
         self.head = head
         self._parent = head
         self.statuses: dict[str, NodeStatus] = dict(statuses)
-        self._changed = {n for n, st in self.statuses.items() if head.node_states.get(n) != st}
+        #: nodes whose status changed since the head checkpoint -> their status there (None: not in it)
+        self._was: dict[str, NodeStatus | None] = {
+            n: was for n, st in self.statuses.items() if (was := head.node_states.get(n)) != st}
         #: the next checkpoint's statuses cannot be the head's with the changed ones over
         #: them (``StatusLayers``): the head has nodes this run's statuses lack
         self._flat_next = not head.node_states.keys() <= self.statuses.keys()
@@ -112,7 +114,8 @@ class Recorder:
         # the transition table, read here: ``next_node_status`` is asked only to name a bad one
         status = NODE_TRANSITIONS[before].get(event) or next_node_status(before, event)
         self.statuses[node] = status
-        self._changed.add(node)
+        if node not in self._was:
+            self._was[node] = before
         # ``emit``, inlined: a transition is recorded several times a step. The event's type
         # says which (the status follows from the table); ``data`` is this call's own dict
         self.seq += 1
@@ -127,7 +130,7 @@ class Recorder:
         """New node instances (a loop's iteration, a map's items): pending, in the next checkpoint."""
         for n in names:
             self.statuses[n] = NodeStatus.PENDING
-            self._changed.add(n)
+            self._was.setdefault(n, None)
 
     def run_event(self, event: RunEvent, **data: Any) -> None:
         status = next_run_status(self.run.status, event)
@@ -153,11 +156,11 @@ class Recorder:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _take_changed(self, parent: Checkpoint) -> tuple[str, ...]:
-        """Nodes whose status differs from the parent checkpoint's, canonical order."""
-        before, now = parent.node_states, self.statuses
-        changed = [n for n in self._changed if before.get(n) != now[n]]
-        self._changed = set()
+    def _take_changed(self) -> tuple[str, ...]:
+        """Nodes whose status differs from the head checkpoint's, canonical order."""
+        now = self.statuses
+        changed = [n for n, was in self._was.items() if was != now[n]]
+        self._was = {}
         return tuple(self.inst.canonical(changed) if len(changed) > 1 else changed)
 
     def checkpoint_if_dirty(self) -> None:
@@ -176,7 +179,7 @@ class Recorder:
             self._since_snapshot = self._bytes_since_snapshot = 0
             self._snapshot_bytes = len(to_json(snapshot))
         head, folded, statuses = self.head, self._folded, self.statuses
-        changed = self._take_changed(head)
+        changed = self._take_changed()
         if self._flat_next:
             self._flat_next = False
             states: Mapping[str, NodeStatus] = dict(statuses)
@@ -198,10 +201,12 @@ class Recorder:
             self._since_snapshot = SNAPSHOT_EVERY
         if self.batch.checkpoints:
             last = self.batch.checkpoints.pop()
-            self._changed |= set(last.changed or ())
+            before = self._parent.node_states   # the last checkpoint's own changes count from its parent
+            for n in last.changed or ():
+                self._was[n] = before.get(n)
             snapshot = self.state.head_state() if self.snapshot_at_end else last.snapshot
             self.head = replace(last, node_states=dict(self.statuses), event_seq=self.seq,
-                                snapshot=snapshot, changed=self._take_changed(self._parent))
+                                snapshot=snapshot, changed=self._take_changed())
             self.batch.checkpoints.append(self.head)
             self._dirty = False
             return

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from runtime import Graph, NodeStatus, RunStatus, Runtime, append
-from runtime.core.layers import MAX_DEPTH, StatusLayers
+from runtime import Graph, MemoryStore, NodeStatus, RunStatus, Runtime, append
+from runtime.core.layers import FLAT_BELOW, MAX_DEPTH, StatusLayers
 from runtime.core.trace import node_states_from_events
 from runtime.engine.folding import StateFold
 from runtime.engine.instances import Instances
@@ -32,7 +32,7 @@ def test_layers_read_as_a_copy_of_every_status_would(first, changes):
     made = []
     for change in changes:
         live.update(change)   # the recorder's own dict, changed in place
-        layered = StatusLayers.over(below, {n: live[n] for n in change}, live)
+        layered = StatusLayers.over(below, {n: live[n] for n in change}, live, flat_below=0)
         copy = dict(live)
         assert layered == copy and dict(layered) == copy and len(layered) == len(copy)
         assert list(layered) == list(copy) and list(layered.items()) == list(copy.items())
@@ -68,12 +68,15 @@ def loop(iterations: int) -> Graph:
 
 
 async def test_every_checkpoint_of_a_long_loop_holds_the_statuses_its_events_give(rt: Runtime) -> None:
-    run = await rt.start(loop(40), {})
+    run = await rt.start(loop(100), {})
     assert run.status == RunStatus.SUCCEEDED
     history = await rt.history(run.id)
-    assert len(history) > 2 * MAX_DEPTH   # long enough for layers to be flattened again
+    # long enough to be layered (FLAT_BELOW) and for layers to be flattened again
+    assert len(history) > FLAT_BELOW + 2 * MAX_DEPTH
     names = list(history[-1].node_states)
-    assert len(names) == 80   # 40 model iterations, 40 tool instances (the last skipped)
+    assert len(names) == 200   # 100 model iterations, 100 tool instances (the last skipped)
+    if isinstance(rt.store, MemoryStore):   # the store keeps the records as they were made
+        assert sum(isinstance(cp.node_states, StatusLayers) for cp in history) > len(history) // 3
     events = await rt.events(run.id)
     for cp in history:
         replayed = node_states_from_events(names, events, cp.event_seq)
