@@ -32,8 +32,7 @@ from ..graph import ExecutableGraph
 from .instance_growth import shift_mask
 from .instances import Instances, as_instances
 
-#: folded states kept (beyond the run input): enough for a chain, a fan-out's root
-#: and a few branches in flight at once
+#: folded states kept (beyond the run input): a chain's, a fan-out's root, a few branches in flight
 KEPT_STATES = 8
 #: nodes whose input is remembered until they are added (see ``_asked``): more than run at once
 KEPT_ASKED = 256
@@ -204,7 +203,8 @@ class StateFold:
         plan = self._plan
         assert plan is not None
         if mask == 0:
-            folded.model = self.graph.state_model.model_validate_json(to_json(folded.json))
+            # a plan's fields validate alike from Python and JSON (``field_plan``): no JSON round trip
+            folded.model = self.graph.state_model.model_validate(folded.json)
             return folded.model
         base, start = self._base(mask, validated=True)
         if start.model is None:

@@ -307,6 +307,13 @@ def walk(model: type[BaseModel], data: st.DataObject) -> None:
         g.add_node(name, lambda state: None, after=list(after))
     graph = g.compile()
     run_input = model().model_dump(mode="json")
+    if data.draw(st.booleans(), label="drawn input values"):
+        # a run that starts from a state of any values (a thread's turn starts from the last
+        # one's): its input is validated as the root of every fold, valid or not
+        strategies = {f: w for f, w in WRITES[model].items() if f in model.model_fields}
+        for field in data.draw(st.lists(st.sampled_from(sorted(strategies)), unique=True, max_size=4),
+                               label="input fields"):
+            run_input[field] = data.draw(strategies[field], label=f"input {field}")
     if model is Open and data.draw(st.booleans(), label="extra field in the input"):
         run_input["x"] = [1, {"k": "v"}]
     fast, ref = StateFold(graph, run_input, {}), ReferenceFold(graph, run_input, {})
