@@ -13,7 +13,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Iterable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 
 from .states import NodeStatus
 
@@ -45,13 +45,14 @@ class StatusLayers(Mapping[str, NodeStatus]):
         return len(self.tops)
 
     @staticmethod
-    def over(below: Mapping[str, NodeStatus], top: dict[str, NodeStatus],
+    def over(below: Mapping[str, NodeStatus], changed: Iterable[str],
              whole: Mapping[str, NodeStatus], flat_below: int = FLAT_BELOW) -> Mapping[str, NodeStatus]:
-        """``top`` over ``below``; or a flat copy of ``whole`` (what the two make) when it
-        holds fewer than ``flat_below`` statuses or ``below`` is ``MAX_DEPTH`` layers deep."""
-        if len(whole) < flat_below or (type(below) is StatusLayers and len(below.tops) >= MAX_DEPTH):
+        """``whole`` (``below`` with the nodes ``changed`` since): the ``changed`` statuses
+        over ``below``, or a flat copy of ``whole`` when it holds fewer than ``flat_below``
+        statuses or ``below`` is ``MAX_DEPTH`` layers deep."""
+        if len(whole) < flat_below or (type(below) is StatusLayers and below.depth >= MAX_DEPTH):
             return dict(whole)
-        return StatusLayers(below, top)
+        return StatusLayers(below, {n: whole[n] for n in changed})
 
     def __getitem__(self, node: str) -> NodeStatus:
         found = self.get(node)

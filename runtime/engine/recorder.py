@@ -184,7 +184,7 @@ class Recorder:
             self._flat_next = False
             states: Mapping[str, NodeStatus] = dict(statuses)
         else:   # the head's statuses with what changed over them: no copy of every instance's
-            states = StatusLayers.over(head.node_states, {n: statuses[n] for n in changed}, statuses)
+            states = StatusLayers.over(head.node_states, changed, statuses)
         # positional, in the record's field order: a checkpoint is made at nearly every step
         cp = Checkpoint(self.env.ids.new("cp"), self.run.id, head.seq + 1, head.id,
                         tuple(self.inst.canonical(folded) if len(folded) > 1 else folded),

@@ -32,7 +32,7 @@ def test_layers_read_as_a_copy_of_every_status_would(first, changes):
     made = []
     for change in changes:
         live.update(change)   # the recorder's own dict, changed in place
-        layered = StatusLayers.over(below, {n: live[n] for n in change}, live, flat_below=0)
+        layered = StatusLayers.over(below, change, live, flat_below=0)
         copy = dict(live)
         assert layered == copy and dict(layered) == copy and len(layered) == len(copy)
         assert list(layered) == list(copy) and list(layered.items()) == list(copy.items())
