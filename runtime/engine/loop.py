@@ -60,7 +60,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
                  writes: Mapping[str, JSON],
                  failures: Mapping[str, int], key_scope: str, journal: Sequence[JournalEntry],
                  interrupts: Sequence[Interrupt], attempts: Mapping[str, int],
-                 source_journal: Sequence[JournalEntry] = ()):
+                 source_journal: Sequence[JournalEntry] = (), created_here: bool = False):
         self.deps, self.env, self.graph = deps, deps.env, graph
         self.inst = Instances(graph, statuses)
         succeeded = {n: w for n, w in writes.items() if statuses.get(n) == N.SUCCEEDED}
@@ -79,7 +79,9 @@ class RunLoop(Outcomes, Growth, TakeOver):
         #: due and checked (dependencies, when=), waiting for a free slot: not examined again
         self._queued: list[str] = []
         self._stop: Stop | None = None
-        self._next_poll = 0.0
+        # a run this process has just created: a cancel asked through the store since then is
+        # noticed a heartbeat from now, as one asked at any later moment is (a read saved per run)
+        self._next_poll = deps.env.now() + deps.env.heartbeat if created_here else 0.0
         self.host.wake = self._waiter.wake
         self._starved = False
         self._turn_at = 0.0   # when this loop last gave the event loop a turn for certain (``_wait``)

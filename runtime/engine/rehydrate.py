@@ -34,9 +34,9 @@ def load_loop(deps: EngineDeps, run: Run, graph: ExecutableGraph | None = None,
     if fresh is not None and fresh.run_id == run.id and run.kind != RunKind.CONTINUATION:
         inherited = writes_lineage(store, run)[1:]
         writes = store.node_writes(inherited) if inherited else {}
-        return RunLoop(deps, graph, run, base=base_state(store, deps.graphs, run), head=fresh, statuses=fresh.node_states, writes=writes, failures={},
-                       key_scope=run.id, journal=[], interrupts=source_interrupts, attempts={},
-                       source_journal=source_journal)
+        return RunLoop(deps, graph, run, base=base_state(store, deps.graphs, run), head=fresh,
+                       statuses=fresh.node_states, writes=writes, failures={}, key_scope=run.id, journal=[],
+                       interrupts=source_interrupts, attempts={}, source_journal=source_journal, created_here=True)
     chain = continued_chain(store, run)
     last = head(store, run.id)
     attempts: dict[str, int] = {}

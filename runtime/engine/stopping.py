@@ -40,10 +40,12 @@ class StopError(NodeError):
 def finish_run(rec: Recorder, host: RunHost, store: CheckpointStore, why: Stop | None) -> None:
     """Record the end (or the pause) of a run with nothing in flight."""
     statuses = rec.statuses
-    if (why is None or why.kind == StopKind.INTERRUPT) and store.durable:
+    if ((why is None or why.kind == StopKind.INTERRUPT) and store.durable
+            and NodeStatus.INTERRUPTED in statuses.values()):
+        # asked to cancel while it was running: do not leave it paused instead (a run that
+        # would not pause ends as it is, so the store is not asked)
         reason = store.cancel_request(rec.run.id)
-        if reason is not None and NodeStatus.INTERRUPTED in statuses.values():
-            # asked to cancel while it was running: do not leave it paused instead
+        if reason is not None:
             why = stop(StopKind.CANCEL, ErrorClass.CANCELLED, reason)
     kind = why.kind if why else None
     if kind is not None:

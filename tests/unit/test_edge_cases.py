@@ -402,6 +402,47 @@ async def test_a_cancel_from_another_runtime_reaches_a_run_that_pauses_first(tmp
     other.close()
 
 
+class AskCounting(SqlStore):
+    """A real SQLite store that counts the run loop's questions about cancel requests."""
+
+    asked = 0
+
+    def cancel_request(self, run_id: str) -> str | None:
+        self.asked += 1
+        return super().cancel_request(run_id)
+
+
+async def test_a_run_asks_the_store_about_cancels_at_heartbeat_pace_and_before_it_pauses(tmp_path):
+    store = AskCounting(f"sqlite:///{tmp_path / 'c.db'}")
+    rt = Runtime(store, heartbeat=0.05)
+    g = Graph("g", state=S)
+    g.add_node("a", lambda s: {"log": ["a"]})
+    # a run shorter than a heartbeat, started here: nobody can have asked before its first poll is due
+    assert (await rt.start(g, {})).status == RunStatus.SUCCEEDED
+    assert store.asked == 0
+
+    slow = Graph("slow", state=S)
+
+    @slow.node()
+    async def wait(state, ctx):
+        await asyncio.sleep(0.2)
+        return {"log": ["waited"]}
+
+    assert (await rt.start(slow, {})).status == RunStatus.SUCCEEDED
+    assert 2 <= store.asked <= 6   # polled while it ran, a heartbeat apart
+
+    store.asked = 0
+    pausing = Graph("pausing", state=S)
+
+    @pausing.node()
+    async def ask(state, ctx):
+        return {"value": await ctx.interrupt("approve?")}
+
+    assert (await rt.start(pausing, {})).status == RunStatus.INTERRUPTED
+    assert store.asked == 1   # a run about to pause asks once more: a cancel must not leave it paused
+    rt.close()
+
+
 async def test_an_unknown_status_filter_is_a_clear_error(rt: Runtime):
     with pytest.raises(InvalidRequest, match="unknown status 'bogus'"):
         await rt.runs(status="bogus")
