@@ -62,8 +62,10 @@ class Growth(LoopPart):
             if self.rec.statuses[node] in FINISHED_NODE:
                 self._grow(node)
 
-    def _spawn(self, group: str) -> bool:
-        """A map is due: create one instance per item of its list (those not there yet)."""
+    def _spawn(self, group: str) -> list[str] | None:
+        """A map is due: create one instance per item of its list (those not there yet).
+        Returns the items created now, due at once in item order (they wait for nothing
+        their group did not); None when the map failed to start."""
         spec = self.inst.spec(group)
         assert spec.map_over is not None
         values = self.state.input_state(group).get(spec.map_over)
@@ -71,14 +73,17 @@ class Growth(LoopPart):
             self._fail_before_start(group, InvalidWrites(
                 f"map {group!r} runs over state field {spec.map_over!r}, which must be a list; "
                 f"it is {type(values).__name__}"))
-            return False
-        self.rec.add_instances(self.inst.add_items(group, len(values)))
+            return None
+        new = self.inst.add_items(group, len(values))
+        self.rec.add_instances(new)
         attempt = self._attempt_no.get(group, 0) + 1
         self._attempt_no[group] = attempt
         self._node(group, NodeEvent.START, attempt=attempt, items=len(values))
-        self._candidates.update(self.inst.items(group))
+        if len(new) < len(values):   # items kept from before (a resumed or forked run) are examined as usual
+            fresh = set(new)
+            self._candidates.update(i for i in self.inst.items(group) if i not in fresh)
         self._close_map(group)
-        return True
+        return new
 
     def _close_map(self, group: str) -> None:
         """A map settles once all its items have: failed if one failed."""

@@ -250,9 +250,13 @@ class RunLoop(Outcomes, Growth, TakeOver):
                         skipped = True
                         continue
                 if spawns:
-                    if not self._spawn(node):
+                    items = self._spawn(node)
+                    if items is None:
                         return
-                    skipped = True   # its items are candidates now
+                    # its new items are ready, and come next in canonical order: no frontier
+                    # to pass through; what else it settled is examined on the next round
+                    ready += items
+                    skipped = skipped or bool(self._candidates)
                     continue
                 ready.append(node)
             if self._stop is not None:   # what settled above met a limit (a loop's bound): launch nothing
