@@ -138,7 +138,10 @@ def map_settles(inst: Instances, statuses: Mapping[str, NodeStatus], group: str)
     if statuses.get(group) != N.RUNNING:
         return None
     items = inst.items(group)
-    if any(statuses[i] not in FINISHED_NODE for i in reversed(items)):   # later items finish later
+    # later items finish later: the last one answers for all but the map's last few
+    if items and statuses[items[-1]] not in FINISHED_NODE:
+        return None
+    if any(statuses[i] not in FINISHED_NODE for i in reversed(items)):
         return None
     if any(statuses[i] == N.FAILED for i in items):
         return N.FAILED
