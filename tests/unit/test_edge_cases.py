@@ -425,11 +425,11 @@ async def test_a_run_asks_the_store_about_cancels_at_heartbeat_pace_and_before_i
 
     @slow.node()
     async def wait(state, ctx):
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.3)
         return {"log": ["waited"]}
 
     assert (await rt.start(slow, {})).status == RunStatus.SUCCEEDED
-    assert 2 <= store.asked <= 6   # polled while it ran, a heartbeat apart
+    assert 1 <= store.asked <= 7   # polled while it ran, at most once a heartbeat (0.3 s / 0.05 s + 1)
 
     store.asked = 0
     pausing = Graph("pausing", state=S)
