@@ -156,7 +156,7 @@ class InFlight:
     async def _attempt(self, spec: NodeSpec, state: Any, ctx: NodeContext, scope: AttemptScope,
                        extra: Mapping[str, Any] | None) -> None:
         if self._starting is scope:   # started eagerly: ``cancel_all`` may need the task before ``tasks`` has it
-            self._starting_task = _current()
+            self._starting_task = asyncio.current_task()
         try:
             ended: Ended = await execute_attempt(spec, state, ctx, scope, self._pool, extra)
         except asyncio.CancelledError:
@@ -166,7 +166,8 @@ class InFlight:
             raise
         except Exception as e:
             ended = e
-        task = _current()
+        task = asyncio.current_task()
+        assert task is not None
         if task.cancelling():   # cancelled after its last wait: it ends as a cancelled attempt does
             ended = None
         self._report(task, ended)

@@ -176,7 +176,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
             self._poll_limits()
             self._schedule()
             # a stopping run does not wait out retry backoffs: those nodes end with it
-            if not self._in_flight and not self._starved and (not self._retry_at or self._stop is not None):
+            if not self._in_flight.tasks and not self._starved and (not self._retry_at or self._stop is not None):
                 finish_run(self.rec, self.host, self.deps.store, self._stop)
                 await commit_end(self.rec)
                 return self.run
@@ -307,7 +307,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
         self._attempt_no[node] = attempt
         usage["steps"] += 1
         self._retry_at.pop(node, None)
-        scope = AttemptScope(self.run_id, node, attempt, deadline, self.env.clock.time, now)
+        scope = AttemptScope(self.rec.run.id, node, attempt, deadline, self.env.clock.time, now)
         self._node(node, NodeEvent.START, attempt=attempt)
         ctx = NodeContext(self.host, scope, asyncio.get_running_loop())
         self.deps.slots.acquire()   # first: the attempt may run at once (``executor.EAGER``)
@@ -346,7 +346,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
         if reason is not None:
             self.request_cancel(reason)
             return
-        budget = self.host.budget_error()
+        budget = self.host.budget_error() if self.host.over_budget is not None else None
         if budget is not None and supersedes(StopKind.FAIL, self._stop.kind if self._stop else None):
             self._stop = Stop(StopKind.FAIL, budget)
         deadline = self.rec.run.limits.get("deadline_at")

@@ -114,8 +114,7 @@ class Recorder:
         # the transition table, read here: ``next_node_status`` is asked only to name a bad one
         status = NODE_TRANSITIONS[before].get(event) or next_node_status(before, event)
         self.statuses[node] = status
-        if node not in self._was:
-            self._was[node] = before
+        self._was.setdefault(node, before)
         # ``emit``, inlined: a transition is recorded several times a step. The event's type
         # says which (the status follows from the table); ``data`` is this call's own dict
         self.seq += 1
@@ -223,7 +222,8 @@ class Recorder:
         transaction. Nothing outside the process can have seen them yet, and a crash
         before the commit just runs those pure nodes again."""
         now = self.now()
-        if self.lease_due(now):
+        lease = self.run.lease_expires_at   # ``lease_due``, inlined: asked at every step
+        if lease is not None and lease - now < self.env.lease_ttl / 2:
             self.flush_checked()  # heartbeat: renew the lease even when nothing else happened
         elif not self.batch.empty() and now - self.last_flush >= self.env.group_commit:
             self.flush_checked()
