@@ -40,8 +40,8 @@ class StopError(NodeError):
 def finish_run(rec: Recorder, host: RunHost, store: CheckpointStore, why: Stop | None) -> None:
     """Record the end (or the pause) of a run with nothing in flight."""
     statuses = rec.statuses
-    if ((why is None or why.kind == StopKind.INTERRUPT) and store.durable
-            and NodeStatus.INTERRUPTED in statuses.values()):
+    interrupted = NodeStatus.INTERRUPTED in statuses.values()   # unchanged below unless the run stops
+    if (why is None or why.kind == StopKind.INTERRUPT) and store.durable and interrupted:
         # asked to cancel while it was running: do not leave it paused instead (a run that
         # would not pause ends as it is, so the store is not asked)
         reason = store.cancel_request(rec.run.id)
@@ -56,7 +56,7 @@ def finish_run(rec: Recorder, host: RunHost, store: CheckpointStore, why: Stop |
                 event = NodeEvent.FAIL if kind == StopKind.FAIL else NodeEvent.CANCEL
             if event is not None:
                 rec.node(node, event)
-    paused = kind == StopKind.INTERRUPT or (kind is None and NodeStatus.INTERRUPTED in statuses.values())
+    paused = kind == StopKind.INTERRUPT or (kind is None and interrupted)
     if not paused:
         host.close_pending()
     rec.checkpoint_if_dirty()
