@@ -81,17 +81,26 @@ class NodeContext:
         call = perform_effect(self._host, self._scope, name, fn, request, key, idempotent, compensate)
         if threading.get_ident() == self._loop_thread:
             return call
-        # from a ``def`` node's thread: kept on the attempt while it runs, so that a cancel
-        # waits for it as it waits for an async node's effect
-        future = asyncio.run_coroutine_threadsafe(call, self._event_loop)
+        return asyncio.run_coroutine_threadsafe(self._kept_on_attempt(call), self._event_loop).result()
+
+    async def _kept_on_attempt(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """Run a ``def`` node's effect on the event loop, kept on the attempt from its first step
+        there (in which the effect starts), so that a cancel waits for it as it waits for an async
+        node's effect. Kept by the thread instead, a cancel could come between the effect's start
+        and its keeping, and end the run without waiting for the outcome."""
+        if self._scope.abandoned:   # cancelled before the effect's turn came: it never starts
+            call.close()
+            self._check_alive()
+        task = asyncio.current_task()
+        assert task is not None
         waiting = self._scope.effects_in_thread
         if waiting is None:
             waiting = self._scope.effects_in_thread = []
-        waiting.append(future)
+        waiting.append(task)
         try:
-            return future.result()
+            return await call
         finally:
-            waiting.remove(future)
+            waiting.remove(task)
 
     def cancelling(self) -> bool:
         """Whether the run is being cancelled (by a request, not a deadline)."""

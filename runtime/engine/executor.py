@@ -69,8 +69,7 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
             # a ``def`` node's effect goes on in its thread, which cannot be stopped: a cancel
             # waits for it a moment (as ``effects._outlive_cancel`` does for an async node's),
             # so its outcome is journaled rather than left in doubt; a second cancel does not wait
-            pending = [asyncio.wrap_future(f) for f in scope.effects_in_thread]
-            await asyncio.wait(pending, timeout=effects.CANCEL_GRACE)
+            await asyncio.wait(list(scope.effects_in_thread), timeout=effects.CANCEL_GRACE)
         raise
     except (Exception, AttemptCancelled) as e:
         if scope.interrupt_id is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
+from asyncio import Future
 from typing import Any
 
 
@@ -21,7 +21,7 @@ class AttemptScope:
     interrupts: int = 0
     tokens: int = 0
     cost: float = 0.0
-    #: effects a ``def`` node's thread handed to the event loop and is waiting for (made
+    #: effects a ``def`` node's thread handed to the event loop, running there (made
     #: when first needed: most attempts never call an effect from a thread)
     effects_in_thread: list[Future[Any]] | None = None
     #: effect name -> how many times this attempt called it (made at the first call)

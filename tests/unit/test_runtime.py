@@ -135,6 +135,39 @@ async def test_a_cancel_during_a_sync_effect_waits_for_it_and_records_its_outcom
     assert len(calls) == (1 if outcome == "result" else 2)   # served, or the failed call tried again
 
 
+async def test_a_cancel_waits_for_a_def_nodes_effect_even_while_its_thread_is_descheduled(
+        rt: Runtime, monkeypatch: pytest.MonkeyPatch):
+    """A ``def`` node's thread hands its effect to the event loop, which starts it at once; the
+    thread may then lose the processor for a while. A cancel that comes meanwhile still waits
+    for the effect's outcome and journals it."""
+    g = Graph("g", state=S)
+    started, release = threading.Event(), threading.Event()
+    hand_over = asyncio.run_coroutine_threadsafe
+
+    def descheduled(coro, loop):
+        future = hand_over(coro, loop)
+        time.sleep(0.4)   # the effect starts, and the cancel comes, before this thread goes on
+        return future
+
+    def charge() -> str:
+        started.set()
+        release.wait(10)
+        return "rcpt-1"
+
+    def pay(state, ctx):
+        return {"value": ctx.effect("charge", charge)}
+
+    g.add_node("pay", pay)
+    monkeypatch.setattr(asyncio, "run_coroutine_threadsafe", descheduled)
+    task = asyncio.create_task(rt.start(g, {}))
+    await asyncio.to_thread(started.wait, 10)
+    run_id = (await rt.runs())[0].id
+    asyncio.get_running_loop().call_later(0.1, release.set)
+    assert (await rt.cancel(run_id, "operator stopped it")).status == RunStatus.CANCELLED
+    assert (await task).status == RunStatus.CANCELLED
+    assert [e.status for e in rt.store.journal([run_id])] == [EffectStatus.STARTED, EffectStatus.SUCCEEDED]
+
+
 async def test_a_cancel_gives_up_on_a_sync_effect_that_hangs_and_leaves_it_in_doubt(rt: Runtime,
                                                                                     monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(effects, "CANCEL_GRACE", 0.2)
