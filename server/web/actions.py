@@ -98,6 +98,8 @@ async def cancel(rt: Runtime, tasks: Tasks, run_id: str, reason: str) -> str:
     tasks.add(task)
     task.add_done_callback(tasks.discard)
     await asyncio.sleep(0)   # let the request reach the run before answering
+    if task.done():   # refused at once (a run whose graph this process cannot load): say why
+        task.result()
     return run_id
 
 

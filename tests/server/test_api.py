@@ -17,7 +17,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from pydantic import BaseModel
 
-from runtime import Graph, InvalidRequest, NodeContext, Runtime, RunStatus, append
+from runtime import Graph, InvalidRequest, NodeContext, Runtime, RunStatus, SqlStore, append
 from server.present import plain
 from server.web import api, services
 from server.web.app import MAX_BODY, create_app
@@ -669,3 +669,18 @@ def test_no_malformed_body_is_a_500_or_changes_anything(seeded: Seeded, client: 
 def test_an_event_cursor_past_any_store_is_refused_not_a_crash(shared: Seeded, reader: Client) -> None:
     r = reader.get(f"/api/runs/{shared.succeeded}/events", params={"after": 2 ** 70})
     assert r.status_code == 422 and "after" in r.json()["error"]
+
+
+def test_cancelling_a_paused_run_whose_graph_this_server_lacks_says_so_and_leaves_it_paused(
+        seeded: Seeded, make_app: MakeApp) -> None:
+    """The cancel of a run no process drives loads the run's graph; a server started over
+    the store without that graph's code answers with the reason instead of accepting a
+    cancel that then fails unseen."""
+    rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"))   # no graphs registered
+    try:
+        with TestClient(make_app(rt)) as c:
+            r = c.post(f"/api/runs/{seeded.interrupted}/cancel", json={"reason": "no longer needed"})
+            assert "api_review" in error(r, 404) and "not registered" in r.json()["error"]
+            assert rt.store.get_run(seeded.interrupted).status == RunStatus.INTERRUPTED
+    finally:
+        rt.close()

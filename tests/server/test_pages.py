@@ -1320,3 +1320,16 @@ def test_a_run_already_continued_offers_its_continuation_instead_of_resume(seede
     assert f'<a class="button" href="/runs/{cont_id}">Continued by {cont_id} (failed)</a>' in actions
     assert f'action="/runs/{cont_id}/resume"' in client.get(f"/runs/{cont_id}").text   # the line goes on there
     assert cont.status == RunStatus.FAILED
+
+
+def test_the_cancel_form_of_a_paused_run_whose_graph_this_server_lacks_says_so(
+        seeded: Seeded, make_app: Any) -> None:
+    rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"))   # no graphs registered
+    try:
+        with TestClient(make_app(rt)) as c:
+            url = f"/runs/{seeded.interrupted}"
+            r = c.post(f"{url}/cancel", data={"_csrf_token": csrf(c, url), "reason": "no longer needed"})
+            assert r.status_code == 404 and "api_review" in r.text and "not registered" in r.text
+            assert rt.store.get_run(seeded.interrupted).status == RunStatus.INTERRUPTED
+    finally:
+        rt.close()
