@@ -17,7 +17,7 @@ from litestar.exceptions import HTTPException, NotFoundException, ValidationExce
 from litestar.static_files import create_static_files_router
 
 from runtime import Runtime
-from runtime.core.errors import GraphError, InvalidRequest, NotFound
+from runtime.core.errors import GraphError, GraphNotRegistered, InvalidRequest, NotFound
 
 from . import api, approvals, commands, live, pages, questions, threads
 from .auth import TokenMiddleware, check_bind
@@ -29,6 +29,9 @@ MAX_BODY = 20 * 1024 * 1024
 
 
 def _status_of(exc: Exception) -> tuple[int, str]:
+    if isinstance(exc, GraphNotRegistered):   # the runtime's advice is for Python callers
+        return 404, (str(exc).split("; pass it in", 1)[0]
+                     + "; start the server with its code: harness serve --graph MODULE:GRAPH")
     if isinstance(exc, NotFound):
         return 404, str(exc)
     if isinstance(exc, Conflict):

@@ -680,7 +680,8 @@ def test_cancelling_a_paused_run_whose_graph_this_server_lacks_says_so_and_leave
     try:
         with TestClient(make_app(rt)) as c:
             r = c.post(f"/api/runs/{seeded.interrupted}/cancel", json={"reason": "no longer needed"})
-            assert "api_review" in error(r, 404) and "not registered" in r.json()["error"]
+            message = error(r, 404)
+            assert "api_review" in message and "not registered" in message and "--graph MODULE:GRAPH" in message
             assert rt.store.get_run(seeded.interrupted).status == RunStatus.INTERRUPTED
     finally:
         rt.close()

@@ -1330,6 +1330,7 @@ def test_the_cancel_form_of_a_paused_run_whose_graph_this_server_lacks_says_so(
             url = f"/runs/{seeded.interrupted}"
             r = c.post(f"{url}/cancel", data={"_csrf_token": csrf(c, url), "reason": "no longer needed"})
             assert r.status_code == 404 and "api_review" in r.text and "not registered" in r.text
+            assert "harness serve --graph MODULE:GRAPH" in r.text
             assert rt.store.get_run(seeded.interrupted).status == RunStatus.INTERRUPTED
     finally:
         rt.close()
