@@ -103,7 +103,13 @@ class NotFound(HarnessError):
 
 
 class GraphNotRegistered(NotFound):
-    """A run's graph version whose code this process has neither registered nor can import."""
+    """A run's graph version whose code this process has neither registered nor can import.
+    ``missing`` says which, without the advice for Python callers (the CLI and the debugger
+    give their own)."""
+
+    def __init__(self, graph_name: str, version: str):
+        self.missing = f"graph {graph_name!r} version {version} is not registered with this Runtime"
+        super().__init__(f"{self.missing}; pass it in Runtime(graphs=[...])")
 
 
 class InvalidRequest(HarnessError):

@@ -101,8 +101,7 @@ class GraphRegistry:
             raise InvalidRequest(
                 f"run {run.id} was made by graph {run.graph_name!r} version {run.graph_version}, but "
                 f"{desc['ref']} is now version {graph.version} (its structure changed)")
-        raise GraphNotRegistered(f"graph {run.graph_name!r} version {run.graph_version} is not registered with "
-                                 f"this Runtime; pass it in Runtime(graphs=[...])")
+        raise GraphNotRegistered(run.graph_name, run.graph_version)
 
     def shape_for(self, run: Run) -> ExecutableGraph | FoldShape:
         """What folding a run's states needs: its graph, or where the code cannot be found,

@@ -43,7 +43,7 @@ def mistake(error: BaseException, db_url: str) -> str | None:
     if isinstance(error, GraphError):
         return "invalid graph: " + "; ".join(map(str, error.problems))
     if isinstance(error, GraphNotRegistered):   # the runtime's advice is for Python callers
-        return str(error).split("; pass it in", 1)[0] + "; give its code with --graph MODULE:GRAPH"
+        return f"{error.missing}; give its code with --graph MODULE:GRAPH"
     if isinstance(error, (HarnessError, InputError)):
         return str(error)
     if isinstance(error, SQLAlchemyError):

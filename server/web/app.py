@@ -30,8 +30,7 @@ MAX_BODY = 20 * 1024 * 1024
 
 def _status_of(exc: Exception) -> tuple[int, str]:
     if isinstance(exc, GraphNotRegistered):   # the runtime's advice is for Python callers
-        return 404, (str(exc).split("; pass it in", 1)[0]
-                     + "; start the server with its code: harness serve --graph MODULE:GRAPH")
+        return 404, f"{exc.missing}; start the server with its code: harness serve --graph MODULE:GRAPH"
     if isinstance(exc, NotFound):
         return 404, str(exc)
     if isinstance(exc, Conflict):
