@@ -173,6 +173,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
     async def _steps(self, until: float | None = None) -> Run | None:
         """Run the loop until the run ends or pauses (None: ``until`` came first)."""
         while True:
+            self._waiter.looked()
             self._poll_limits()
             self._schedule()
             # a stopping run does not wait out retry backoffs: those nodes end with it

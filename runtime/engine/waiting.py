@@ -1,7 +1,11 @@
 """How a run loop sleeps: until an attempt finishes, someone wakes it, or its next
 timed duty (heartbeat, group-commit window, retry backoff, run deadline) is due.
 
-One timer serves many waits: it only moves when the next duty comes sooner.
+One timer serves many waits: it only moves when the next duty comes sooner. A wake
+that comes while the loop is not waiting yet (it gives the event loop a turn before it
+waits, and a sibling run may free a slot then) is kept for the next wait, which then
+returns at once: the loop looks again rather than sleep until its heartbeat. Each look
+(``looked``) drops the wakes that came before it.
 """
 
 from __future__ import annotations
@@ -14,13 +18,25 @@ class Waiter:
     def __init__(self) -> None:
         self._wake: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        #: woken since the loop last looked, while it was not waiting
+        self._woken = False
 
     def wake(self) -> None:
-        if self._wake is not None and not self._wake.done():
+        if self._wake is None:
+            self._woken = True
+        elif not self._wake.done():
             self._wake.set_result(None)
 
+    def looked(self) -> None:
+        """The loop is about to look at everything that could have woken it."""
+        self._woken = False
+
     async def wait(self, timeouts: Iterable[float]) -> None:
-        """Sleep at most ``min(timeouts)`` seconds (or until woken)."""
+        """Sleep at most ``min(timeouts)`` seconds (or until woken, or at once when woken
+        since the loop last looked)."""
+        if self._woken:
+            self._woken = False
+            return
         loop = asyncio.get_running_loop()
         due = loop.time() + max(0.0, min(timeouts))
         if self._timer is None or self._timer.when() > due + 1e-4:
