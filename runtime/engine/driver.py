@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from ..core.errors import EndNotRecorded, InvalidAnswer, InvalidRequest, LeaseLost
+from ..core.errors import EndNotRecorded, GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
 from ..core.jsonvalues import JSON
 from ..core.records import COMPENSATION_STATUSES, Checkpoint, CheckpointSource, InterruptStatus, Run, RunKind
 from ..core.states import RESUME_PATHS, TERMINAL_RUN, ResumePath, RunEvent, RunStatus
@@ -30,6 +30,7 @@ from .deps import EngineDeps
 from .leases import lease_expired, orphaned
 from .loop import RunLoop
 from .rehydrate import load_loop
+from .unattended import WAITING, cancel_waiting
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,14 @@ class Driver:
             if run.status in TERMINAL_RUN or self.held_elsewhere(run):
                 return run
             # it paused (or its owner died) before seeing the request: cancel it here
-        graph = self.deps.graphs.run_graph(run)   # before the lease, as in take_lease
+        try:
+            graph = self.deps.graphs.run_graph(run)   # before the lease, as in take_lease
+        except (NotFound, InvalidRequest, GraphError):
+            if run.status not in WAITING:   # a run stopped mid-step must be taken over by its code
+                raise
+            # nothing in flight, so no code to run: what ending it writes needs only its records
+            self._check_not_being_taken(run)
+            return await self.finished(cancel_waiting(self.deps, run, reason))
         self._check_not_being_taken(run)
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
         loop = load_loop(self.deps, run, graph)

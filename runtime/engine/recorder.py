@@ -96,11 +96,8 @@ class Recorder:
         self.usage_lock = threading.Lock()   # sync nodes report usage from worker threads
         #: who streams the call driving this run (captured here: node threads have no context)
         self.sink = SINK.get()
-        #: whether the run's last checkpoint carries a full snapshot: always, except for
-        #: conversation turns, which snapshot on turns 1, 2, 4, 8, … so that a thread's
-        #: snapshots add up to about twice its final state (storage grows linearly)
-        turn = run.options.get("turn")
-        self.snapshot_at_end = not turn or (int(turn) & (int(turn) - 1)) == 0
+        #: whether the run's last checkpoint carries a full snapshot (``snapshot_at_end``)
+        self.snapshot_at_end = snapshot_at_end(run)
 
     # ------------------------------------------------------------------ events and transitions
 
@@ -358,6 +355,14 @@ class Recorder:
         if self.batch.events:
             self.flush_checked()
         self.sink([event])
+
+
+def snapshot_at_end(run: Run) -> bool:
+    """Whether the run's last checkpoint carries a full snapshot: always, except for
+    conversation turns, which snapshot on turns 1, 2, 4, 8, … so that a thread's
+    snapshots add up to about twice its final state (storage grows linearly)."""
+    turn = run.options.get("turn")
+    return not turn or (int(turn) & (int(turn) - 1)) == 0
 
 
 def holds(stored: Run | None, committing: Run) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
@@ -671,17 +672,48 @@ def test_an_event_cursor_past_any_store_is_refused_not_a_crash(shared: Seeded, r
     assert r.status_code == 422 and "after" in r.json()["error"]
 
 
-def test_cancelling_a_paused_run_whose_graph_this_server_lacks_says_so_and_leaves_it_paused(
+def test_cancelling_a_paused_run_whose_graph_this_server_lacks_ends_it_from_its_records(
         seeded: Seeded, make_app: MakeApp) -> None:
-    """The cancel of a run no process drives loads the run's graph; a server started over
-    the store without that graph's code answers with the reason instead of accepting a
-    cancel that then fails unseen."""
+    """A server started over a store without the graphs' code still cancels a run that
+    waits for an answer: nothing is in flight, so no code is needed to end it."""
     rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"))   # no graphs registered
     try:
         with TestClient(make_app(rt)) as c:
             r = c.post(f"/api/runs/{seeded.interrupted}/cancel", json={"reason": "no longer needed"})
-            message = error(r, 404)
-            assert "api_review" in message and "not registered" in message and "--graph MODULE:GRAPH" in message
-            assert rt.store.get_run(seeded.interrupted).status == RunStatus.INTERRUPTED
+            assert r.status_code == 202, r.text
+            run = wait_for(rt, seeded.interrupted, [RunStatus.CANCELLED])
+            assert run.error == {"class": "cancelled", "message": "no longer needed"}
+            questions = c.get("/api/interrupts", params={"run_id": seeded.interrupted, "pending": False}).json()[
+                "interrupts"]
+            assert questions and {q["status"] for q in questions} == {"cancelled"}
     finally:
         rt.close()
+
+
+class AnHourLater:
+    """A clock an hour ahead: to it the lease of every running run has expired."""
+
+    def time(self) -> float:
+        return time.time() + 3600
+
+
+def test_cancelling_a_run_left_mid_step_needs_its_graph_and_says_so(
+        seeded: Seeded, client: Client, make_app: MakeApp) -> None:
+    """A run whose process stopped while it ran may have work in flight; taking it over
+    to cancel it needs the graph's code. A server without it answers with the reason
+    instead of accepting a cancel that then fails unseen, and the run stays as it was."""
+    start = checkpoints(client, seeded.succeeded)[0]
+    held = client.post(f"/api/checkpoints/{start['id']}/fork", json={"patch": {"hold": True}}).json()["run_id"]
+    before = wait_for(seeded.rt, held, [RunStatus.RUNNING])
+    rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"), clock=AnHourLater())   # no graphs registered
+    try:
+        with TestClient(make_app(rt)) as c:
+            message = error(c.post(f"/api/runs/{held}/cancel", json={"reason": "no longer needed"}), 404)
+            assert "api_order" in message and "not registered" in message and "--graph MODULE:GRAPH" in message
+            after = rt.store.get_run(held)
+            assert (after.status, after.fence, after.lease_owner) == (RunStatus.RUNNING, before.fence,
+                                                                      before.lease_owner)
+    finally:
+        rt.close()
+    assert client.post(f"/api/runs/{held}/cancel", json={}).status_code == 202
+    assert wait_for(seeded.rt, held, [RunStatus.CANCELLED]).status == RunStatus.CANCELLED

@@ -1322,15 +1322,43 @@ def test_a_run_already_continued_offers_its_continuation_instead_of_resume(seede
     assert cont.status == RunStatus.FAILED
 
 
-def test_the_cancel_form_of_a_paused_run_whose_graph_this_server_lacks_says_so(
+def test_the_cancel_form_of_a_paused_run_works_on_a_server_without_its_graph(
         seeded: Seeded, make_app: Any) -> None:
     rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"))   # no graphs registered
     try:
         with TestClient(make_app(rt)) as c:
             url = f"/runs/{seeded.interrupted}"
-            r = c.post(f"{url}/cancel", data={"_csrf_token": csrf(c, url), "reason": "no longer needed"})
-            assert r.status_code == 404 and "api_review" in r.text and "not registered" in r.text
-            assert "harness serve --graph MODULE:GRAPH" in r.text
-            assert rt.store.get_run(seeded.interrupted).status == RunStatus.INTERRUPTED
+            r = c.post(f"{url}/cancel", data={"_csrf_token": csrf(c, url), "reason": "no longer needed"},
+                       follow_redirects=False)
+            assert r.status_code == 303 and r.headers["location"] == url
+            run = wait_for(rt, seeded.interrupted, [RunStatus.CANCELLED])
+            assert run.error == {"class": "cancelled", "message": "no longer needed"}
+            assert 'st-cancelled">cancelled</span>' in c.get(url).text
     finally:
         rt.close()
+
+
+class AnHourLater:
+    """A clock an hour ahead: to it the lease of every running run has expired."""
+
+    def time(self) -> float:
+        return time.time() + 3600
+
+
+def test_the_cancel_form_of_a_run_left_mid_step_on_a_server_without_its_graph_says_why_it_cannot(
+        seeded: Seeded, client: Client, make_app: Any) -> None:
+    start = checkpoint_ids(seeded.rt, seeded.succeeded)[0]
+    held = client.post(f"/api/checkpoints/{start}/fork", json={"patch": {"hold": True}}).json()["run_id"]
+    wait_for(seeded.rt, held, [RunStatus.RUNNING])
+    rt = Runtime(store=SqlStore(f"sqlite:///{seeded.path}"), clock=AnHourLater())   # no graphs registered
+    try:
+        with TestClient(make_app(rt)) as c:
+            url = f"/runs/{held}"
+            r = c.post(f"{url}/cancel", data={"_csrf_token": csrf(c, url), "reason": "no longer needed"})
+            assert r.status_code == 404 and "api_order" in r.text and "not registered" in r.text
+            assert "harness serve --graph MODULE:GRAPH" in r.text
+            assert rt.store.get_run(held).status == RunStatus.RUNNING
+    finally:
+        rt.close()
+    assert client.post(f"/api/runs/{held}/cancel", json={}).status_code == 202
+    wait_for(seeded.rt, held, [RunStatus.CANCELLED])

@@ -183,3 +183,6 @@ def test_a_run_whose_code_the_command_cannot_find_names_the_option_that_gives_it
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "'made_in_a_script'" in err and "give its code with --graph MODULE:GRAPH" in err
     assert "Runtime(graphs=" not in err
+    # cancelling it runs no code: it needs none
+    code, out, err = harness(capsys, "cancel", run.id, "--reason", "not needed", "--db", db)
+    assert code == 0 and err == "" and "cancelled" in out
