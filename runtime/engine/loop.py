@@ -218,9 +218,16 @@ class RunLoop(Outcomes, Growth, TakeOver):
             if self.inst.dynamic:
                 self._grow(node)
 
+    def _halting(self) -> bool:
+        """The run stops for good (a failure, a cancel, a limit): nothing more may start. A
+        run pausing for a question goes on with whatever does not wait for an answer, and
+        pauses once nothing can run: the questions it pauses with, and the work done before,
+        depend neither on ``max_concurrency`` nor on which node finished first."""
+        return self._stop is not None and self._stop.kind != StopKind.INTERRUPT
+
     def _schedule(self) -> None:
         self._starved = False
-        if self._stop is not None:
+        if self._stop is not None and self._halting():
             return
         now = self.rec.now()
         while True:
@@ -260,7 +267,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
                     skipped = skipped or bool(self._candidates)
                     continue
                 ready.append(node)
-            if self._stop is not None:   # what settled above met a limit (a loop's bound): launch nothing
+            if self._stop is not None and self._halting():   # what settled above met a limit (a loop's bound)
                 return
             if self._queued:   # kept in canonical order: merged only when something joins it
                 ready = sorted({*self._queued, *ready}, key=self.inst.index.__getitem__) if ready else self._queued
@@ -272,7 +279,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
                 self._starved = not self._in_flight and not launch
             for node in launch:
                 # a node started eagerly (``executor.EAGER``) may have stopped the run: start no more
-                if self._stop is not None or not self._launch(node):
+                if (self._stop is not None and self._halting()) or not self._launch(node):
                     return
             if not skipped:
                 return
