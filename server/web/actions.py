@@ -169,9 +169,13 @@ def check_answers(rt: Runtime, run_id: str, answers: Mapping[str, JSON]) -> None
     bad = {k: (pending[k], found) for k, v in answers.items()
            if k in pending and (found := answer_problems(rt, pending[k], v))}
     if bad:
-        head = "the answer is invalid" if len(answers) == 1 else f"{len(bad)} of {len(answers)} answers are invalid"
+        # with the answers to questions that are not pending, so that one refusal names them all
+        unknown = [k for k in answers if k not in pending]
+        head = "the answer is invalid" if len(answers) == 1 else \
+            f"{len(bad) + len(unknown)} of {len(answers)} answers are invalid"
         raise InvalidAnswer(f"{head}, and none was recorded: " + "; ".join(
-            problem_text(i, where, message) for i, found in bad.values() for where, message in found))
+            [problem_text(i, where, message) for i, found in bad.values() for where, message in found]
+            + [f"interrupt {k}: not a pending question of run {run_id}" for k in unknown]))
 
 
 async def export_thread(rt: Runtime, run_id: str) -> dict[str, JSON]:

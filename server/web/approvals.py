@@ -245,7 +245,7 @@ def check_answer(rt: Runtime, i: Interrupt, form: AnswerForm, data: Mapping[str,
         return value, action.error is None and result.error is None
     answer: JSON = value if form.mode == "model" else value.get("answer")
     ref = i.payload.get("response_ref") if isinstance(i.payload, Mapping) else None
-    model = rt.graphs.model(ref) if ok and isinstance(ref, str) and ref else None
+    model = rt.graphs.model(ref) if isinstance(ref, str) and ref else None
     if model is not None:
         try:
             model.model_validate(answer)
@@ -253,6 +253,8 @@ def check_answer(rt: Runtime, i: Interrupt, form: AnswerForm, data: Mapping[str,
             found = forms.errors_of(e)
             if form.mode != "model":   # the answer is one value: its errors are its one field's
                 found = [(("answer", *loc), msg) for loc, msg in found]
+            if not ok:   # every wrong field at once: the model's say on the others too
+                found = forms.beside_refused(form.fields, found)
             form.errors += forms.attach_errors(form.fields, found)
             return answer, False
     return answer, ok

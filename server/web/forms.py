@@ -3,7 +3,10 @@
 A response model's JSON schema (as pydantic writes it) gives one input per property:
 strings, numbers and whole numbers as typed inputs, optional booleans as checkboxes and
 required ones as a Yes / No choice with neither preselected, enums and literals as selects, nested models (``$ref`` into ``$defs``) as groups of their own
-fields, and anything else (lists, free-form objects, unions) as a JSON textarea.
+fields, and anything else (lists, free-form objects, unions) as a JSON textarea. A text
+whose proposed value spans lines (or whose schema says ``format: textarea``) is a textarea
+too: a one-line input would drop its line breaks before the person saw it, and browsers
+send a textarea's line breaks as CRLF, read back as the LF they stand for.
 Reading a post back checks what a form can check — required fields, types, choices,
 bounds, JSON syntax — and keeps what the person typed, so the page shows it again
 next to the error. Validation against the model itself (custom validators) happens
@@ -30,6 +33,8 @@ MAX_DEPTH = 3
 NULL_OPTION = ""
 #: the choices of a required boolean
 YES_NO = {"true": True, "false": False}
+#: a string schema's ``format`` values that ask for a textarea
+MULTILINE_FORMATS = frozenset({"textarea", "multiline", "multi-line"})
 
 Loc = tuple[str | int, ...]
 
@@ -49,6 +54,7 @@ class FormField:
     attrs: dict[str, str] = field(default_factory=dict)             # min, max, step, maxlength…
     json_type: str | None = None    # for a JSON field: "array" or "object" when the schema says so
     text: str = ""                  # what the input holds
+    multiline: bool = False         # a text edited in a textarea
     checked: bool = False
     error: str | None = None
     children: list[FormField] = field(default_factory=list)
@@ -158,6 +164,7 @@ def _field(path: tuple[str, ...], node: Any, required: bool, root: Mapping[str, 
             if s.get(key):
                 f.help = (f.help + " " if f.help else "") + f"({key}: {s[key]})"
         f.text = value if present and isinstance(value, str) else ""
+        f.multiline = "\n" in f.text or "\r" in f.text or s.get("format") in MULTILINE_FORMATS
     elif kind == "object" and isinstance(s.get("properties"), Mapping) and depth < MAX_DEPTH and not nullable:
         f.kind = "group"
         f.children = _fields(s, root, value if present and isinstance(value, Mapping) else {}, path, depth + 1)
@@ -310,6 +317,9 @@ def _read_one(f: FormField, form: Mapping[str, str]) -> JSON | _Missing:
         f.checked = raw is not None and raw.strip().lower() not in ("", "off", "false", "0")
         return f.checked
     f.text = raw if raw is not None else ""
+    if f.kind == "text" and "\r" in f.text:   # a textarea's line breaks, as browsers send them
+        f.text = f.text.replace("\r\n", "\n").replace("\r", "\n")
+        f.multiline = True
     empty = f.text.strip() == "" if f.kind != "text" else f.text == ""
     if empty:
         if f.required and f.nullable:
@@ -346,6 +356,15 @@ def read(fields: Sequence[FormField], form: Mapping[str, str]) -> tuple[dict[str
 def errors_of(error: ValidationError) -> list[tuple[Loc, str]]:
     """A model's validation errors as (where, what) pairs."""
     return [(tuple(e["loc"]), str(e["msg"])) for e in error.errors(include_url=False)]
+
+
+def beside_refused(fields: Sequence[FormField], errors: Sequence[tuple[Loc, str]]) -> list[tuple[Loc, str]]:
+    """A model's errors about an answer read from a form that refused some fields: those
+    fields are missing from it, so what the model says of them (and of the answer as a
+    whole) adds nothing to the form's own message; what it says of the others stands."""
+    refused = [f.path for top in fields for f in top.walk() if f.error]
+    return [(loc, msg) for loc, msg in errors
+            if loc and not any(tuple(str(p) for p in loc[:len(path)]) == path for path in refused)]
 
 
 def attach_errors(fields: Sequence[FormField], errors: Sequence[tuple[Loc, str]]) -> list[str]:
