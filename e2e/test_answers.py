@@ -203,3 +203,36 @@ def test_answer_questions_of_different_shapes_together(page: Page, release: Any,
     assert sum(1 for e in events if e["type"] == "run.resume") == 1
     assert sorted(e["data"]["interrupt_id"] for e in events if e["type"] == "interrupt.answered") == sorted(asked.values())
     shot()
+
+
+def test_an_email_is_sent_as_proposed_and_the_page_watching_its_run_follows(page: Page, demo: Any,
+                                                                            shot: Any) -> None:
+    """The proposed body spans lines: the form shows it whole and sends it back unchanged.
+    A second tab, left on the paused run's page, sees the run go on and end."""
+    run_id = demo.ids["tool_review"]
+    question = pending_question(demo, run_id)
+    proposed = question["payload"]["value"]["args"]["body"]
+    assert "\n" in proposed
+
+    watching = page.context.new_page()
+    watching.goto(f"/runs/{run_id}")
+    expect(watching.locator("#run-status")).to_have_text("interrupted")
+
+    open_from_inbox(page, question["id"])
+    form = page.locator("#answer form")
+    expect(form.locator("textarea#f-body")).to_have_value(proposed)
+    form.locator("#f-action").select_option("run")
+    form.get_by_role("button", name="Answer and resume").click()
+    answered(page, run_id)
+    # Back shows the question as it is now, not a kept copy with its form ready to send again
+    page.go_back()
+    expect(page).to_have_url(re.compile(rf"/interrupts/{question['id']}$"))
+    expect(page.get_by_role("heading", level=1)).to_contain_text("answered")
+    expect(page.locator("#answer form")).to_have_count(0)
+
+    expect(watching.locator("#run-status")).to_have_text("succeeded", timeout=15_000)
+    shot()
+    [done] = [i for i in demo.api(f"/api/interrupts?run_id={run_id}&pending=false")["interrupts"]
+              if i["id"] == question["id"]]
+    assert done["answer"]["body"] == proposed
+    watching.close()

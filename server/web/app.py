@@ -57,6 +57,14 @@ def _error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     return render(request, "error.html", {"status": status, "message": message}, status=status)
 
 
+def _not_kept(response: Response[Any]) -> Response[Any]:
+    """A page shows a run as it is now: the browser must not keep it for Back, which
+    would show a question already answered with its form ready to send again."""
+    if str(getattr(response, "media_type", "")).startswith("text/html"):   # a static file has none
+        response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
 def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None = None,
                csrf_secret: str | None = None) -> Litestar:
     """The debugger over ``runtime``. Off loopback a token is required (``token``)."""
@@ -71,6 +79,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None =
         exception_handlers={NotFound: _error, InvalidRequest: _error, GraphError: _error,
                             NotFoundException: _error, ValidationException: _error, HTTPException: _error},
         request_max_body_size=MAX_BODY,
+        after_request=_not_kept,
         debug=False,
     )
     app.state.runtime = runtime

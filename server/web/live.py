@@ -4,7 +4,9 @@
 works for runs driven anywhere): each recorded event becomes a line of the live log,
 run events update the status badge, checkpoints ask the page to refresh its panels
 (``hx-trigger="sse:checkpoint"``), and an ``end`` event closes the stream when the
-run ends or pauses. ``/inbox/live`` says when the set of pending questions changes.
+run ends or pauses. With ``wait=true`` (the page of a paused run) the stream first waits
+for the run to move past event ``after``: answered or cancelled from another tab or
+process, it is followed from there. ``/inbox/live`` says when the set of pending questions changes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from runtime.core.records import InterruptStatus
+from runtime.core.states import RunStatus
 from runtime.core.streams import DROPPED, StreamEvent
 
 from .render import ENV, badge_html
@@ -28,6 +31,8 @@ from .services import Background, LiveHub, complete, in_thread
 INBOX_POLL = 1.0
 #: the longest one live connection is kept open; the browser reconnects after it
 MAX_LIFETIME = 30 * 60
+#: how often the stream of a paused run's page asks whether the run moved on (seconds)
+WAIT_POLL = 0.5
 
 
 def _line(ev: StreamEvent) -> str:
@@ -81,7 +86,8 @@ def _chunk(ev: StreamEvent) -> str:
 
 
 @get("/runs/{run_id:str}/live", include_in_schema=False)
-async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after: FromQuery[int] = 0) -> ServerSentEvent:
+async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after: FromQuery[int] = 0,
+                   wait: FromQuery[bool] = False) -> ServerSentEvent:
     rt = request.app.state.runtime
     await in_thread(lambda: complete(rt.get_run(run_id)))   # 404 before the stream starts
 
@@ -91,6 +97,13 @@ async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
         loop = asyncio.get_running_loop()
         until = loop.time() + MAX_LIFETIME
+        while wait:   # until the paused run moves on; the page reconnects after the lifetime
+            run = await in_thread(lambda: complete(rt.get_run(run_id)))
+            if run.status != RunStatus.INTERRUPTED or run.event_seq > after:
+                break
+            if loop.time() > until:
+                return
+            await asyncio.sleep(WAIT_POLL)
         async for ev in merged(rt.follow(run_id, after_seq=after, poll=0.2), hub, run_id):
             if ev.ephemeral:   # a token chunk of a run this server drives: shown as it arrives
                 yield ServerSentEventMessage(event="chunk", data=_chunk(ev))

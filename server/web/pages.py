@@ -106,6 +106,8 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         group = [(m, dag.headline(full.get(m, {}))) for m in lay.groups.get(gid, ())]
     page = max(1, min(page, services.MAX_INT // services.INSTANCES_PER_PAGE))
     live = p.run.status in (RunStatus.RUNNING, RunStatus.QUEUED)
+    # a paused run's page waits for it to move on (answered or cancelled elsewhere), then follows it
+    waiting = p.run.status == RunStatus.INTERRUPTED
     instances, more = services.node_instances(rt, p, p.node, page) if p.node else ([], False)
     return {
         "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND, "group": group,
@@ -117,7 +119,8 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url, "at": at,
         "instances": instances, "instance_page": page, "more_instances": more,
         "source": services.node_source(rt, p.run, p.node) if p.node else "",
-        "live": live,
+        "live": live, "follow": live or waiting,
+        "live_url": f"/runs/{p.run.id}/live" + (f"?after={p.run.event_seq}&wait=true" if waiting else ""),
         # a run's updated_at moves with its status only: while it goes on, its time so far runs to now
         "took": max(0.0, (rt.clock.time() if live else p.run.updated_at) - p.run.created_at),
     }

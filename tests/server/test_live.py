@@ -287,3 +287,43 @@ def test_a_map_inside_a_loop_is_counted_on_one_line(tmp_path: Path) -> None:
         assert "<strong>work</strong>: 4 iterations (3 succeeded, 1 skipped); 9 items (9 succeeded)" in page
     finally:
         rt.close()
+
+
+def test_the_page_of_a_paused_run_follows_it_once_it_is_answered_elsewhere(tmp_path: Path) -> None:
+    """Someone answers the question from another tab or process: the page watching the
+    paused run sees it go on, and end, without a reload."""
+    from server.web import live
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    driver, viewer = Runtime(store=SqlStore(url)), Runtime(store=SqlStore(url))
+    g = Graph("ask-then-go")
+
+    @g.node()
+    async def ask(state: Any, ctx: Any) -> dict[str, Any]:
+        return {"a": await ctx.interrupt({"q": "?"})}
+
+    @g.node(after=["ask"])
+    async def after(state: Any) -> dict[str, Any]:
+        return {"b": 1}
+
+    run = asyncio.run(driver.start(g, {}))
+    assert run.status == RunStatus.INTERRUPTED
+    live.WAIT_POLL, saved = 0.02, live.WAIT_POLL
+    try:
+        with TestClient(create_app(viewer)) as client:
+            page = client.get(f"/runs/{run.id}").text
+            stream_url = f"/runs/{run.id}/live?after={run.event_seq}&amp;wait=true"
+            assert f'sse-connect="{stream_url}"' in page and 'sse-swap="status"' in page
+            worker = threading.Timer(0.3, lambda: asyncio.run(driver.resume(run.id, "yes")))
+            worker.start()
+            r = client.get(stream_url.replace("&amp;", "&"), timeout=10)
+            worker.join(10)
+        messages = parse(r.text)
+        lines = [d for k, d in messages if k == "event"]
+        assert not any("node.interrupt" in d for d in lines)   # nothing from before the page
+        assert any("node.succeed" in d and "after" in d for d in lines)
+        assert messages[-1] == ("end", "succeeded")
+    finally:
+        live.WAIT_POLL = saved
+        driver.close()
+        viewer.close()

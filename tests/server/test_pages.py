@@ -1362,3 +1362,12 @@ def test_the_cancel_form_of_a_run_left_mid_step_on_a_server_without_its_graph_sa
         rt.close()
     assert client.post(f"/api/runs/{held}/cancel", json={}).status_code == 202
     wait_for(seeded.rt, held, [RunStatus.CANCELLED])
+
+
+def test_pages_are_not_kept_by_the_browser_but_assets_and_the_api_answer_as_before(
+        seeded: Seeded, client: Client) -> None:
+    """Back must show a run or a question as it is now (an answered question with no form)."""
+    for url in ("/runs", f"/runs/{seeded.interrupted}", "/inbox"):
+        assert client.get(url).headers["cache-control"] == "no-store", url
+    assert "cache-control" not in client.get("/static/app.js").headers
+    assert "cache-control" not in client.get("/api/runs").headers
