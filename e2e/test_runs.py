@@ -11,6 +11,8 @@ from playwright.sync_api import Page, expect
 def test_back_and_forward_restore_the_filters_with_their_runs(page: Page, demo: Any, shot: Any) -> None:
     failed = demo.api("/api/runs?status=failed&per_page=500")["runs"]
     assert failed
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.goto("/runs")
     status, rows = page.locator("#runs-filter select[name=status]"), page.locator("#runs tbody tr")
     everything = rows.count()
@@ -39,4 +41,5 @@ def test_back_and_forward_restore_the_filters_with_their_runs(page: Page, demo: 
     page.wait_for_timeout(3500)
     expect(rows).to_have_count(len(failed))
     expect(page).to_have_url(re.compile(r"[?&]status=failed(&|$)"))
+    assert errors == []   # a search sends one request, none cut short
     shot()

@@ -19,6 +19,7 @@ from runtime import Runtime
 from runtime.core.errors import InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import (
+    COMPENSATION_STATUSES,
     Checkpoint,
     CheckpointSummary,
     Interrupt,
@@ -33,7 +34,7 @@ from runtime.core.states import NodeStatus, RunStatus
 from runtime.core.streams import StreamEvent
 from runtime.core.trace import states_after
 from runtime.graph.instances import base_node, parse_instance
-from runtime.history.lineage import unused_mocks
+from runtime.history.lineage import continued_chain, unused_mocks
 from runtime.history.state import state_json
 from runtime.store.base import MAX_SEQ
 from runtime.travel.diff import Change, diff
@@ -122,6 +123,8 @@ class RunPage:
     children: Sequence[Run]
     orphaned: bool
     unused_mocks: Sequence[str] = ()   # the branch's ``mocks`` no effect called
+    #: an ended run whose effects were undone (or may have been): it is forked, never continued
+    compensated: bool = False
 
 
 def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
@@ -168,7 +171,9 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
         run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
         selected=view, previous=previous, changes=changes, node=node, node_absent=absent, node_states=states,
         interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
-        orphaned=rt.orphaned(run), unused_mocks=unused_mocks(rt.store, run))
+        orphaned=rt.orphaned(run), unused_mocks=unused_mocks(rt.store, run),
+        compensated=run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and any(
+            e.status in COMPENSATION_STATUSES for e in rt.store.journal(continued_chain(rt.store, run))))
 
 
 def _has_node(states: Mapping[str, NodeStatus], node: str) -> bool:

@@ -217,6 +217,16 @@ def test_compensated_run_undid_its_bookings_newest_first(seeded: Seeded) -> None
     assert f"cancel flight {results['airline.book']}" in demo_trip.BOOKINGS
     with pytest.raises(InvalidRequest, match="compensated"):
         asyncio.run(rt.resume(run_id))
+    # the debugger offers what can be done with it: no Resume that could only be refused
+    from litestar.testing import TestClient
+
+    from server.web import create_app
+    with TestClient(create_app(rt)) as client:
+        actions = client.get(f"/runs/{run_id}").text.split('id="run-actions"')[1].split("</div>")[0]
+    assert f'action="/runs/{run_id}/resume"' not in actions and "compensated: fork it to try again" in actions
+    with TestClient(create_app(rt)) as client:
+        other = client.get(f"/runs/{seeded.ids.cancelled}").text.split('id="run-actions"')[1].split("</div>")[0]
+    assert f'action="/runs/{seeded.ids.cancelled}/resume"' in other and "compensated" not in other
 
 
 def test_in_doubt_payout_was_killed_inside_the_transfer_and_recovered(seeded: Seeded) -> None:
