@@ -251,8 +251,9 @@ def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1,
     for w in rt.store.pending_writes(page.run.id, nodes=sorted(wanted)):   # by the (run, node) index
         if w.checkpoint_seq < page.selected.checkpoint.seq + 1:
             writes.setdefault(w.node, []).append(w)
+    # ``until``: what ended or was written after the checkpoint is said to be later, not shown as its
     out = [{"name": inst, "status": page.node_states[inst].value, "attempts": attempts.get(inst, []),
-            "effects": effects.get(inst, []), "writes": writes.get(inst, [])} for inst in shown]
+            "effects": effects.get(inst, []), "writes": writes.get(inst, []), "until": until} for inst in shown]
     return out, len(mine) > start + per_page
 
 

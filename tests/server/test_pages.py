@@ -1371,3 +1371,35 @@ def test_pages_are_not_kept_by_the_browser_but_assets_and_the_api_answer_as_befo
         assert client.get(url).headers["cache-control"] == "no-store", url
     assert "cache-control" not in client.get("/static/app.js").headers
     assert "cache-control" not in client.get("/api/runs").headers
+
+
+def test_the_drawer_at_a_checkpoint_says_what_happened_only_after_it(seeded: Seeded, client: Client) -> None:
+    """A node running at the checkpoint shows as running there; how its attempt ended, and
+    what it wrote, are marked as after the checkpoint, not shown as if already so."""
+    class Two(BaseModel):
+        fast: int = 0
+        slow: int = 0
+
+    g = Graph("fast_and_slow", Two)
+
+    @g.node()
+    async def quick(s: Two) -> dict[str, Any]:
+        return {"fast": 1}
+
+    @g.node()
+    async def lengthy(s: Two) -> dict[str, Any]:
+        await asyncio.sleep(0.3)
+        return {"slow": 2}
+
+    run = asyncio.run(seeded.rt.start(g, {}))
+    assert run.status == RunStatus.SUCCEEDED
+    [early] = [cp for cp in asyncio.run(seeded.rt.history(run.id)) if cp.nodes == ("quick",)]
+    assert early.node_states["lengthy"] == NodeStatus.RUNNING
+    page = client.get(f"/runs/{run.id}", params={"cp": early.seq, "node": "lengthy"}).text
+    drawer = page[page.index('id="drawer"'):page.index("</section>", page.index('id="drawer"'))]
+    assert re.search(r'attempt 1: <span class="badge st-running">running</span> here, then '
+                     r'<span class="muted">after this checkpoint:</span> <span class="badge st-succeeded">', drawer)
+    assert "written after this checkpoint" in drawer
+    last = client.get(f"/runs/{run.id}", params={"node": "lengthy"}).text
+    drawer = last[last.index('id="drawer"'):last.index("</section>", last.index('id="drawer"'))]
+    assert "after this checkpoint" not in drawer and 'attempt 1: <span class="badge st-succeeded">' in drawer
