@@ -222,14 +222,22 @@ class RunLoop(Outcomes, Growth, TakeOver):
         """The run stops for good (a failure, a cancel, a limit): nothing more may start. A
         run pausing for a question goes on with whatever does not wait for an answer, and
         pauses once nothing can run: the questions it pauses with, and the work done before,
-        depend neither on ``max_concurrency`` nor on which node finished first."""
+        depend neither on ``max_concurrency`` nor on which node finished first (ADR 0011).
+        A retry waits for the resume (its backoff would race the siblings still running), and
+        so does what the run's deadline or ``max_steps`` leaves no room for: a run that asks
+        pauses, and the answer can come with new limits."""
         return self._stop is not None and self._stop.kind != StopKind.INTERRUPT
 
     def _schedule(self) -> None:
         self._starved = False
-        if self._stop is not None and self._halting():
-            return
         now = self.rec.now()
+        pausing = self._stop is not None
+        if pausing:
+            if self._halting():
+                return
+            deadline = self.run.limits.get("deadline_at")
+            if deadline is not None and now >= deadline:
+                return
         while True:
             front = (scheduler.frontier(self.inst, self.rec.statuses, self._candidates) if self._candidates
                      else scheduler.NOTHING_DUE)   # nothing to examine (a map item settled)
@@ -242,7 +250,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
             ready: list[str] = []
             for node in front.ready:
                 due = self._retry_at.get(node)
-                if due is not None and due > now:
+                if due is not None and (due > now or pausing):
                     self._candidates.add(node)
                     continue
                 spec = self.inst.spec(node)
@@ -288,8 +296,9 @@ class RunLoop(Outcomes, Growth, TakeOver):
         limits, usage = self.run.limits, self.rec.usage
         max_steps = limits.get("max_steps")
         if max_steps is not None and usage["steps"] >= max_steps:
-            self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
-                            f"run reached max_steps={max_steps} before node {node!r} could start")
+            if self._stop is None:   # a pausing run pauses: resume may raise the limit
+                self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
+                                f"run reached max_steps={max_steps} before node {node!r} could start")
             return False
         spec = self.inst.spec(node)
         now = self.rec.now()

@@ -75,9 +75,12 @@ def cancel_waiting(deps: EngineDeps, run: Run, reason: str) -> Run:
                     CheckpointSource.STEP, state if snapshot_at_end(run) else None,
                     tuple(n for n in order.canonical(list(statuses)) if was.get(n) != statuses[n]))
     batch.checkpoints.append(cp)
+    # the usage as a run loop keeps it (every counter, even one never reported)
+    usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
+             "steps": int(run.usage.get("steps", 0))}
     batch.run = run = run.evolve(status=status, error={"class": ErrorClass.CANCELLED.value, "message": reason},
                                  lease_owner=None, lease_expires_at=None, event_seq=seq, head_seq=cp.seq,
-                                 updated_at=now())
+                                 updated_at=now(), usage=usage)
     batch.durable = True
     store.commit(batch)
     sink = SINK.get()

@@ -22,7 +22,8 @@ from runtime.core.states import RunStatus
 from runtime.engine.answers import validate_answer
 from runtime.engine.compensation import CompensationReport
 
-from .services import Conflict, complete, in_thread, start_in_background
+from .background import start_in_background
+from .services import Conflict, complete, in_thread
 
 Tasks = set[asyncio.Task[None]]
 
@@ -171,11 +172,13 @@ def check_answers(rt: Runtime, run_id: str, answers: Mapping[str, JSON]) -> None
     if bad:
         # with the answers to questions that are not pending, so that one refusal names them all
         unknown = [k for k in answers if k not in pending]
+        known = {i.id: i for i in rt.store.interrupts(run_id)} if unknown else {}
         head = "the answer is invalid" if len(answers) == 1 else \
             f"{len(bad) + len(unknown)} of {len(answers)} answers are invalid"
         raise InvalidAnswer(f"{head}, and none was recorded: " + "; ".join(
             [problem_text(i, where, message) for i, found in bad.values() for where, message in found]
-            + [f"interrupt {k}: not a pending question of run {run_id}" for k in unknown]))
+            + [f"interrupt {k}: already {known[k].status.value}" if k in known
+               else f"interrupt {k}: not a question of run {run_id}" for k in unknown]))
 
 
 async def export_thread(rt: Runtime, run_id: str) -> dict[str, JSON]:

@@ -22,7 +22,8 @@ from runtime.core.errors import GraphError, GraphNotRegistered, InvalidRequest, 
 from . import api, approvals, commands, live, pages, questions, threads
 from .auth import TokenMiddleware, check_bind
 from .render import STATIC, is_htmx, render
-from .services import Background, Conflict
+from .background import Background
+from .services import Conflict
 
 #: the largest request body accepted (an imported thread is the biggest thing posted)
 MAX_BODY = 20 * 1024 * 1024

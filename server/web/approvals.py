@@ -257,6 +257,11 @@ def check_answer(rt: Runtime, i: Interrupt, form: AnswerForm, data: Mapping[str,
                 found = forms.beside_refused(form.fields, found)
             form.errors += forms.attach_errors(form.fields, found)
             return answer, False
+        except Exception:
+            if ok:
+                raise
+            # a model's own code may not expect an answer missing the fields the form refused:
+            # those errors stand alone
     return answer, ok
 
 

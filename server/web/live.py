@@ -4,9 +4,9 @@
 works for runs driven anywhere): each recorded event becomes a line of the live log,
 run events update the status badge, checkpoints ask the page to refresh its panels
 (``hx-trigger="sse:checkpoint"``), and an ``end`` event closes the stream when the
-run ends or pauses. With ``wait=true`` (the page of a paused run) the stream first waits
-for the run to move past event ``after``: answered or cancelled from another tab or
-process, it is followed from there. ``/inbox/live`` says when the set of pending questions changes.
+run ends or pauses. The page of a paused run holds no stream: it asks ``/runs/{id}/moved``
+every few seconds, and reloads once the run has moved past what it shows (answered or
+cancelled from another tab or process), following it from there if it runs. ``/inbox/live`` says when the set of pending questions changes.
 """
 
 from __future__ import annotations
@@ -16,23 +16,25 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from litestar import Request, get
+from litestar import Request, Response, get
 from litestar.params import FromPath, FromQuery
 from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.status_codes import HTTP_204_NO_CONTENT
 
 from runtime.core.records import InterruptStatus
 from runtime.core.states import RunStatus
 from runtime.core.streams import DROPPED, StreamEvent
 
 from .render import ENV, badge_html
-from .services import Background, LiveHub, complete, in_thread
+from .background import Background, LiveHub
+from .services import complete, in_thread
 
 #: how often the inbox stream looks for new or answered questions (seconds)
 INBOX_POLL = 1.0
 #: the longest one live connection is kept open; the browser reconnects after it
 MAX_LIFETIME = 30 * 60
-#: how often the stream of a paused run's page asks whether the run moved on (seconds)
-WAIT_POLL = 0.5
+#: how often the page of a paused run asks whether the run moved on (seconds)
+MOVED_EVERY = 2
 
 
 def _line(ev: StreamEvent) -> str:
@@ -86,8 +88,7 @@ def _chunk(ev: StreamEvent) -> str:
 
 
 @get("/runs/{run_id:str}/live", include_in_schema=False)
-async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after: FromQuery[int] = 0,
-                   wait: FromQuery[bool] = False) -> ServerSentEvent:
+async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after: FromQuery[int] = 0) -> ServerSentEvent:
     rt = request.app.state.runtime
     await in_thread(lambda: complete(rt.get_run(run_id)))   # 404 before the stream starts
 
@@ -97,13 +98,6 @@ async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
         loop = asyncio.get_running_loop()
         until = loop.time() + MAX_LIFETIME
-        while wait:   # until the paused run moves on; the page reconnects after the lifetime
-            run = await in_thread(lambda: complete(rt.get_run(run_id)))
-            if run.status != RunStatus.INTERRUPTED or run.event_seq > after:
-                break
-            if loop.time() > until:
-                return
-            await asyncio.sleep(WAIT_POLL)
         async for ev in merged(rt.follow(run_id, after_seq=after, poll=0.2), hub, run_id):
             if ev.ephemeral:   # a token chunk of a run this server drives: shown as it arrives
                 yield ServerSentEventMessage(event="chunk", data=_chunk(ev))
@@ -123,6 +117,17 @@ async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after
         yield ServerSentEventMessage(event="end", data=run.status.value)
 
     return ServerSentEvent(stream())
+
+
+@get("/runs/{run_id:str}/moved", include_in_schema=False)
+async def run_moved(request: Request[Any, Any, Any], run_id: FromPath[str], after: FromQuery[int]) -> Response[None]:
+    """Whether a paused run moved past event ``after``: nothing (204) while it has not, a
+    page reload (``HX-Refresh``) once it has."""
+    rt = request.app.state.runtime
+    run = await in_thread(lambda: complete(rt.get_run(run_id)))
+    if run.status == RunStatus.INTERRUPTED and run.event_seq <= after:
+        return Response(None, status_code=HTTP_204_NO_CONTENT)
+    return Response(None, headers={"HX-Refresh": "true"})
 
 
 @get("/inbox/live", include_in_schema=False)
@@ -147,4 +152,4 @@ async def inbox_live(request: Request[Any, Any, Any]) -> ServerSentEvent:
     return ServerSentEvent(stream())
 
 
-HANDLERS = [run_live, inbox_live]
+HANDLERS = [run_live, run_moved, inbox_live]

@@ -21,6 +21,7 @@ from runtime.graph.instances import base_node, parse_instance
 from runtime.store.base import MAX_SEQ
 
 from . import dag, services
+from .live import MOVED_EVERY
 from .render import is_htmx, render
 
 LEGEND = ("pending", "running", "retrying", "interrupted", "succeeded", "failed", "skipped", "cancelled")
@@ -106,7 +107,7 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         group = [(m, dag.headline(full.get(m, {}))) for m in lay.groups.get(gid, ())]
     page = max(1, min(page, services.MAX_INT // services.INSTANCES_PER_PAGE))
     live = p.run.status in (RunStatus.RUNNING, RunStatus.QUEUED)
-    # a paused run's page waits for it to move on (answered or cancelled elsewhere), then follows it
+    # a paused run's page asks now and then whether it moved on (answered or cancelled elsewhere)
     waiting = p.run.status == RunStatus.INTERRUPTED
     instances, more = services.node_instances(rt, p, p.node, page) if p.node else ([], False)
     return {
@@ -119,8 +120,7 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url, "at": at,
         "instances": instances, "instance_page": page, "more_instances": more,
         "source": services.node_source(rt, p.run, p.node) if p.node else "",
-        "live": live, "follow": live or waiting,
-        "live_url": f"/runs/{p.run.id}/live" + (f"?after={p.run.event_seq}&wait=true" if waiting else ""),
+        "live": live, "waiting": waiting, "moved_every": MOVED_EVERY,
         # a run's updated_at moves with its status only: while it goes on, its time so far runs to now
         "took": max(0.0, (rt.clock.time() if live else p.run.updated_at) - p.run.created_at),
     }

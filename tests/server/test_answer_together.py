@@ -335,7 +335,7 @@ def test_the_api_names_every_bad_answer_with_its_question_and_field_and_answers_
     # an answer to a question the run does not wait on is named in the same refusal
     message = api_error(client.post(f"/api/runs/{branch_id}/resume",
                                     json={"answers": {**answers, "int_bogus": 1}}), 422)
-    assert "4 of 6 answers" in message and f"interrupt int_bogus: not a pending question of run {branch_id}" in message
+    assert "4 of 6 answers" in message and f"interrupt int_bogus: not a question of run {branch_id}" in message
     assert asked["label"].id in message
     settle(client)
     assert snapshot(rt, branch_id) == before

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from runtime import (
     EffectStatus,
@@ -778,3 +778,41 @@ def test_every_wrong_field_is_named_at_once_whether_the_form_or_the_model_refuse
     assert "pattern" in errors["to"] and errors["subject"] == "required" and "not valid JSON" in errors["cc"]
     settle(client)
     assert snapshot(rt, run_id) == before
+
+
+class Tidied(BaseModel):
+    name: str
+    count: int
+
+    @model_validator(mode="before")
+    @classmethod
+    def tidy(cls, data: Any) -> Any:
+        data["name"] = data["name"].strip()   # its own code expects every field
+        return data
+
+
+def tidied_graph() -> Graph:
+    g = Graph("tidied", state=S)
+
+    @g.node()
+    async def ask(s: S, ctx: NodeContext) -> dict[str, Any]:
+        d = await ctx.interrupt({"question": "Who, how many?"}, response=Tidied)
+        return {"value": f"{d.name}:{d.count}"}
+
+    return g
+
+
+def test_a_model_whose_own_code_fails_on_a_partial_answer_leaves_the_forms_errors_standing(
+        rt: Runtime, client: TestClient[Any]):
+    run_id, q = start(rt, tidied_graph(), {})
+    before = snapshot(rt, run_id)
+    reply = post_answer(client, q.id, {"f.name": "", "f.count": "abc"})
+    assert reply.status_code == 422
+    errors = dict(re.findall(r'id="f-(\w+)-error">([^<]*)<', reply.text))
+    assert errors == {"name": "required", "count": "must be a whole number"}
+    settle(client)
+    assert snapshot(rt, run_id) == before
+    reply = post_answer(client, q.id, {"f.name": "  ann ", "f.count": "2"})
+    assert reply.status_code == 303
+    settle(client)
+    assert asyncio.run(rt.state_at(asyncio.run(rt.history(run_id))[-1].id)).value == "ann:2"

@@ -112,8 +112,11 @@ async def test_a_queued_run_is_cancelled_without_its_code(store: CheckpointStore
     try:
         queued = await owner.submit(g, {})
         assert queued.status == RunStatus.QUEUED
+        twin = await owner.submit(g, {})
         run = await other.cancel(queued.id, "not today")
         assert (run.status, run.error) == (RunStatus.CANCELLED, {"class": "cancelled", "message": "not today"})
+        assert what_the_cancel_wrote(store, run, queued) == what_the_cancel_wrote(
+            store, await owner.cancel(twin.id, "not today"), twin)
         assert [e.type for e in store.events(run.id, queued.event_seq)] == ["run.cancel"]
         last = store.find_checkpoint(run.id)
         assert last is not None and set(last.node_states.values()) == {"pending"}

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from runtime import Graph, MemoryStore, NodeContext, NodeStatus, Runtime, RunStatus, append
+from runtime import (Graph, MemoryStore, NodeContext, NodeStatus, RetryPolicy, Runtime, RunStatus, TransientError,
+                     append)
 
 
 class S(BaseModel):
@@ -159,3 +160,66 @@ async def test_every_pause_is_the_same_whatever_the_timing_and_max_concurrency(
     rng = random.Random(seed)
     delays = {n: rng.random() * 0.003 for n in INSTANCES}
     assert await pauses(delays, asks, slots) == await pauses({}, asks, 8)
+
+
+def limited(name: str, sibling_takes: float = 0.0) -> Graph:
+    """A question, a branch of two steps beside it, and a node that fails once then retries."""
+    tries = {"n": 0}
+    g = Graph(name, state=S)
+
+    @g.node()
+    async def ask(s: S, ctx: NodeContext) -> dict:
+        return {"out": [f"ask:{await ctx.interrupt({'q': 1})}"]}
+
+    @g.node()
+    async def first(s: S) -> dict:
+        await asyncio.sleep(sibling_takes)
+        return {"out": ["first"]}
+
+    @g.node(after=["first"])
+    async def second(s: S) -> dict:
+        return {"out": ["second"]}
+
+    @g.node(retry=RetryPolicy(max_attempts=3, initial_interval=0.02))
+    async def flaky(s: S) -> dict:
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise TransientError("once")
+        return {"out": ["flaky"]}
+
+    @g.node(after=["flaky"])
+    async def ask_again(s: S, ctx: NodeContext) -> dict:
+        return {"out": [f"again:{await ctx.interrupt({'q': 2})}"]}
+
+    return g
+
+
+@pytest.mark.parametrize("sibling_takes", [0.0, 0.1])
+async def test_a_retry_waits_for_the_resume_whatever_its_siblings_take(sibling_takes: float) -> None:
+    """Its backoff ends while a sibling still runs, or after: the pause is the same."""
+    rt = Runtime(store=MemoryStore())
+    try:
+        run = await rt.start(limited("retrying", sibling_takes), {})
+        assert run.status == RunStatus.INTERRUPTED
+        cp = rt.store.find_checkpoint(run.id)
+        assert cp is not None and cp.node_states["flaky"] == NodeStatus.RETRYING
+        assert cp.node_states["second"] == NodeStatus.SUCCEEDED
+        assert [q.node for q in await rt.interrupts(run.id)] == ["ask"]
+    finally:
+        rt.close()
+
+
+async def test_a_run_that_asks_pauses_where_max_steps_leaves_no_room_and_goes_on_with_a_higher_limit() -> None:
+    rt = Runtime(store=MemoryStore())
+    try:
+        run = await rt.start(limited("steps"), {}, max_steps=3)   # ask, first, flaky: no room for second
+        assert run.status == RunStatus.INTERRUPTED and run.error is None
+        [question] = await rt.interrupts(run.id)
+        run = await rt.resume(run.id, "yes", max_steps=20)
+        [again] = await rt.interrupts(run.id)
+        run = await rt.resume(run.id, "sure")
+        assert run.status == RunStatus.SUCCEEDED
+        assert sorted((await rt.thread_state(run.thread_id)).out) == sorted(
+            ["ask:yes", "first", "second", "flaky", "again:sure"])
+    finally:
+        rt.close()
