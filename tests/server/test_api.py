@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import pytest
-from waiting import wait_for
+from waiting import AnHourLater, wait_for
 from litestar import Litestar
 from litestar.testing import TestClient
 from pydantic import BaseModel
@@ -688,13 +687,6 @@ def test_cancelling_a_paused_run_whose_graph_this_server_lacks_ends_it_from_its_
             assert questions and {q["status"] for q in questions} == {"cancelled"}
     finally:
         rt.close()
-
-
-class AnHourLater:
-    """A clock an hour ahead: to it the lease of every running run has expired."""
-
-    def time(self) -> float:
-        return time.time() + 3600
 
 
 def test_cancelling_a_run_left_mid_step_needs_its_graph_and_says_so(

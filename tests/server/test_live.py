@@ -31,6 +31,22 @@ def slow_graph() -> Graph:
     return g
 
 
+def asking(name: str, then: bool = False) -> Graph:
+    """A graph that asks a question first (and, ``then``, runs a node after the answer)."""
+    g = Graph(name)
+
+    @g.node()
+    async def ask(state: Any, ctx: Any) -> dict[str, Any]:
+        return {"a": await ctx.interrupt({"q": "?"})}
+
+    if then:
+        @g.node(after=["ask"])
+        async def after(state: Any) -> dict[str, Any]:
+            return {"b": 1}
+
+    return g
+
+
 def parse(text: str) -> list[tuple[str, str]]:
     out, event = [], "message"
     for line in text.splitlines():
@@ -90,11 +106,7 @@ def test_the_inbox_stream_says_when_questions_change(tmp_path: Path) -> None:
 
     url = f"sqlite:///{tmp_path / 'h.db'}"
     driver, viewer = Runtime(store=SqlStore(url)), Runtime(store=SqlStore(url))
-    g = Graph("ask")
-
-    @g.node()
-    async def ask(state: Any, ctx: Any) -> dict[str, Any]:
-        return {"a": await ctx.interrupt({"q": "?"})}
+    g = asking("ask")
 
     live.INBOX_POLL, saved = 0.05, live.INBOX_POLL
     live.MAX_LIFETIME, saved_life = 3.0, live.MAX_LIFETIME   # long enough for a loaded machine
@@ -295,15 +307,7 @@ def test_the_page_of_a_paused_run_reloads_once_it_is_answered_elsewhere(tmp_path
     It holds no connection open meanwhile: a browser allows only a few per host."""
     url = f"sqlite:///{tmp_path / 'h.db'}"
     driver, viewer = Runtime(store=SqlStore(url)), Runtime(store=SqlStore(url))
-    g = Graph("ask-then-go")
-
-    @g.node()
-    async def ask(state: Any, ctx: Any) -> dict[str, Any]:
-        return {"a": await ctx.interrupt({"q": "?"})}
-
-    @g.node(after=["ask"])
-    async def after(state: Any) -> dict[str, Any]:
-        return {"b": 1}
+    g = asking("ask-then-go", then=True)
 
     run = asyncio.run(driver.start(g, {}))
     assert run.status == RunStatus.INTERRUPTED

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from waiting import wait_for
+from waiting import AnHourLater, wait_for
 from litestar.testing import TestClient
 from pydantic import BaseModel
 
@@ -1336,13 +1336,6 @@ def test_the_cancel_form_of_a_paused_run_works_on_a_server_without_its_graph(
             assert 'st-cancelled">cancelled</span>' in c.get(url).text
     finally:
         rt.close()
-
-
-class AnHourLater:
-    """A clock an hour ahead: to it the lease of every running run has expired."""
-
-    def time(self) -> float:
-        return time.time() + 3600
 
 
 def test_the_cancel_form_of_a_run_left_mid_step_on_a_server_without_its_graph_says_why_it_cannot(

@@ -1,4 +1,5 @@
-"""Waiting for runs the app drives in the background (shared by the server tests)."""
+"""Waiting for runs the app drives in the background, and a clock past every lease
+(shared by the server tests)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,10 @@ def wait_for(rt: Runtime, run_id: str, statuses: Iterable[RunStatus] = ENDED, ti
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} is still {run.status.value} after {timeout} s")
         time.sleep(0.005)
+
+
+class AnHourLater:
+    """A clock an hour ahead: to it the lease of every running run has expired."""
+
+    def time(self) -> float:
+        return time.time() + 3600

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import pytest
@@ -58,6 +59,15 @@ def paused_graph(name: str) -> Graph:
     return g
 
 
+@pytest.fixture
+def pair(store: CheckpointStore) -> Iterator[tuple[Runtime, Runtime]]:
+    """A Runtime that has the graphs' code (it registers them as it starts runs), and one that never will."""
+    owner, other = Runtime(store=store), Runtime(store=store)
+    yield owner, other
+    owner.close()
+    other.close()
+
+
 def what_the_cancel_wrote(store: CheckpointStore, run: Run, before: Run) -> dict[str, Any]:
     """Everything the cancel wrote, without ids and times."""
     last = store.find_checkpoint(run.id)
@@ -74,55 +84,49 @@ def what_the_cancel_wrote(store: CheckpointStore, run: Run, before: Run) -> dict
     }
 
 
-async def test_a_process_without_the_code_cancels_a_paused_run_as_its_code_would(store: CheckpointStore) -> None:
+async def test_a_process_without_the_code_cancels_a_paused_run_as_its_code_would(
+        store: CheckpointStore, pair: tuple[Runtime, Runtime]) -> None:
     g = paused_graph("spread")
-    owner, other = Runtime(store=store), Runtime(store=store)   # ``other`` has no graph
-    try:
-        with_code = await owner.start(g, {})
-        without = await owner.start(g, {})
-        assert with_code.status == without.status == RunStatus.INTERRUPTED
+    owner, other = pair   # ``other`` has no graph
+    with_code = await owner.start(g, {})
+    without = await owner.start(g, {})
+    assert with_code.status == without.status == RunStatus.INTERRUPTED
 
-        a = await owner.cancel(with_code.id, "no longer needed")
-        b = await other.cancel(without.id, "no longer needed")
+    a = await owner.cancel(with_code.id, "no longer needed")
+    b = await other.cancel(without.id, "no longer needed")
 
-        assert b.status == RunStatus.CANCELLED
-        assert what_the_cancel_wrote(store, b, without) == what_the_cancel_wrote(store, a, with_code)
-        written = what_the_cancel_wrote(store, b, without)
-        assert [(t, n) for _, t, n, _, _ in written["events"]] == [
-            ("node.cancel", "review/check"), ("node.cancel", "work"), ("node.cancel", "work[1]"),
-            ("run.cancel", None)]
-        assert written["checkpoint"][4] == {"notes": ["planned", "w1", "w3"], "items": [1, 2, 3]}
-        assert {i.status for i in store.interrupts(without.id)} == {InterruptStatus.CANCELLED}
-        assert [e.seq for e in store.events(without.id)] == list(range(1, b.event_seq + 1))
+    assert b.status == RunStatus.CANCELLED
+    assert what_the_cancel_wrote(store, b, without) == what_the_cancel_wrote(store, a, with_code)
+    written = what_the_cancel_wrote(store, b, without)
+    assert [(t, n) for _, t, n, _, _ in written["events"]] == [
+        ("node.cancel", "review/check"), ("node.cancel", "work"), ("node.cancel", "work[1]"),
+        ("run.cancel", None)]
+    assert written["checkpoint"][4] == {"notes": ["planned", "w1", "w3"], "items": [1, 2, 3]}
+    assert {i.status for i in store.interrupts(without.id)} == {InterruptStatus.CANCELLED}
+    assert [e.seq for e in store.events(without.id)] == list(range(1, b.event_seq + 1))
 
-        # its code, elsewhere, continues it as it would continue the other one
-        cont_a, cont_b = await owner.resume(a.id), await owner.resume(b.id)
-        assert cont_a.status == cont_b.status == RunStatus.INTERRUPTED
-        assert sorted(i.node for i in store.interrupts(cont_b.id) if i.status == InterruptStatus.PENDING) == \
-            sorted(i.node for i in store.interrupts(cont_a.id) if i.status == InterruptStatus.PENDING) == \
-            ["review/check", "work[1]"]
-    finally:
-        owner.close()
-        other.close()
+    # its code, elsewhere, continues it as it would continue the other one
+    cont_a, cont_b = await owner.resume(a.id), await owner.resume(b.id)
+    assert cont_a.status == cont_b.status == RunStatus.INTERRUPTED
+    assert sorted(i.node for i in store.interrupts(cont_b.id) if i.status == InterruptStatus.PENDING) == \
+        sorted(i.node for i in store.interrupts(cont_a.id) if i.status == InterruptStatus.PENDING) == \
+        ["review/check", "work[1]"]
 
 
-async def test_a_queued_run_is_cancelled_without_its_code(store: CheckpointStore) -> None:
+async def test_a_queued_run_is_cancelled_without_its_code(store: CheckpointStore,
+                                                         pair: tuple[Runtime, Runtime]) -> None:
     g = paused_graph("queued")
-    owner, other = Runtime(store=store), Runtime(store=store)
-    try:
-        queued = await owner.submit(g, {})
-        assert queued.status == RunStatus.QUEUED
-        twin = await owner.submit(g, {})
-        run = await other.cancel(queued.id, "not today")
-        assert (run.status, run.error) == (RunStatus.CANCELLED, {"class": "cancelled", "message": "not today"})
-        assert what_the_cancel_wrote(store, run, queued) == what_the_cancel_wrote(
-            store, await owner.cancel(twin.id, "not today"), twin)
-        assert [e.type for e in store.events(run.id, queued.event_seq)] == ["run.cancel"]
-        last = store.find_checkpoint(run.id)
-        assert last is not None and set(last.node_states.values()) == {"pending"}
-    finally:
-        owner.close()
-        other.close()
+    owner, other = pair
+    queued = await owner.submit(g, {})
+    assert queued.status == RunStatus.QUEUED
+    twin = await owner.submit(g, {})
+    run = await other.cancel(queued.id, "not today")
+    assert (run.status, run.error) == (RunStatus.CANCELLED, {"class": "cancelled", "message": "not today"})
+    assert what_the_cancel_wrote(store, run, queued) == what_the_cancel_wrote(
+        store, await owner.cancel(twin.id, "not today"), twin)
+    assert [e.type for e in store.events(run.id, queued.event_seq)] == ["run.cancel"]
+    last = store.find_checkpoint(run.id)
+    assert last is not None and set(last.node_states.values()) == {"pending"}
 
 
 class AnHourLater:
@@ -163,16 +167,12 @@ async def test_a_run_left_mid_step_still_needs_its_code_and_stays_as_it_was(stor
         other.close()
 
 
-async def test_a_stream_read_back_shows_the_cancel_as_a_live_one_would(store: CheckpointStore) -> None:
+async def test_a_stream_read_back_shows_the_cancel_as_a_live_one_would(pair: tuple[Runtime, Runtime]) -> None:
     """The debugger and ``harness watch`` read a run's stream back from the store."""
     g = paused_graph("followed")
-    owner, other = Runtime(store=store), Runtime(store=store)
-    try:
-        paused = await owner.start(g, {})
-        await other.cancel(paused.id, "enough")
-        seen = [(ev.type, ev.node) async for ev in owner.follow(paused.id, after_seq=paused.event_seq, poll=0.01)]
-        assert seen == [("node.cancel", "review/check"), ("node.cancel", "work"), ("node.cancel", "work[1]"),
-                        ("run.cancel", None), ("checkpoint", None)]
-    finally:
-        owner.close()
-        other.close()
+    owner, other = pair
+    paused = await owner.start(g, {})
+    await other.cancel(paused.id, "enough")
+    seen = [(ev.type, ev.node) async for ev in owner.follow(paused.id, after_seq=paused.event_seq, poll=0.01)]
+    assert seen == [("node.cancel", "review/check"), ("node.cancel", "work"), ("node.cancel", "work[1]"),
+                    ("run.cancel", None), ("checkpoint", None)]
