@@ -65,7 +65,8 @@ def load_loop(deps: EngineDeps, run: Run, graph: ExecutableGraph | None = None,
 
 def stopping_reason(deps: EngineDeps, run: Run, statuses: Mapping[str, NodeStatus]) -> Stop | None:
     """Whether a run taken over mid-way had already begun to stop, and why: a crash
-    while siblings of a failure were finishing must not start anything new."""
+    while siblings of a failure were finishing must not start anything new, and one
+    while it was pausing for a question pauses as it would have (ADR 0011)."""
     if run.status != RunStatus.RUNNING:
         return None
     if NodeStatus.FAILED in statuses.values():
@@ -76,4 +77,6 @@ def stopping_reason(deps: EngineDeps, run: Run, statuses: Mapping[str, NodeStatu
         return Stop(StopKind.FAIL, {**error, "node": first})
     if NodeStatus.CANCELLED in statuses.values():
         return stop(StopKind.CANCEL, ErrorClass.CANCELLED, "cancelled before its process stopped")
+    if NodeStatus.INTERRUPTED in statuses.values():   # pausing: retries and spent limits wait for the answer
+        return Stop(StopKind.INTERRUPT, {})
     return None

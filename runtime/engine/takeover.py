@@ -36,6 +36,9 @@ class TakeOver(LoopPart):
             done = self.host.answer(interrupt_id, value, by)
             if self.rec.statuses[done.node] == N.INTERRUPTED:
                 self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
+        if self._stop is not None and self._stop.kind == StopKind.INTERRUPT and \
+                N.INTERRUPTED not in self.rec.statuses.values():
+            self._stop = None   # a run taken over while pausing, its questions answered now
         self.rec.run_event(event, owner=self.env.owner)
         self._grow_inherited()
         self._candidates = set(self.inst.order)

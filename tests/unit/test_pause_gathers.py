@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Annotated
 
 import pytest
@@ -223,3 +224,50 @@ async def test_a_run_that_asks_pauses_where_max_steps_leaves_no_room_and_goes_on
             ["ask:yes", "first", "second", "flaky", "again:sure"])
     finally:
         rt.close()
+
+
+class AnHourLater:
+    """A clock an hour ahead: to it the first process's lease has expired, and every backoff."""
+
+    def time(self) -> float:
+        return time.time() + 3600
+
+
+async def test_a_run_taken_over_while_it_was_pausing_pauses_as_it_would_have() -> None:
+    """Its process stopped (here: stalled past its lease) while a branch still ran after a
+    question was asked. The process that recovers it leaves the retry for the resume too,
+    even though the backoff has passed: the pause is the one the first process would have made."""
+    store, go, held = MemoryStore(), asyncio.Event(), asyncio.Event()
+    first_time = {"hold": True}
+
+    def graph() -> Graph:
+        g = limited("taken-over")
+
+        @g.node()
+        async def hold(s: S) -> dict:
+            if first_time.pop("hold", False):
+                held.set()
+                await go.wait()
+            return {"out": ["hold"]}
+
+        return g
+
+    owner, rescuer = Runtime(store=store), Runtime(store=store, clock=AnHourLater())
+    task = asyncio.create_task(owner.start(graph(), {}))
+    try:
+        await asyncio.wait_for(held.wait(), 10)
+        run_id = (await owner.runs())[0].id
+        while not any(e.type == "node.retry" for e in await owner.events(run_id)):
+            await asyncio.sleep(0.01)
+        rescuer.register(graph())
+        run = await rescuer.resume(run_id)
+        assert run.status == RunStatus.INTERRUPTED
+        cp = store.find_checkpoint(run_id)
+        assert cp is not None and cp.node_states["flaky"] == NodeStatus.RETRYING
+        assert cp.node_states["hold"] == NodeStatus.SUCCEEDED
+        assert [q.node for q in await rescuer.interrupts(run_id)] == ["ask"]
+    finally:
+        go.set()
+        await asyncio.gather(task, return_exceptions=True)
+        owner.close()
+        rescuer.close()
