@@ -17,11 +17,11 @@ from collections.abc import Mapping
 
 from ..core.errors import EndNotRecorded, GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
 from ..core.jsonvalues import JSON
-from ..core.records import COMPENSATION_STATUSES, Checkpoint, CheckpointSource, InterruptStatus, Run, RunKind
+from ..core.records import Checkpoint, CheckpointSource, InterruptStatus, Run, RunKind
 from ..core.states import RESUME_PATHS, TERMINAL_RUN, ResumePath, RunEvent, RunStatus
 from ..graph import ExecutableGraph
 from ..history.creation import branch_statuses, inherited_of, insert_run, renew_limits
-from ..history.lineage import continuations, continued_chain, head
+from ..history.lineage import compensated, continuations, head
 from ..history.state import state_json
 from .answers import MISSING, match_answers, validate_answer
 from .compensation import compensate
@@ -171,7 +171,7 @@ class Driver:
         # the code the parent ran with here first: a branch given code this Runtime never registered
         graph = graphs.run_graph(parent)
         self._check_not_continued(parent)
-        if any(e.status in COMPENSATION_STATUSES for e in self.store.journal(continued_chain(self.store, parent))):
+        if compensated(self.store, parent):
             raise InvalidRequest(f"run {parent.id} was compensated (its effects were undone, or may have "
                                  f"been); it cannot be continued; fork it to try again")
         try:  # claiming the parent's fence makes a concurrent second resume fail here

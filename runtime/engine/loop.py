@@ -275,7 +275,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
                     skipped = skipped or bool(self._candidates)
                     continue
                 ready.append(node)
-            if self._stop is not None and self._halting():   # what settled above met a limit (a loop's bound)
+            if self._halting():   # what settled above met a limit (a loop's bound)
                 return
             if self._queued:   # kept in canonical order: merged only when something joins it
                 ready = sorted({*self._queued, *ready}, key=self.inst.index.__getitem__) if ready else self._queued
@@ -287,7 +287,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
                 self._starved = not self._in_flight and not launch
             for node in launch:
                 # a node started eagerly (``executor.EAGER``) may have stopped the run: start no more
-                if (self._stop is not None and self._halting()) or not self._launch(node):
+                if self._halting() or not self._launch(node):
                     return
             if not skipped:
                 return

@@ -91,8 +91,7 @@ class Recorder:
         self._since_snapshot = 0
         self._bytes_since_snapshot = 0
         self._snapshot_bytes = 0
-        self.usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
-                      "steps": int(run.usage.get("steps", 0))}
+        self.usage = usage_of(run)
         self.usage_lock = threading.Lock()   # sync nodes report usage from worker threads
         #: who streams the call driving this run (captured here: node threads have no context)
         self.sink = SINK.get()
@@ -355,6 +354,12 @@ class Recorder:
         if self.batch.events:
             self.flush_checked()
         self.sink([event])
+
+
+def usage_of(run: Run) -> dict[str, Any]:
+    """The run's usage with every counter, as a run loop keeps it (even one never reported)."""
+    return {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
+            "steps": int(run.usage.get("steps", 0))}
 
 
 def snapshot_at_end(run: Run) -> bool:

@@ -37,6 +37,15 @@ class StopError(NodeError):
         super().__init__(error.get("message", "run stopped"))
 
 
+def stop_event(kind: StopKind, status: NodeStatus) -> NodeEvent | None:
+    """What a run stopping for ``kind`` does to a node with nothing in flight in ``status``."""
+    event = STOP_NODE_EVENT[kind].get(status)
+    if event is None and status == NodeStatus.RUNNING and kind != StopKind.INTERRUPT:
+        # a map's group record runs no attempt of its own: it ends with the run
+        event = NodeEvent.FAIL if kind == StopKind.FAIL else NodeEvent.CANCEL
+    return event
+
+
 def finish_run(rec: Recorder, host: RunHost, store: CheckpointStore, why: Stop | None) -> None:
     """Record the end (or the pause) of a run with nothing in flight."""
     statuses = rec.statuses
@@ -50,10 +59,7 @@ def finish_run(rec: Recorder, host: RunHost, store: CheckpointStore, why: Stop |
     kind = why.kind if why else None
     if kind is not None:
         for node in list(rec.inst.order):  # nodes still waiting end with the run, or stay paused
-            event = STOP_NODE_EVENT[kind].get(statuses[node])
-            if event is None and statuses[node] == NodeStatus.RUNNING and kind != StopKind.INTERRUPT:
-                # a map's group record runs no attempt of its own: it ends with the run
-                event = NodeEvent.FAIL if kind == StopKind.FAIL else NodeEvent.CANCEL
+            event = stop_event(kind, statuses[node])
             if event is not None:
                 rec.node(node, event)
     paused = kind == StopKind.INTERRUPT or (kind is None and interrupted)

@@ -2,7 +2,7 @@
 
 Such a run has nothing in flight, so its cancel runs no node code: it writes what
 ``stopping.finish_run`` writes when a cancel reaches a waiting run — each node the
-cancel ends (``STOP_NODE_EVENT``: an interrupted or retrying instance, a map's group
+cancel ends (``stopping.stop_event``: an interrupted or retrying instance, a map's group
 record still open) gets ``node.cancel`` in canonical order, open questions are closed,
 ``run.cancel`` follows, then a last checkpoint with every status and the state as it
 was, and the run's row, all in one transaction forced to disk under a fresh lease.
@@ -18,23 +18,14 @@ from dataclasses import replace
 
 from ..core.errors import ErrorClass
 from ..core.records import Batch, Checkpoint, CheckpointSource, EventType, InterruptStatus, Run, TraceEvent
-from ..core.states import (
-    NODE_TRANSITIONS,
-    STOP_NODE_EVENT,
-    NodeEvent,
-    NodeStatus,
-    RunEvent,
-    RunStatus,
-    StopKind,
-    next_node_status,
-    next_run_status,
-)
+from ..core.states import NODE_TRANSITIONS, RunEvent, RunStatus, StopKind, next_node_status, next_run_status
 from ..core.streams import SINK, merge_stream
 from ..core.trace import states_after
 from ..history.lineage import head
 from ..history.state import state_json
 from .deps import EngineDeps
-from .recorder import snapshot_at_end
+from .recorder import snapshot_at_end, usage_of
+from .stopping import stop_event
 
 #: the statuses a run waits in with nothing in flight: no process needs its code to end it
 WAITING = frozenset({RunStatus.INTERRUPTED, RunStatus.QUEUED})
@@ -52,18 +43,15 @@ def cancel_waiting(deps: EngineDeps, run: Run, reason: str) -> Run:
     now = env.clock.time
     batch = Batch(run_id=run.id, fence=run.fence)
     seq = run.event_seq
-    changed = []
-    for node in order.canonical(list(statuses)):
+    nodes = order.canonical(list(statuses))
+    for node in nodes:
         before = statuses[node]
-        event = STOP_NODE_EVENT[StopKind.CANCEL].get(before)
-        if event is None and before == NodeStatus.RUNNING:
-            event = NodeEvent.CANCEL   # a map's group record ends with the run
+        event = stop_event(StopKind.CANCEL, before)
         if event is None:
             continue
         statuses[node] = NODE_TRANSITIONS[before].get(event) or next_node_status(before, event)
         seq += 1
         batch.events.append(TraceEvent(run.id, seq, now(), EventType.of_node(event), node, None, {}))
-        changed.append(node)
     batch.interrupts.extend(replace(i, status=InterruptStatus.CANCELLED)
                             for i in store.interrupts(run.id) if i.status == InterruptStatus.PENDING)
     status = next_run_status(run.status, RunEvent.CANCEL)
@@ -73,14 +61,11 @@ def cancel_waiting(deps: EngineDeps, run: Run, reason: str) -> Run:
     was = last.node_states
     cp = Checkpoint(env.ids.new("cp"), run.id, last.seq + 1, last.id, (), dict(statuses), seq, now(),
                     CheckpointSource.STEP, state if snapshot_at_end(run) else None,
-                    tuple(n for n in order.canonical(list(statuses)) if was.get(n) != statuses[n]))
+                    tuple(n for n in nodes if was.get(n) != statuses[n]))
     batch.checkpoints.append(cp)
-    # the usage as a run loop keeps it (every counter, even one never reported)
-    usage = {"tokens": int(run.usage.get("tokens", 0)), "cost": float(run.usage.get("cost", 0.0)),
-             "steps": int(run.usage.get("steps", 0))}
     batch.run = run = run.evolve(status=status, error={"class": ErrorClass.CANCELLED.value, "message": reason},
                                  lease_owner=None, lease_expires_at=None, event_seq=seq, head_seq=cp.seq,
-                                 updated_at=now(), usage=usage)
+                                 updated_at=now(), usage=usage_of(run))
     batch.durable = True
     store.commit(batch)
     sink = SINK.get()

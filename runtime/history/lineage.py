@@ -8,7 +8,7 @@ walk below answers one question and says which.
 from __future__ import annotations
 
 from ..core.errors import NotFound
-from ..core.records import Checkpoint, Run, RunKind
+from ..core.records import COMPENSATION_STATUSES, Checkpoint, Run, RunKind
 from ..core.states import TERMINAL_RUN
 from ..store.base import CheckpointStore
 
@@ -92,3 +92,8 @@ def unused_mocks(store: CheckpointStore, run: Run) -> list[str]:
         return []
     called = {e.name for e in store.journal(continued_chain(store, run))}
     return sorted(set(mocks) - called)
+
+
+def compensated(store: CheckpointStore, run: Run) -> bool:
+    """Whether effects of the run's line were undone (or may have been): it is forked, never continued."""
+    return any(e.status in COMPENSATION_STATUSES for e in store.journal(continued_chain(store, run)))

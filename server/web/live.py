@@ -6,7 +6,8 @@ run events update the status badge, checkpoints ask the page to refresh its pane
 (``hx-trigger="sse:checkpoint"``), and an ``end`` event closes the stream when the
 run ends or pauses. The page of a paused run holds no stream: it asks ``/runs/{id}/moved``
 every few seconds, and reloads once the run has moved past what it shows (answered or
-cancelled from another tab or process), following it from there if it runs. ``/inbox/live`` says when the set of pending questions changes.
+cancelled from another tab or process), following it from there if it runs.
+``/inbox/live`` says when the set of pending questions changes.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from runtime import Runtime
 from runtime.core.errors import InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import (
-    COMPENSATION_STATUSES,
     Checkpoint,
     CheckpointSummary,
     Interrupt,
@@ -33,7 +32,7 @@ from runtime.core.records import (
 from runtime.core.states import NodeStatus, RunStatus
 from runtime.core.trace import states_after
 from runtime.graph.instances import base_node, parse_instance
-from runtime.history.lineage import continued_chain, unused_mocks
+from runtime.history.lineage import compensated, unused_mocks
 from runtime.history.state import state_json
 from runtime.store.base import MAX_SEQ
 from runtime.travel.diff import Change, diff
@@ -171,8 +170,7 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
         selected=view, previous=previous, changes=changes, node=node, node_absent=absent, node_states=states,
         interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
         orphaned=rt.orphaned(run), unused_mocks=unused_mocks(rt.store, run),
-        compensated=run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and any(
-            e.status in COMPENSATION_STATUSES for e in rt.store.journal(continued_chain(rt.store, run))))
+        compensated=run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and compensated(rt.store, run))
 
 
 def _has_node(states: Mapping[str, NodeStatus], node: str) -> bool:
