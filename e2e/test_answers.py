@@ -219,6 +219,9 @@ def test_an_email_is_sent_as_proposed_and_the_page_watching_its_run_follows(page
     expect(watching.locator("#run-status")).to_have_text("interrupted")
 
     open_from_inbox(page, question["id"])
+    # shown as it will be sent, line breaks included, in the question and in the form
+    shown = page.locator(".j-str", has_text="As requested").first
+    assert "\n\n" in shown.inner_text()
     form = page.locator("#answer form")
     expect(form.locator("textarea#f-body")).to_have_value(proposed)
     form.locator("#f-action").select_option("run")
