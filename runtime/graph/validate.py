@@ -302,7 +302,7 @@ def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, bool, 
     try:
         sig = inspect.signature(d.fn)
     except (TypeError, ValueError):
-        return True, False, bound
+        return True, d.map_over is not None, bound
     if not isinstance(d.args, dict):
         problems.append(Problem(d.location, f"args must be an object, got {d.args!r}"))
         return False, False, bound
@@ -318,9 +318,13 @@ def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, bool, 
     if wants_ctx:
         rest = rest[1:]
     keywords = {p.name: p for p in [*rest, *(p for p in params if p.kind == p.KEYWORD_ONLY)]}
-    # a map worker receives its item as ``item``
-    wants_item = d.map_over is not None and keywords.pop("item", None) is not None
     accepts_any = any(p.kind == p.VAR_KEYWORD for p in params)
+    # a map worker receives its item as ``item``; one that cannot take it would run once per
+    # item without knowing which
+    wants_item = d.map_over is not None and (keywords.pop("item", None) is not None or accepts_any)
+    if d.map_over is not None and not wants_item:
+        problems.append(Problem(d.location, f"maps over {d.map_over!r} but its function takes no parameter "
+                                            f"named 'item': a map's worker is given its item as 'item'"))
     # a map's worker with a parameter nothing fills most likely meant its item
     hint = " (a map's worker is given its item as a parameter named 'item')" if d.map_over is not None else ""
     try:

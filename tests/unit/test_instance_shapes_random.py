@@ -24,6 +24,10 @@ async def _step(s: S) -> None:
     return None
 
 
+async def _work(s: S, item: object) -> None:
+    return None
+
+
 def _declare(r: random.Random) -> Graph:
     """Three to eight nodes, each after one or two earlier ones; one or two ways back (the
     second often inside the first's span, for a loop inside another), each bounded, with
@@ -51,7 +55,7 @@ def _declare(r: random.Random) -> Graph:
     maps = {n for n in names[1:] if r.random() < 0.15 and n not in bounds}   # an entry cannot be a map
     g = Graph(f"random-{r.random():.6f}", S)
     for n in names:
-        g.add_node(n, _step, after=after[n], max_iterations=bounds.get(n),
+        g.add_node(n, _work if n in maps else _step, after=after[n], max_iterations=bounds.get(n),
                    when=(lambda s: True) if n in whens else None, map_over="items" if n in maps else None)
     return g
 

@@ -141,11 +141,16 @@ def test_a_bad_map_is_refused_saying_why(fn: Any, field: str, problem: str) -> N
     assert problem in str(e.value)
 
 
-def test_a_worker_gets_its_item_only_when_it_asks_for_it() -> None:
+def test_a_worker_must_take_its_item() -> None:
+    """A worker that cannot be given its item would run once per item without knowing which."""
     g = Graph("item", S)
     g.add_node("work", lambda s: None, map_over="items")
-    graph = g.compile()
-    assert graph.nodes["work"].wants_item is False
+    with pytest.raises(GraphError) as e:
+        g.compile()
+    assert "node 'work'" in str(e.value) and "takes no parameter named 'item'" in str(e.value)
+    g = Graph("any", S)
+    g.add_node("work", lambda s, **kw: kw["item"], map_over="items")   # **kw is given it too
+    assert g.compile().nodes["work"].wants_item is True
     g = Graph("no_item", S)
     g.add_node("work", lambda s, item: None)   # not a map: `item` is an argument it must be given
     with pytest.raises(GraphError) as e:
