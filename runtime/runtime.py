@@ -333,10 +333,11 @@ class Runtime:
         """The whole thread of ``run_id`` as one versioned, JSON-serialisable document."""
         return export_thread(self.store, id_arg(run_id, "run_id"))
 
-    async def import_thread(self, document: Mapping[str, JSON]) -> list[Run]:
+    async def import_thread(self, document: Mapping[str, JSON], *, effects: str = "mock") -> list[Run]:
         """Load an exported thread into this store (its ids and its thread id must be new
-        here); a bad one writes nothing."""
-        return import_thread(self.store, document, self.graphs.registered)
+        here); a bad one writes nothing. Going on from its runs here mocks the effects that
+        happened where it came from, unless ``effects="live"`` (ADR 0012)."""
+        return import_thread(self.store, document, self.graphs.registered, effects=effects, at=self.env.now())
 
     # ------------------------------------------------------------------ reading
 

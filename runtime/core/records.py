@@ -197,12 +197,20 @@ class Run:
     lease_owner: str | None = None
     lease_expires_at: float | None = None
     #: how the run treats effects and what it does on failure: "effects" (EffectsMode),
-    #: "mocks" ({effect name: result}), "compensate_on" ([statuses]), "source" (replay/fork origin)
+    #: "mocks" ({effect name: result}), "compensate_on" ([statuses]), "source" (replay/fork origin),
+    #: "imported" ({"at": time, "effects": EffectsMode}: brought from another store)
     options: Mapping[str, JSON] = field(default_factory=dict)
 
     @property
     def effects_mode(self) -> EffectsMode:
-        return EffectsMode(self.options.get("effects", EffectsMode.LIVE))
+        return EffectsMode.MOCK if self.effects_elsewhere else EffectsMode(self.options.get("effects", EffectsMode.LIVE))
+
+    @property
+    def effects_elsewhere(self) -> bool:
+        """Imported (or continuing a run imported) with its effects mocked: its live effects
+        happened in the store it was exported from, and belong there (nothing here undoes them)."""
+        imported = self.options.get("imported")
+        return isinstance(imported, Mapping) and imported.get("effects") == EffectsMode.MOCK
 
     def evolve(self, **changes: Any) -> Run:
         return _replace_run(self, changes)

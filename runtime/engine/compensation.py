@@ -113,6 +113,9 @@ async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False
     if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SUCCEEDED):
         raise InvalidRequest(f"run {run_id} is {run.status.value}; only an ended run is compensated "
                              f"(cancel it first)")
+    if run.effects_elsewhere:
+        raise InvalidRequest(f"run {run_id} was imported with its effects mocked: they happened in the store it "
+                             f"was exported from; compensate it there (or import it with effects 'live')")
     continued = [c.id for c in continuations(store, run.id)]
     if continued:
         raise InvalidRequest(f"run {run_id} was continued by {continued[-1]}, which relies on its effects; "

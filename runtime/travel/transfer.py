@@ -21,6 +21,7 @@ from ..core.jsonvalues import JSON, MAX_DEPTH, unstorable
 from ..core.states import RunStatus
 from ..core.records import (
     Batch,
+    EffectsMode,
     Checkpoint,
     Interrupt,
     JournalEntry,
@@ -33,6 +34,7 @@ from ..core.records import (
 from ..graph.refs import resolve_ref
 from ..graph.spec import ExecutableGraph
 from ..store.base import CheckpointStore
+from .branches import effects_mode
 from .transfer_checks import (
     Check,
     GraphInfo,
@@ -103,13 +105,22 @@ def export_thread(store: CheckpointStore, run_id: str) -> dict[str, JSON]:
 
 
 def import_thread(store: CheckpointStore, document: Mapping[str, JSON],
-                  registered: GraphLookup | None = None) -> list[Run]:
+                  registered: GraphLookup | None = None, *, effects: str = EffectsMode.MOCK,
+                  at: float = 0.0) -> list[Run]:
     """Check the whole document, then write all of its runs in one transaction.
 
     ``registered`` gives the graph the importing Runtime has registered for a version;
     failing that, the graph is imported by its ref (the store's, else the file's). Where
     the graph is known, states are checked against its state model. Any problem raises
-    ``InvalidRequest`` listing all of them, and nothing is written."""
+    ``InvalidRequest`` listing all of them, and nothing is written.
+
+    The runs' effects happened in the store they were exported from. With ``effects="mock"``
+    (the default) whatever goes on from them here (a resume, a continuation) serves what
+    they recorded and asks before running anything they did not; ``"live"`` lets them call
+    the outside world again, as if this store were theirs. Each run is marked with the time
+    it was imported and how (``options.imported``); the mode it was recorded with stays, so
+    that a copy imported live again runs as its original did (a mocked fork stays mocked)."""
+    mode = effects_mode(effects)
     try:
         thread, descriptions = load(document, store, registered)
         _check_new(store, thread)
@@ -122,9 +133,16 @@ def import_thread(store: CheckpointStore, document: Mapping[str, JSON],
         # what this store already knows of a version (its ref, above all) is not replaced by a file's
         if desc.get("name") and store.graph_description(version) is None:
             store.save_graph(desc)
-    batches = [r.batch for r in thread.runs]
+    batches = [dataclasses.replace(r.batch, run=_imported(r.run, mode, at)) for r in thread.runs]
     store.create_runs(batches)  # all of them, or none
     return [b.run for b in batches if b.run is not None]
+
+
+def _imported(run: Run, mode: EffectsMode, at: float) -> Run:
+    """The run as this store keeps it: at rest (nobody here holds the lease a continuation
+    left on it), marked as imported, and with its effects mocked unless ``mode`` is live."""
+    options = {**run.options, "imported": {"at": at, "effects": mode.value}}
+    return run.evolve(lease_owner=None, lease_expires_at=None, options=options)
 
 
 def load(document: Any, store: CheckpointStore | None,
@@ -178,9 +196,7 @@ def _load_run(i: int, item: Any, found: list[Problem]) -> LoadedRun | None:
                                  f"expected only records of run {run.id}"))
     if run is None or len(found) > before:
         return None
-    # an imported run is at rest: nobody here holds the (expired) lease a continuation left on it
-    at_rest = run.evolve(lease_owner=None, lease_expires_at=None)
-    batch = Batch(run_id=run.id, run=at_rest, checkpoints=parts["checkpoints"], writes=parts["pending_writes"],
+    batch = Batch(run_id=run.id, run=run, checkpoints=parts["checkpoints"], writes=parts["pending_writes"],
                   attempts=parts["attempts"], effects=parts["journal"], interrupts=parts["interrupts"],
                   events=parts["events"], durable=True)
     return LoadedRun(i, run, batch, item)

@@ -216,6 +216,10 @@ def _option_problems(opts: Mapping[str, Any], run_ids: Set[str], cps: Set[str]) 
     dropped = opts.get(DROPPED_FIELDS, [])
     if not isinstance(dropped, list) or not all(isinstance(f, str) for f in dropped):
         yield f"options.{DROPPED_FIELDS} must list field names, got {dropped!r}"
+    imported = opts.get("imported", {"at": 0.0, "effects": EffectsMode.LIVE.value})
+    if not (isinstance(imported, Mapping) and is_number(imported.get("at"))
+            and is_member(imported.get("effects"), modes)):
+        yield f"options.imported must be an object {{at: time, effects: {names(sorted(modes))}}}, got {imported!r}"
     for flag in ("patched", "compare"):
         if not isinstance(opts.get(flag, False), bool):
             yield f"options.{flag} must be true or false, got {opts[flag]!r}"

@@ -54,8 +54,9 @@ def read_document(file: str) -> Any:
 async def cmd_import(args: argparse.Namespace) -> int:
     document = read_document(args.file)
     with opened(args) as rt:
-        runs = await rt.import_thread(document)
-    emit(args, runs, "\n".join([f"imported {len(runs)} run(s) of thread {runs[0].thread_id}:",
+        runs = await rt.import_thread(document, effects=args.effects)
+    how = "effects mocked" if args.effects == "mock" else "effects live"
+    emit(args, runs, "\n".join([f"imported {len(runs)} run(s) of thread {runs[0].thread_id} ({how}):",
                                 *map(run_line, runs)]))
     return exits.OK
 
@@ -69,4 +70,7 @@ def register(sub: Any) -> None:
 
     i = add_command(sub, "import", "load an exported thread into this database")
     i.add_argument("file", metavar="FILE", help="the exported document, or - for stdin")
+    i.add_argument("--effects", choices=["mock", "live"], default="mock",
+                   help="mock (default): resuming or continuing the imported runs here serves the effects "
+                        "they recorded and asks before any other; live: they may call the outside world again")
     i.set_defaults(fn=cmd_import)

@@ -186,8 +186,10 @@ async def export_thread(rt: Runtime, run_id: str) -> dict[str, JSON]:
     return doc
 
 
-async def import_thread(rt: Runtime, document: Any) -> list[Run]:
+async def import_thread(rt: Runtime, document: Any, effects: str = "mock") -> list[Run]:
+    if effects not in ("mock", "live"):   # before the document: it may be large
+        raise InvalidRequest(f"effects must be 'mock' or 'live', got {effects!r}")
     if not isinstance(document, Mapping):
         raise InvalidRequest(f"an exported thread is a JSON object, got {type(document).__name__}")
-    runs: list[Run] = await in_thread(lambda: complete(rt.import_thread(document)))
+    runs: list[Run] = await in_thread(lambda: complete(rt.import_thread(document, effects=effects)))
     return runs

@@ -352,10 +352,12 @@ async def replay(request: Req, run_id: FromPath[str]) -> Response[Json]:
 
 
 @_act("/import", 201, "Import an exported thread", EXPORTED, 422)
-async def import_thread(request: Req) -> Json:
-    """Load the thread into this store (its ids must be new here); a bad document writes nothing."""
+async def import_thread(request: Req, effects: FromQuery[str] = "mock") -> Json:
+    """Load the thread into this store (its ids must be new here); a bad document writes nothing.
+    ``effects=mock`` (the default): resuming or continuing its runs here serves the effects they
+    recorded and asks before any other; ``live``: they may call the outside world again."""
     document = await _json_body(request, DOCUMENT_DEPTH)
-    runs = await actions.import_thread(_rt(request), document)
+    runs = await actions.import_thread(_rt(request), document, effects)
     return {"thread_id": runs[0].thread_id if runs else None, "run_ids": [r.id for r in runs]}
 
 

@@ -187,7 +187,7 @@ async def import_submit(request: Request[Any, Any, Any], data: Annotated[dict[st
             raise InvalidRequest(f"the file is not UTF-8 text (byte {e.start} cannot be decoded)") from None
         except InputError as e:
             raise InvalidRequest(str(e)) from None
-        runs = await actions.import_thread(_rt(request), document)
+        runs = await actions.import_thread(_rt(request), document, str(data.get("effects", "mock")))
     except (InvalidRequest, NotFound) as e:
         return render(request, "import.html", {"error": str(e), "runs": None}, status=_status(e))
     return render(request, "import.html", {"error": None, "runs": runs}, status=201)

@@ -571,6 +571,20 @@ def test_export_then_import_into_a_fresh_store_gives_the_same_runs(seeded: Seede
             assert other.get(f"/api/runs/{run_id}").json()["state"] == client.get(f"/api/runs/{run_id}").json()["state"]
             assert checkpoints(other, run_id) == checkpoints(client, run_id)
         assert "already" in error(other.post("/api/import", json=document), 422)
+        # its effects happened where it was exported from: going on here mocks them unless told
+        assert other.get(f"/api/runs/{seeded.failed}").json()["run"]["options"]["imported"]["effects"] == "mock"
+
+
+def test_an_import_can_take_a_thread_over_with_live_effects(seeded: Seeded, client: Client,
+                                                           empty_rt: Runtime, make_app: MakeApp) -> None:
+    document = client.get(f"/api/runs/{seeded.failed}/export").json()
+    with TestClient(make_app(empty_rt)) as other:
+        before = store_contents(empty_rt)
+        assert "effects must be 'mock' or 'live'" in error(other.post("/api/import?effects=yes", json=document), 422)
+        assert store_contents(empty_rt) == before
+        r = other.post("/api/import?effects=live", json=document)
+        assert r.status_code == 201, r.text
+        assert other.get(f"/api/runs/{seeded.failed}").json()["run"]["options"]["imported"]["effects"] == "live"
 
 
 @pytest.mark.parametrize(("body", "named"), [(b"", "empty"), (b"[]", "object"), (b"{}", "format"),

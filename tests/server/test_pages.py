@@ -1012,6 +1012,24 @@ def test_import_a_valid_export_into_a_fresh_store(seeded: Seeded, client: Client
                            files={"file": ("thread.json", document, "application/json")})
         assert "already" in error_page(again, 422)
         assert snapshot(empty_rt) == before
+        # its effects happened in the store it came from: mocked here, and nothing offers to undo them
+        assert 'name="effects" value="mock" checked' in form.text
+        page = fresh.get(f"/runs/{seeded.failed}").text
+        assert "<dt>Imported</dt>" in page and "effects mocked" in page
+        assert f'action="/runs/{seeded.failed}/compensate"' not in page
+        assert f'action="/runs/{seeded.failed}/resume"' in page   # a continuation, mocked too
+
+
+def test_an_import_form_can_take_the_thread_over_live(seeded: Seeded, client: Client, empty_rt: Runtime) -> None:
+    document = client.get(f"/runs/{seeded.failed}/export").content
+    with TestClient(create_app(empty_rt)) as fresh:
+        token = csrf(fresh, "/import")
+        r = fresh.post("/import", data={"_csrf_token": token, "effects": "live"},
+                       files={"file": ("thread.json", document, "application/json")})
+        assert r.status_code == 201, r.text
+        page = fresh.get(f"/runs/{seeded.failed}").text
+        assert "<dt>Imported</dt>" in page and "effects mocked" not in page
+        assert f'action="/runs/{seeded.failed}/compensate"' in page
 
 
 @pytest.mark.parametrize(("body", "named"), [

@@ -275,10 +275,18 @@ def test_export_then_import_into_a_fresh_database_is_identical(harness: Harness)
     assert document["format"] == "shadow-harness/thread" and len(document["runs"]) == 3
 
     code, out, err = harness("import", "thread.json", db="b.db")
-    assert code == 0 and "imported 3 run(s)" in out, err
+    assert code == 0 and "imported 3 run(s)" in out and "(effects mocked)" in out, err
     for rid in (run_id, fork, replay):
         assert harness.json("history", rid, db="b.db") == harness.json("history", rid)
-    assert json.loads(harness("export", run_id, db="b.db")[1]) == document
+    again = json.loads(harness("export", run_id, db="b.db")[1])
+    # the same records, each run marked as imported, with its effects mocked here
+    assert {r["run"]["options"].pop("imported")["effects"] for r in again["runs"]} == {"mock"}
+    assert again == document
+    code, out, err = harness("import", "thread.json", "--effects", "live", db="live.db")
+    assert code == 0 and "(effects live)" in out, err
+    assert harness.json("show", run_id, db="live.db")["run"]["options"]["imported"]["effects"] == "live"
+    code, out, err = harness("import", "thread.json", "--effects", "real", db="d.db")
+    assert code == 2 and "invalid choice: 'real'" in err
 
     code, out, err = harness("import", "thread.json", db="b.db")
     assert code == 2 and out == "" and f"run {run_id} already exists" in err and err.count("\n") == 1

@@ -694,7 +694,10 @@ async def test_diff_between_a_loop_checkpoint_and_its_fork(rt: Runtime):
 
 
 def records(store: CheckpointStore, run_id: str) -> dict[str, Any]:
-    return {"run": store.get_run(run_id), "checkpoints": store.checkpoints(run_id),
+    """A run's records; the run as exported (an import adds its mark, ``options.imported``)."""
+    run = store.get_run(run_id)
+    run = run.evolve(options={k: v for k, v in run.options.items() if k != "imported"})
+    return {"run": run, "checkpoints": store.checkpoints(run_id),
             "writes": store.pending_writes(run_id), "attempts": store.node_attempts(run_id),
             "journal": store.journal([run_id]), "interrupts": store.interrupts(run_id),
             "events": store.events(run_id)}
