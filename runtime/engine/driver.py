@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..core.errors import EndNotRecorded, GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
 from ..core.jsonvalues import JSON
@@ -134,7 +134,11 @@ class Driver:
         if path == ResumePath.ANSWER:
             return await self.answer(run, answer, answers, limits, by)
         if answering:
-            if any(i.status == InterruptStatus.ANSWERED for i in self.store.interrupts(run_id)):
+            questions = self.store.interrupts(run_id)
+            waiting = [i.id for i in questions if i.status == InterruptStatus.PENDING]
+            if waiting and run.status == RunStatus.RUNNING:
+                raise InvalidRequest(still_running(run_id, waiting))
+            if any(i.status == InterruptStatus.ANSWERED for i in questions):
                 # most likely another caller answered first
                 raise InvalidAnswer(f"run {run_id} has no pending interrupt: it was already answered "
                                     f"(the run is now {run.status.value})")
@@ -247,6 +251,12 @@ class Driver:
                 return run
             await asyncio.sleep(step)
             waited += step
+
+
+def still_running(run_id: str, asked: Sequence[str]) -> str:
+    """Why a question a running run asked cannot be answered yet (ADR 0011)."""
+    return (f"run {run_id} is still running what does not wait for an answer; it pauses for "
+            f"{', '.join(asked)} once nothing else can run, and can be answered then")
 
 
 def raise_busy(run: Run, where: str) -> None:

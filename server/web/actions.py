@@ -21,6 +21,7 @@ from runtime.core.records import Interrupt, InterruptStatus, Run
 from runtime.core.states import RunStatus
 from runtime.engine.answers import validate_answer
 from runtime.engine.compensation import CompensationReport
+from runtime.engine.driver import still_running
 
 from .background import start_in_background
 from .services import Conflict, complete, in_thread
@@ -74,7 +75,9 @@ async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str
         raise Conflict(f"run {run_id} is waiting for answers: give answers={{interrupt id: answer}}, or "
                        f"answer its interrupts one by one")
     if run.status == RunStatus.RUNNING and not rt.orphaned(run):
-        raise Conflict(f"run {run_id} is running; cancel it or wait for it to finish")
+        asked = [i.id for i in await in_thread(rt.store.interrupts, run_id) if i.status == InterruptStatus.PENDING]
+        raise Conflict(still_running(run_id, asked) if answers and asked
+                       else f"run {run_id} is running; cancel it or wait for it to finish")
     if answers is not None and run.status != RunStatus.INTERRUPTED and not rt.orphaned(run):
         raise Conflict(f"run {run_id} is {run.status.value}, not waiting for answers: there is nothing to answer")
     if answers:
@@ -128,6 +131,9 @@ async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: 
     found = await pending_interrupt(rt, interrupt_id)
     if found.status != InterruptStatus.PENDING:
         raise Conflict(f"interrupt {interrupt_id} is {found.status.value}: it cannot be answered again")
+    run = await _run(rt, found.run_id)
+    if run.status == RunStatus.RUNNING and not rt.orphaned(run):
+        raise Conflict(still_running(run.id, [interrupt_id]))
     answers = {interrupt_id: value, **{other: value for other in also}}
     await in_thread(check_answers, rt, found.run_id, answers)
     try:

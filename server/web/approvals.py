@@ -28,6 +28,7 @@ from runtime import Runtime
 from runtime.core.errors import InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import Checkpoint, EventType, Interrupt, InterruptKind, InterruptStatus, Run
+from runtime.core.states import RunStatus
 from runtime.graph.instances import base_node
 from server.present import interrupt_question
 
@@ -207,7 +208,9 @@ def screen(rt: Runtime, interrupt_id: str) -> dict[str, Any]:
     return {"i": i, "run": run, "value": value, "question": question_text(i), "cp": cp, "state": state,
             "node_status": cp.node_states.get(i.node) if cp is not None else None,
             "others": others, "alike": alike(i, others), "by": by, "at": at, "effect": i.kind in EFFECT_CHOICES,
-            "pending": i.status == InterruptStatus.PENDING}
+            "pending": i.status == InterruptStatus.PENDING,
+            # its process goes on with other branches first (ADR 0011); one whose process is gone is recovered
+            "still_running": run.status == RunStatus.RUNNING and not rt.orphaned(run)}
 
 
 def alike(i: Interrupt, others: Sequence[Interrupt]) -> list[Interrupt]:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from runtime import (Graph, MemoryStore, NodeContext, NodeStatus, RetryPolicy, Runtime, RunStatus, TransientError,
                      append)
+from runtime.core.errors import InvalidRequest
 
 
 class S(BaseModel):
@@ -271,3 +272,39 @@ async def test_a_run_taken_over_while_it_was_pausing_pauses_as_it_would_have() -
         await asyncio.gather(task, return_exceptions=True)
         owner.close()
         rescuer.close()
+
+
+async def test_a_question_of_a_run_still_running_is_refused_saying_when_it_can_be_answered() -> None:
+    """A question is recorded (and shown) while its run goes on with other branches: an
+    answer then is refused, naming the question and when it can be answered, and changes
+    nothing; once the run pauses the same answer goes through."""
+    gate = asyncio.Event()
+    g = Graph("ask-beside-work", state=S)
+
+    @g.node()
+    async def ask(s: S, ctx: NodeContext) -> dict:
+        return {"out": [f"ask:{await ctx.interrupt({'q': 'go?'})}"]}
+
+    @g.node()
+    async def work(s: S) -> dict:
+        await gate.wait()
+        return {"out": ["work"]}
+
+    rt = Runtime(MemoryStore())
+    started = asyncio.create_task(rt.start(g.compile(), {}))
+    while not rt.store.list_runs() or not rt.store.interrupts(rt.store.list_runs()[0].id):
+        await asyncio.sleep(0.001)
+    run = rt.store.list_runs()[0]
+    [question] = rt.store.interrupts(run.id)
+    with pytest.raises(InvalidRequest, match=rf"still running .* pauses for {question.id} once nothing else can run"):
+        await rt.resume(run.id, "yes")
+    with pytest.raises(InvalidRequest, match="still running"):
+        await rt.resume(run.id, answers={question.id: "yes"})
+    assert rt.store.get_run(run.id).status == RunStatus.RUNNING
+    assert [i.status for i in rt.store.interrupts(run.id)] == [question.status]
+    gate.set()
+    paused = await started
+    assert paused.status == RunStatus.INTERRUPTED
+    done = await rt.resume(run.id, "yes")
+    assert done.status == RunStatus.SUCCEEDED
+    assert sorted((await rt.thread_state(run.thread_id)).out) == ["ask:yes", "work"]

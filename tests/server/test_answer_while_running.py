@@ -1,0 +1,78 @@
+"""A question a run asks while it still runs other branches is shown at once, and can be
+answered once the run pauses (ADR 0011): the page says so, and an early answer is refused
+with that reason (409), changing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from litestar.testing import TestClient
+
+from runtime import Graph, Runtime, RunStatus, SqlStore
+from runtime.core.records import InterruptStatus
+from server.web import create_app
+
+from test_pages import csrf
+
+
+def ask_beside(gate: threading.Event) -> Graph:
+    g = Graph("ask-beside")
+
+    @g.node()
+    async def ask(state: Any, ctx: Any) -> dict[str, Any]:
+        return {"a": await ctx.interrupt({"q": "go?"})}
+
+    @g.node()
+    async def work(state: Any) -> dict[str, Any]:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        return {"b": 1}
+
+    return g
+
+
+def test_an_early_answer_is_refused_saying_when_the_question_can_be_answered(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    gate = threading.Event()
+    graph = ask_beside(gate).compile()
+    # the viewer has the code too: once the run pauses, its answer drives the run on
+    driver, viewer = Runtime(store=SqlStore(url)), Runtime(store=SqlStore(url), graphs=[graph])
+    ended: list[Any] = []
+    thread = threading.Thread(target=lambda: ended.append(asyncio.run(driver.start(graph, {}))))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not (viewer.store.list_runs() and viewer.store.interrupts(viewer.store.list_runs()[0].id)):
+            assert time.monotonic() < deadline, "the question was never recorded"
+            time.sleep(0.01)
+        run = viewer.store.list_runs()[0]
+        [question] = viewer.store.interrupts(run.id)
+        with TestClient(create_app(viewer)) as client:
+            page = client.get(f"/interrupts/{question.id}")
+            assert page.status_code == 200 and 'id="still-running"' in page.text
+            token = csrf(client, f"/interrupts/{question.id}")
+            r = client.post(f"/interrupts/{question.id}/answer", data={"_csrf_token": token, "f.answer": '"yes"'})
+            assert r.status_code == 409 and "still running" in r.text and question.id in r.text
+            api = client.post(f"/api/interrupts/{question.id}/answer", json={"answer": "yes"})
+            assert api.status_code == 409 and "once nothing else can run" in api.json()["error"]
+            api = client.post(f"/api/runs/{run.id}/resume", json={"answers": {question.id: "yes"}})
+            assert api.status_code == 409 and "still running" in api.json()["error"]
+            assert viewer.store.interrupt(question.id).status == InterruptStatus.PENDING
+            assert viewer.store.get_run(run.id).status == RunStatus.RUNNING
+
+            gate.set()
+            thread.join(10)
+            assert ended and ended[0].status == RunStatus.INTERRUPTED
+            page = client.get(f"/interrupts/{question.id}")
+            assert 'id="still-running"' not in page.text
+            api = client.post(f"/api/interrupts/{question.id}/answer", json={"answer": "yes"})
+            assert api.status_code == 202, api.text
+    finally:
+        gate.set()
+        thread.join(10)
+        driver.close()
+        viewer.close()
