@@ -211,7 +211,9 @@ def test_runs_list_counts_checkpoints_and_steps_as_the_run_page_does(shared: See
 def test_runs_list_fragment_is_only_the_table(shared: Seeded, reader: Client) -> None:
     r = reader.get("/runs?status=failed", headers={"HX-Request": "true", "HX-Target": "runs"})
     assert r.status_code == 200 and not full(r.text) and "<header" not in r.text
-    assert r.text.lstrip().startswith('<input type="hidden" name="page"')
+    # it refreshes the page drawn (filters as applied), not what is typed in the form
+    assert r.text.lstrip().startswith('<div hidden id="runs-refresh" hx-get="/runs?status=failed&amp;page=1"')
+    assert "hx-include" not in r.text
     assert run_links(r.text) == [shared.failed]
 
 
@@ -221,7 +223,8 @@ def test_a_filter_swaps_the_form_drawn_with_its_choices_and_the_table(shared: Se
     assert r.status_code == 200 and not full(r.text)
     assert r.text.lstrip().startswith('<form id="runs-filter"')
     assert '<option value="failed" selected>' in r.text and 'name="q" value="run_"' in r.text
-    assert '<div id="runs" hx-get="/runs"' in r.text and run_links(r.text) == [shared.failed]
+    assert 'id="runs-refresh" hx-get="/runs?status=failed&amp;q=run_&amp;page=1"' in r.text
+    assert run_links(r.text) == [shared.failed]
 
 
 def test_runs_list_pages(extra: Extra, other: Client) -> None:
