@@ -1,14 +1,16 @@
 """The composition root: ``create_app(runtime)`` builds the Litestar app.
 
-Pages and the JSON API share ``services``; security lives in ``auth`` (token rule
-off loopback, identity of who answers) and Litestar's CSRF middleware (every form
-post); request bodies are size-limited; user mistakes map to 404/409/422, never 500.
+Pages and the JSON API share ``services``; security lives in ``origin`` (requests
+addressed to this machine, writes sent from its own pages or from programs), ``auth``
+(token rule off loopback, identity of who answers) and Litestar's CSRF middleware
+(every form post); request bodies are size-limited; user mistakes map to 404/409/422, never 500.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 from litestar import Litestar, Request, Response
@@ -21,6 +23,7 @@ from runtime.core.errors import GraphError, GraphNotRegistered, InvalidRequest, 
 
 from . import api, approvals, commands, live, pages, questions, threads
 from .auth import TokenMiddleware, check_bind
+from .origin import SameOrigin
 from .render import STATIC, is_htmx, render
 from .background import Background
 from .services import Conflict
@@ -67,14 +70,15 @@ def _not_kept(response: Response[Any]) -> Response[Any]:
 
 
 def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None = None,
-               csrf_secret: str | None = None) -> Litestar:
-    """The debugger over ``runtime``. Off loopback a token is required (``token``)."""
+               csrf_secret: str | None = None, also_hosts: Iterable[str] = ()) -> Litestar:
+    """The debugger over ``runtime``. Off loopback a token is required (``token``); on
+    loopback it answers to this machine's names and ``also_hosts`` only (``origin``)."""
     check_bind(host, token)
     app = Litestar(
         route_handlers=[*pages.HANDLERS, *api.HANDLERS, *approvals.HANDLERS, *questions.HANDLERS,
                         *live.HANDLERS, *commands.HANDLERS,
                         *threads.HANDLERS, create_static_files_router(path="/static", directories=[STATIC])],
-        middleware=[TokenMiddleware.define(token, host)],
+        middleware=[SameOrigin.define(host, also_hosts), TokenMiddleware.define(token, host)],
         csrf_config=CSRFConfig(secret=csrf_secret or secrets.token_hex(32), exclude=["/api/", "/static/"],
                                cookie_samesite="strict"),
         exception_handlers={NotFound: _error, InvalidRequest: _error, GraphError: _error,

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from litestar.testing import TestClient
+from local_client import TestClient
 from pydantic import BaseModel
 from sqlalchemy import Engine, create_engine, event, make_url
 

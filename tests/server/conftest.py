@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import pytest
 from litestar import Litestar
-from litestar.testing import TestClient
+from local_client import TestClient
 from pydantic import BaseModel
 
 from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore, append

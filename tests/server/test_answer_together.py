@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from litestar.testing import TestClient
+from local_client import TestClient
 from pydantic import BaseModel
 
 from runtime import (EventType, Graph, Interrupt, InterruptKind, InterruptStatus, NodeContext, RunStatus, Runtime,

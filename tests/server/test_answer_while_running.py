@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from litestar.testing import TestClient
+from local_client import TestClient
 
 from runtime import Graph, Runtime, RunStatus, SqlStore
 from runtime.core.records import InterruptStatus

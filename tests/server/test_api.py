@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import pytest
 from waiting import AnHourLater, wait_for
 from litestar import Litestar
-from litestar.testing import TestClient
+from local_client import TestClient
 from pydantic import BaseModel
 
 from runtime import Graph, InvalidRequest, NodeContext, Runtime, RunStatus, SqlStore, append

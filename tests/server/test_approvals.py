@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import pytest
 from litestar import Litestar
-from litestar.testing import TestClient
+from local_client import TestClient
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from runtime import (

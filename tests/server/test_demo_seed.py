@@ -218,7 +218,7 @@ def test_compensated_run_undid_its_bookings_newest_first(seeded: Seeded) -> None
     with pytest.raises(InvalidRequest, match="compensated"):
         asyncio.run(rt.resume(run_id))
     # the debugger offers what can be done with it: no Resume that could only be refused
-    from litestar.testing import TestClient
+    from local_client import TestClient
 
     from server.web import create_app
     with TestClient(create_app(rt)) as client:

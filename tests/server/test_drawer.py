@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from litestar.testing import TestClient
+from local_client import TestClient
 
 if TYPE_CHECKING:
     from conftest import Seeded

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from litestar import Litestar
-from litestar.testing import TestClient
+from local_client import TestClient
 from runtime import RunKind, RunStatus, Runtime, SqlStore
 from shop import shop
 

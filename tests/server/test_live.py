@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from litestar.testing import AsyncTestClient, TestClient
+from local_client import AsyncTestClient, TestClient
 
 from runtime import Graph, RunStatus, Runtime, SqlStore, append
 from server.web import create_app

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from litestar.testing import TestClient
+from local_client import TestClient
 from pydantic import BaseModel
 
 from runtime import Graph, NodeContext, RunStatus, Runtime, SqlStore, append

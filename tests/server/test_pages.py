@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from waiting import AnHourLater, wait_for
-from litestar.testing import TestClient
+from local_client import TestClient
 from pydantic import BaseModel
 
 from runtime import Graph, NodeContext, NodeStatus, Runtime, RunStatus, SqlStore

@@ -7,7 +7,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from litestar.testing import TestClient
+from local_client import TestClient
 from waiting import wait_for
 
 from runtime import RunStatus
