@@ -51,8 +51,10 @@ def validate_answer(graphs: GraphRegistry, interrupt: Interrupt, value: JSON) ->
     if problem is not None:
         raise InvalidAnswer(f"answer to interrupt {interrupt.id} {problem}")
     if interrupt.kind == InterruptKind.IN_DOUBT:
+        check_effect_answer(value, "in-doubt")
         return validate_in_doubt_answer(value).model_dump(mode="json")
     if interrupt.kind == InterruptKind.UNRECORDED:
+        check_effect_answer(value, "unrecorded")
         return validate_unrecorded_answer(value).model_dump(mode="json")
     ref = (interrupt.payload or {}).get("response_ref")
     if not ref:
@@ -68,3 +70,19 @@ def validate_answer(graphs: GraphRegistry, interrupt: Interrupt, value: JSON) ->
         return model.model_validate(value).model_dump(mode="json")
     except ValidationError as e:
         raise InvalidAnswer(f"answer to interrupt {interrupt.id} is invalid: {problems(e, 'answer')}") from None
+
+
+def check_effect_answer(answer: JSON, kind: str) -> None:
+    """What a person sends about an effect (``kind``: "in-doubt" or "unrecorded"), checked
+    before it is recorded: a misspelt key would otherwise be dropped, and a result asked
+    for and not given recorded as null, the effect's outcome for good."""
+    if not isinstance(answer, Mapping):
+        return   # the model's own message names it
+    extra = sorted(set(answer) - {"action", "result"})
+    if extra:
+        raise InvalidAnswer(f"an answer about an {kind} effect takes \"action\" and \"result\" only, "
+                            f"not {', '.join(map(repr, extra))}")
+    if answer.get("action") == "result" and "result" not in answer:
+        raise InvalidAnswer('a "result" answer needs the "result" the effect returned (null is one, if it '
+                            'returned nothing): it is recorded as the effect\'s outcome')
+

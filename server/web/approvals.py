@@ -146,7 +146,9 @@ def _answer_form(i: Interrupt) -> AnswerForm:
         return AnswerForm("effect", [
             forms.radio_field("action", "Decision", choices),
             forms.json_field("result", "Result (JSON)", required=False,
-                             help=f"what the effect returns; needed for {' and '.join(c for c, _ in choices if c in WITH_RESULT)}"),
+                             help=f"what the effect returns, needed for {' and '.join(c for c, _ in choices if c in WITH_RESULT)}: "
+                                  f"the node gets it as the call's return value, and it is recorded as the "
+                                  f"effect's outcome for good (give it the shape the node expects)"),
         ])
     schema = i.response_schema
     if isinstance(schema, Mapping) and forms.is_object_schema(schema):

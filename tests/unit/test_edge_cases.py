@@ -649,3 +649,36 @@ async def test_a_run_started_inside_a_node_can_cancel_the_run_of_that_node(rt: R
     assert run.status == RunStatus.CANCELLED and run.error["message"] == "from inside"
     assert ran == ["stop_outer went on"]
     assert {a.node: a.status for a in await rt.attempts(run.id)} == {"host": "cancelled"}
+
+
+async def test_an_answer_about_an_effect_that_drops_or_misspells_its_result_is_refused(rt: Runtime):
+    """A "result" answer with no result would be recorded as null, the effect's outcome for
+    good (every continuation is served it); a misspelt key would silently be dropped."""
+    calls: list[str] = []
+    g = Graph("g", state=S)
+
+    async def pay(info):
+        calls.append(info.key)
+        if len(calls) == 1:
+            await asyncio.sleep(5)  # outlives the attempt: outcome unknown
+        return "paid"
+
+    @g.node(timeout=0.5, retry=RetryPolicy(max_attempts=2, **FAST))
+    async def charge(state, ctx):
+        return {"value": await ctx.effect("pay", pay)}
+
+    run = await rt.start(g, {})
+    [question] = await rt.interrupts(run.id)
+    assert question.kind == InterruptKind.IN_DOUBT
+    journal = rt.store.journal([run.id])
+    for answer, named in [({"action": "result"}, 'needs the "result" the effect returned'),
+                          ({"action": "result", "reslt": "paid"}, "not 'reslt'"),
+                          ({"action": "retry", "why": "x"}, "not 'why'")]:
+        with pytest.raises(InvalidRequest, match=named):
+            await rt.resume(run.id, answer)
+        assert (await rt.get_run(run.id)).status == RunStatus.INTERRUPTED
+        assert [i.status for i in await rt.interrupts(run.id)] == [InterruptStatus.PENDING]
+        assert rt.store.journal([run.id]) == journal and len(calls) == 1
+    done = await rt.resume(run.id, {"action": "result", "result": "paid by hand"})
+    assert done.status == RunStatus.SUCCEEDED and len(calls) == 1
+    assert (await final(rt, run.id)).value == "paid by hand"
