@@ -160,6 +160,9 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     source, cp = _replay_base(deps, target_id)
     compiled = graph if graph is not None else deps.graphs.run_graph(source)
     base_run = deps.store.get_run(cp.run_id)
+    if compiled.name != base_run.graph_name:   # as a thread's turns: another graph is not a replay
+        raise InvalidRequest(f"run {base_run.id} ran graph {base_run.graph_name!r}; a replay runs that graph "
+                             f"(a new version of it is fine), not {compiled.name!r}")
     recorded_input = base_state(deps.store, deps.graphs, base_run)   # a conversation turn's whole state
     try:  # new code must accept the recorded input
         compiled.state_model.model_validate(recorded_input)

@@ -461,6 +461,21 @@ async def test_a_node_a_continuation_finished_is_reported_without_its_earlier_er
     assert (report.node("step").recorded_status, report.node("step").recorded_error) == ("succeeded", None)
 
 
+async def test_a_replay_with_another_graph_is_refused_before_anything_is_written(rt: Runtime):
+    world = World()
+    run_id = await recorded_run(rt, world)
+    other = Graph("not-the-shop", state=Order)
+
+    @other.node()
+    async def anything(s: Order) -> dict:
+        return {}
+
+    before = [r.id for r in rt.store.list_runs()]
+    with pytest.raises(InvalidRequest, match=r"ran graph 'shop'; a replay runs that graph .* not 'not-the-shop'"):
+        await rt.replay(run_id, graph=other.compile())
+    assert [r.id for r in rt.store.list_runs()] == before
+
+
 async def test_replay_of_an_unknown_id_is_refused(rt: Runtime):
     with pytest.raises(NotFound, match="no run or checkpoint"):
         await rt.replay("nothing-here")
