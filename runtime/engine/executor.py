@@ -53,7 +53,7 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
                 if (scope.remaining() or 0) > 0:
                     raise  # the node's own TimeoutError, not our deadline
                 raise DeadlineExceeded(
-                    f"node {spec.name!r} attempt {scope.attempt} passed its deadline"
+                    f"node {scope.node!r} attempt {scope.attempt} passed its deadline"
                     + (f" (timeout {spec.timeout}s)" if spec.timeout else "")
                 ) from None
         if type(result) is not dict and inspect.isawaitable(result):  # a sync wrapper around an async function

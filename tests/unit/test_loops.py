@@ -338,3 +338,18 @@ async def test_a_loop_that_meets_its_bound_through_an_empty_map_runs_nothing_aft
     final = (await rt.history(run.id))[-1]
     assert final.node_states["after"] != NodeStatus.SUCCEEDED
     assert (await rt.state_at(final.id)).done == ""
+
+
+async def test_a_timeout_in_an_iteration_names_that_iteration(rt: Runtime) -> None:
+    async def step(s: S) -> dict[str, Any]:
+        if s.turns == 2:
+            await asyncio.sleep(5)
+        return {"turns": s.turns + 1}
+
+    g = Graph("slow-turn", S)   # step leads back to itself through `again`
+    g.add_node("step", step, after=["again"], max_iterations=5, timeout=0.2)
+    g.add_node("again", lambda s: None, after=["step"], when=lambda s: s.turns < 4)
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED and run.error is not None
+    assert run.error["node"] == "step#2"
+    assert "node 'step#2' attempt 1 passed its deadline" in run.error["message"]
