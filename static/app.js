@@ -15,17 +15,26 @@
     if (e.key === "ArrowLeft" || e.key === "k") { step(-1); e.preventDefault(); }
     if (e.key === "ArrowRight" || e.key === "j") { step(1); e.preventDefault(); }
   });
+  // A fold is remembered for one tree of one page (every tree's root is "$": a fold of one
+  // question's payload must not fold the state of every run), while stepping through its
+  // checkpoints, and for this tab only.
   var KEY = "harness.folded";
-  function folded() { try { return JSON.parse(localStorage.getItem(KEY) || "{}"); } catch (err) { return {}; } }
+  function folded() { try { return JSON.parse(sessionStorage.getItem(KEY) || "{}"); } catch (err) { return {}; } }
+  function where(d) {
+    var box = d.parentElement && d.parentElement.closest("[id]");
+    return window.location.pathname + "#" + (box ? box.id : "") + ":" + d.dataset.path;
+  }
   document.addEventListener("toggle", function (e) {
     var d = e.target;
     if (!d.classList || !d.classList.contains("j")) { return; }
-    var f = folded(); f[d.dataset.path] = d.open ? 1 : 0; localStorage.setItem(KEY, JSON.stringify(f));
+    var f = folded(); f[where(d)] = d.open ? 1 : 0;
+    try { sessionStorage.setItem(KEY, JSON.stringify(f)); } catch (err) { /* full: folds are a convenience */ }
   }, true);
   function restore(root) {
     var f = folded();
     root.querySelectorAll("details.j[data-path]").forEach(function (d) {
-      if (f[d.dataset.path] === 1) { d.open = true; } else if (f[d.dataset.path] === 0) { d.open = false; }
+      var was = f[where(d)];
+      if (was === 1) { d.open = true; } else if (was === 0) { d.open = false; }
     });
   }
   // A node clicked in the graph drawing opens at the checkpoint picked: the drawing is laid
@@ -80,7 +89,19 @@
   document.addEventListener("htmx:sendError", function () {
     flash("The server did not answer: is it still running? Reload the page once it is.");
   });
+  // A checkpoint chosen from the keyboard (Tab to it, Enter) is swapped for a new link: focus
+  // goes on from the one now selected, not from the top of the page.
+  var focusSelected = false;
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    focusSelected = !!(e.detail.elt && e.detail.elt.classList && e.detail.elt.classList.contains("cp-link")
+                       && document.activeElement === e.detail.elt);
+  });
   document.addEventListener("DOMContentLoaded", function () { restore(document); reveal(); });
-  document.addEventListener("htmx:afterSwap", function (e) { restore(e.target); reveal(); });
+  document.addEventListener("htmx:afterSwap", function (e) {
+    restore(e.target); reveal();
+    var sel = focusSelected && document.querySelector(".timeline a.cp-link.selected");
+    if (sel && (document.activeElement === document.body || !document.activeElement)) { sel.focus({preventScroll: true}); }
+    focusSelected = false;
+  });
   document.addEventListener("htmx:historyRestore", reveal);
 })();

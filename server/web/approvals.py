@@ -207,8 +207,10 @@ def screen(rt: Runtime, interrupt_id: str) -> dict[str, Any]:
     state = complete(rt.checkpoint(cp.id)).state if cp is not None else {}
     by, at = answered_by(rt, i, cp.event_seq if cp is not None else 0)
     value = i.payload.get("value") if isinstance(i.payload, Mapping) else i.payload
+    # the node as it is now once the question is settled (at the pause it was interrupted)
+    now = cp if i.status == InterruptStatus.PENDING else rt.store.find_checkpoint(run.id)
     return {"i": i, "run": run, "value": value, "question": question_text(i), "cp": cp, "state": state,
-            "node_status": cp.node_states.get(i.node) if cp is not None else None,
+            "node_status": now.node_states.get(i.node) if now is not None else None,
             "others": others, "alike": alike(i, others), "by": by, "at": at, "effect": i.kind in EFFECT_CHOICES,
             "pending": i.status == InterruptStatus.PENDING,
             # its process goes on with other branches first (ADR 0011); one whose process is gone is recovered

@@ -96,6 +96,8 @@ def runs_page(rt: Runtime, *, status: str | None = None, graph: str | None = Non
     if kind and kind not in set(RunKind):
         raise InvalidRequest(f"unknown kind {kind!r}; one of: {', '.join(RunKind)}")
     page = max(1, min(page, MAX_INT // per_page))
+    # an id pasted with the spaces around it still finds its run
+    graph, q = (graph or "").strip() or None, (q or "").strip() or None
     rows = rt.store.list_runs(RunStatus(status) if status else None, None, per_page + 1,
                               graph_name=graph or None, kind=RunKind(kind) if kind else None,
                               search=q or None, offset=(page - 1) * per_page)

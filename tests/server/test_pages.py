@@ -203,7 +203,7 @@ def test_runs_list_counts_checkpoints_and_steps_as_the_run_page_does(shared: See
         checkpoints, steps = int(cells[-4]), int(cells[-3])
         assert checkpoints == len(shared.rt.store.checkpoints(run_id)) and steps == run.usage["steps"]
         # "steps" means one thing: the run page's usage says the same number
-        assert f"<dd>{steps} steps · " in reader.get(f"/runs/{run_id}").text
+        assert f"<dd>{steps} step{'' if steps == 1 else 's'} · " in reader.get(f"/runs/{run_id}").text
     looped = shared.rt.store.get_run(shared.looped)
     assert looped.usage["steps"] != looped.head_seq + 1   # the two columns are told apart
 
