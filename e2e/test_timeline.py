@@ -180,3 +180,34 @@ def test_the_node_drawer_follows_an_instance_through_the_timeline(page: Page, de
     page.keyboard.press("j")
     selected(page, made - 1)
     expect(page.locator("#drawer")).to_have_count(0)
+
+
+def test_a_checkpoint_chosen_from_the_keyboard_keeps_the_focus(page: Page, demo: Any, shot: Any) -> None:
+    run_id = demo.ids["research"]
+    page.goto(f"/runs/{run_id}?cp=2")
+    link = page.locator('.timeline a.cp-link[data-seq="3"]')
+    link.focus()
+    page.keyboard.press("Enter")
+    selected(page, 3)
+    # Tab goes on from the timeline, not from the top of the page
+    expect(page.locator(".timeline a.cp-link.selected")).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.locator('.timeline a.cp-link[data-seq="4"]')).to_be_focused()
+
+
+def test_a_fold_is_kept_for_its_tree_on_its_page_only(page: Page, demo: Any, shot: Any) -> None:
+    """Stepping through a run keeps its state tree folded as left; another run's state (every
+    tree's root is "$") is not folded by it."""
+    run_id = demo.ids["research"]
+    page.goto(f"/runs/{run_id}?cp=3")
+    root = page.locator('.state details.j[data-path="$"]').first
+    expect(root).to_have_attribute("open", "")
+    root.locator("summary").first.click()
+    expect(root).not_to_have_attribute("open", "")
+    page.keyboard.press("ArrowRight")
+    selected(page, 4)
+    expect(page.locator('.state details.j[data-path="$"]').first).not_to_have_attribute("open", "")
+    other = next(r["id"] for r in demo.api("/api/runs?per_page=50")["runs"] if r["id"] != run_id)
+    page.goto(f"/runs/{other}")
+    expect(page.locator('.state details.j[data-path="$"]').first).to_have_attribute("open", "")
+    shot()

@@ -1,0 +1,49 @@
+"""What a walk through the debugger found, each pinned: how a settled question's node,
+an answer's spaces, a cancel's reason, a pasted search and a form's button are shown."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from conftest import Seeded
+from local_client import TestClient
+
+Client = TestClient[Any]
+
+
+def test_an_answered_questions_page_shows_its_node_as_it_is_now(seeded: Seeded, client: Client) -> None:
+    [q] = asyncio.run(seeded.rt.interrupts(seeded.interrupted))
+    asking = client.get(f"/interrupts/{q.id}").text
+    assert re.search(r"<dt>Node</dt><dd>.*?interrupted", asking)
+    asyncio.run(seeded.rt.resume(seeded.interrupted, {"approve": True, "note": "  indented"}))
+    answered = client.get(f"/interrupts/{q.id}").text
+    node = re.search(r"<dt>Node</dt><dd>(.*?)</dd>", answered, re.S)
+    assert node and "succeeded" in node.group(1) and "interrupted" not in node.group(1)
+    # the answer as recorded, spaces kept
+    run_page = client.get(f"/runs/{seeded.interrupted}").text
+    assert re.search(r'<code class="keep-space">[^<]*&#34;  indented&#34;', run_page)
+
+
+def test_a_cancel_reason_is_not_shown_as_an_error(seeded: Seeded, client: Client) -> None:
+    asyncio.run(seeded.rt.cancel(seeded.interrupted, "not today"))
+    page = client.get(f"/runs/{seeded.interrupted}").text
+    assert "<dt>Cancelled</dt><dd>not today</dd>" in page and "<dt>Error</dt>" not in page
+    failed = client.get(f"/runs/{seeded.failed}").text
+    assert "<dt>Error</dt>" in failed
+
+
+def test_a_pasted_search_finds_its_run(seeded: Seeded, client: Client) -> None:
+    page = client.get("/runs", params={"q": f"  {seeded.failed} \n", "graph": " api_failing "}).text
+    assert f'href="/runs/{seeded.failed}"' in page and "No runs match" not in page
+
+
+def test_a_forms_button_is_disabled_while_its_request_is_out(seeded: Seeded, client: Client) -> None:
+    [q] = asyncio.run(seeded.rt.interrupts(seeded.interrupted))
+    form = re.search(r"<form [^>]*answer-form[^>]*>", client.get(f"/interrupts/{q.id}").text)
+    assert form and 'hx-disabled-elt="find button"' in form.group(0)
+    actions = client.get(f"/runs/{seeded.failed}").text
+    for action in ("resume", "compensate"):
+        tag = re.search(rf'<form [^>]*action="/runs/{seeded.failed}/{action}"[^>]*>', actions)
+        assert tag and 'hx-disabled-elt="find button"' in tag.group(0), action
