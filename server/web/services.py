@@ -210,16 +210,19 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
 
 
 def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]:
-    """Each attempt as a bar: when it was queued (its previous attempt's end, or the
-    run's start), when it started and when it ended, relative to the run's start."""
+    """Each attempt as a bar: when it started and when it ended, relative to the run's
+    start, and for a retry how long it waited after the attempt before it (its backoff).
+    A first attempt's wait is not told: when it became ready is not recorded, and the
+    run's start would count its dependencies' time as its own."""
     t0 = run.created_at
     span = max([a.ended_at for a in attempts] + [t0 + 1e-6]) - t0
     last_end: dict[str, float] = {}
     out = []
     for a in sorted(attempts, key=lambda a: a.started_at):
-        queued = last_end.get(a.node, t0)
+        before = last_end.get(a.node)
         out.append({"node": a.node, "attempt": a.attempt, "status": a.status.value,
-                    "queue_ms": max(0.0, (a.started_at - queued) * 1000), "run_ms": (a.ended_at - a.started_at) * 1000,
+                    "at_ms": (a.started_at - t0) * 1000, "run_ms": (a.ended_at - a.started_at) * 1000,
+                    "wait_ms": None if before is None else max(0.0, (a.started_at - before) * 1000),
                     "left": 100 * (a.started_at - t0) / span, "width": max(0.3, 100 * (a.ended_at - a.started_at) / span)})
         last_end[a.node] = a.ended_at
     return out

@@ -7,6 +7,7 @@ import asyncio
 import re
 from typing import Any
 
+import pytest
 from conftest import Seeded
 from local_client import TestClient
 
@@ -47,3 +48,20 @@ def test_a_forms_button_is_disabled_while_its_request_is_out(seeded: Seeded, cli
     for action in ("resume", "compensate"):
         tag = re.search(rf'<form [^>]*action="/runs/{seeded.failed}/{action}"[^>]*>', actions)
         assert tag and 'hx-disabled-elt="find button"' in tag.group(0), action
+
+
+def test_the_waterfall_tells_a_retrys_wait_and_no_made_up_wait_for_a_first_attempt(seeded: Seeded) -> None:
+    """A first attempt's wait would be counted from the run's start, its dependencies' time
+    included: the bar says when it started instead; a retry says how long it waited."""
+    from runtime.core.records import NodeAttempt
+    from runtime.core.states import NodeStatus
+    from server.web.services import waterfall
+
+    run = seeded.rt.store.get_run(seeded.succeeded)
+    t0 = run.created_at
+    bars = waterfall([NodeAttempt(run.id, "a", 1, NodeStatus.SUCCEEDED, t0 + 0.010, t0 + 0.020),
+                      NodeAttempt(run.id, "b", 1, NodeStatus.FAILED, t0 + 0.020, t0 + 0.025),
+                      NodeAttempt(run.id, "b", 2, NodeStatus.SUCCEEDED, t0 + 0.045, t0 + 0.050)], run)
+    assert [(b["node"], b["attempt"], b["wait_ms"]) for b in bars] == [("a", 1, None), ("b", 1, None),
+                                                                     ("b", 2, pytest.approx(20.0, abs=0.01))]
+    assert bars[1]["at_ms"] == pytest.approx(20.0, abs=0.01) and bars[2]["run_ms"] == pytest.approx(5.0, abs=0.01)
