@@ -7,7 +7,9 @@ with a traceback instead of a sentence:
   not read back once written: refused past ``MAX_DEPTH`` levels;
 - integers longer than Python converts from text (4,300 digits by default);
 - ``NaN``, ``Infinity`` and numbers like ``1e400`` that only a float overflow turns
-  into infinity: JSON has no such values, and stored state would silently get ``null``.
+  into infinity: JSON has no such values, and stored state would silently get ``null``;
+- a key given twice in one object (``{"tier": "a", "tier": "b"}``): the parser would
+  keep the last one without a word.
 
 Each is refused with an :class:`InputError` whose one-line message names the value
 (``what``: the option, field or file it came from).
@@ -38,6 +40,15 @@ class InputError(Exception):
 
 class _Refused(Exception):
     """Raised from inside the parser's hooks; becomes an InputError naming the value."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))   # type: ignore[func-returns-value]
+        raise _Refused(f"key {twice!r} appears twice in one object")
+    return out
 
 
 def _constant(name: str) -> Any:
@@ -83,7 +94,8 @@ def parse_json(text: str, what: str, max_depth: int = MAX_DEPTH) -> JSON:
     """``text`` as a JSON value; ``InputError`` naming ``what`` when it is not one we accept
     (``max_depth``: for documents that wrap such values in an envelope of their own)."""
     try:
-        value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+        value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int,
+                           object_pairs_hook=_object)
     except json.JSONDecodeError as e:
         raise InputError(f"{what} is not valid JSON: {e.msg} at column {e.colno}") from None
     except _Refused as e:

@@ -65,3 +65,12 @@ def test_the_waterfall_tells_a_retrys_wait_and_no_made_up_wait_for_a_first_attem
     assert [(b["node"], b["attempt"], b["wait_ms"]) for b in bars] == [("a", 1, None), ("b", 1, None),
                                                                      ("b", 2, pytest.approx(20.0, abs=0.01))]
     assert bars[1]["at_ms"] == pytest.approx(20.0, abs=0.01) and bars[2]["run_ms"] == pytest.approx(5.0, abs=0.01)
+
+
+def test_a_patch_giving_a_field_twice_is_refused_and_forks_nothing(seeded: Seeded, client: Client) -> None:
+    cp = seeded.rt.store.checkpoints(seeded.failed)[1].id
+    before = len(seeded.rt.store.list_runs())
+    r = client.post(f"/api/checkpoints/{cp}/fork", content=b'{"patch": {"n": 1, "n": 5}}',
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and "key 'n' appears twice" in r.json()["error"]
+    assert len(seeded.rt.store.list_runs()) == before

@@ -174,6 +174,12 @@ def test_a_number_json_cannot_hold_is_refused_not_stored_as_null(harness: Harnes
     assert harness.runs() == []
 
 
+@pytest.mark.parametrize("value", ['{"data": 1, "data": 2}', '{"data": {"a": 1, "b": 2, "a": 3}}'])
+def test_a_key_given_twice_is_refused_not_silently_the_last(harness: Harness, value: str):
+    one_line_mistake(*harness("run", harness.graph, "--input", value), "--input is not accepted: key ")
+    assert harness.runs() == []
+
+
 # ------------------------------------------------------------------ numeric options
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-5", "0", "soon"])
