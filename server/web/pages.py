@@ -204,3 +204,13 @@ async def event_page(request: Request[Any, Any, Any], run_id: FromPath[str], seq
 
 
 HANDLERS.append(event_page)
+
+
+@get("/checkpoints/{checkpoint_id:str}", include_in_schema=False)
+async def checkpoint_page(request: Request[Any, Any, Any], checkpoint_id: FromPath[str]) -> Redirect:
+    """A checkpoint by id (as a fork's header names its base): its run's page, at it."""
+    cp = await services.in_thread(runtime_of(request).store.get_checkpoint, checkpoint_id)
+    return Redirect(f"/runs/{cp.run_id}?{urlencode({'cp': cp.seq})}", status_code=303)
+
+
+HANDLERS.append(checkpoint_page)

@@ -74,3 +74,12 @@ def test_a_patch_giving_a_field_twice_is_refused_and_forks_nothing(seeded: Seede
                     headers={"Content-Type": "application/json"})
     assert r.status_code == 422 and "key 'n' appears twice" in r.json()["error"]
     assert len(seeded.rt.store.list_runs()) == before
+
+
+def test_a_forks_header_links_the_checkpoint_it_branched_from(seeded: Seeded, client: Client) -> None:
+    cp = seeded.rt.store.checkpoints(seeded.failed)[1]
+    fork = asyncio.run(seeded.rt.fork(cp.id, {"n": 4}))
+    assert f'<a class="mono" href="/checkpoints/{cp.id}">' in client.get(f"/runs/{fork.id}").text
+    r = client.get(f"/checkpoints/{cp.id}", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == f"/runs/{seeded.failed}?cp={cp.seq}"
+    assert client.get("/checkpoints/cp_nope", follow_redirects=False).status_code == 404
