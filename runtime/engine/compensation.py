@@ -41,6 +41,7 @@ from ..core.states import RunStatus
 from ..core.streams import publish
 from ..graph.locate import resolve_callable
 from ..history.lineage import continuations, continued_chain
+from ..store.base import CheckpointStore
 from .deps import EngineDeps
 from .effects import EffectInfo, call_effect_fn
 from .leases import lease_expired
@@ -105,6 +106,13 @@ def compensable(entries: list[JournalEntry]) -> tuple[list[JournalEntry], dict[t
             done.pop(ident, None)
     ordered = sorted(done.values(), key=lambda e: e.at)
     return ordered, undo
+
+
+def left_to_undo(store: CheckpointStore, run: Run) -> list[JournalEntry]:
+    """The run's live effects with an undo that is not recorded as done, oldest first."""
+    effects, undo = compensable(store.journal(list(reversed(continued_chain(store, run)))))
+    return [e for e in effects if (u := undo.get((e.node, e.name, e.occurrence))) is None
+            or u.status != EffectStatus.COMPENSATED]
 
 
 async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:

@@ -79,8 +79,14 @@ class Driver:
     async def finished(self, run: Run) -> Run:
         """A run's opt-in policy: compensate its effects when it ends failed or cancelled."""
         if run.status.value in (run.options.get("compensate_on") or ()):
-            await compensate(self.deps, run.id)
+            report = await compensate(self.deps, run.id)
             run = self.store.get_run(run.id)
+            if not report.complete:   # an undo this process cannot import or run: say so, not nothing
+                left = [f"{s.node} {s.name} #{s.occurrence}: {s.status.value}" for s in report.steps
+                        if s.status.value not in ("compensated", "already")]
+                log.warning("run %s ended %s and its policy undoes its effects, but %d were not undone (%s); "
+                            "compensate it where their undo functions can be imported (harness compensate %s)",
+                            run.id, run.status.value, len(left), "; ".join(left), run.id)
         return run
 
     def take_lease(self, run: Run, event: RunEvent, answered: Mapping[str, JSON] | None = None,

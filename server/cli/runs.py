@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runtime import InvalidAnswer, Run, RunStatus, Runtime, StreamEvent, resolve_ref
+from runtime.engine.compensation import left_to_undo
 from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import event_line, run_line
 
@@ -92,7 +93,14 @@ async def cmd_resume(args: argparse.Namespace) -> int:
 async def cmd_cancel(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
         run = await rt.cancel(args.run, args.reason)
+        # its policy undoes its effects when cancelled: an undo this process could not run is said
+        left = left_to_undo(rt.store, run) if run.status.value in (run.options.get("compensate_on") or ()) else []
     emit(args, run, run_line(run) if run.status == RunStatus.CANCELLED else f"cancel requested; {run_line(run)}")
+    if left:
+        print(f"compensation incomplete: {len(left)} effect(s) not undone "
+              f"({', '.join(f'{e.node} {e.name} #{e.occurrence}' for e in left)}); run `harness compensate "
+              f"{run.id}` where their undo functions can be imported", file=sys.stderr)
+        return exits.FAILED
     return exits.OK
 
 

@@ -186,3 +186,30 @@ def test_a_run_whose_code_the_command_cannot_find_names_the_option_that_gives_it
     # cancelling it runs no code: it needs none
     code, out, err = harness(capsys, "cancel", run.id, "--reason", "not needed", "--db", db)
     assert code == 0 and err == "" and "cancelled" in out
+
+
+def test_a_cancel_whose_policy_cannot_undo_an_effect_here_says_so(workdir: Path, capsys: pytest.CaptureFixture[str]):
+    """The run undoes its effects when cancelled (compensate_on), and the undo is nothing this
+    command can run: the cancel goes through, and says the compensation is incomplete."""
+    import asyncio
+
+    from runtime import Graph, Runtime, SqlStore
+
+    g = Graph("booked_then_asked")
+    undone: list[str] = []
+
+    @g.node()
+    async def book(state, ctx):
+        await ctx.effect("book", lambda: "seat 4", compensate=lambda info: undone.append(info.key))
+        await ctx.interrupt({"question": "pay?"})
+
+    db = str(workdir / "script.db")
+    rt = Runtime(store=SqlStore(f"sqlite:///{db}"), graphs=[g])
+    try:
+        run = asyncio.run(rt.start(g, {}, compensate_on=["cancelled"]))
+    finally:
+        rt.close()
+    code, out, err = harness(capsys, "cancel", run.id, "--db", db)
+    assert code == 1 and "cancelled" in out and undone == []
+    assert "compensation incomplete: 1 effect(s) not undone (book book #0)" in err
+    assert f"harness compensate {run.id}" in err
