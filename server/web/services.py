@@ -32,6 +32,7 @@ from runtime.core.records import (
 from runtime.core.states import NodeStatus, RunStatus
 from runtime.core.trace import states_after
 from runtime.graph.instances import base_node, parse_instance
+from runtime.engine.compensation import left_to_undo
 from runtime.history.lineage import compensated, unused_mocks
 from runtime.history.state import state_json
 from runtime.store.base import MAX_SEQ
@@ -125,6 +126,8 @@ class RunPage:
     unused_mocks: Sequence[str] = ()   # the branch's ``mocks`` no effect called
     #: an ended run whose effects were undone (or may have been): it is forked, never continued
     compensated: bool = False
+    #: an ended run with live effects of its own line that an undo is registered for and not done
+    undoable: bool = False
 
 
 def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
@@ -172,7 +175,9 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
         selected=view, previous=previous, changes=changes, node=node, node_absent=absent, node_states=states,
         interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
         orphaned=rt.orphaned(run), unused_mocks=unused_mocks(rt.store, run),
-        compensated=run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and compensated(rt.store, run))
+        compensated=run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and compensated(rt.store, run),
+        undoable=(run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+                  and not run.effects_elsewhere and bool(left_to_undo(rt.store, run))))
 
 
 def _has_node(states: Mapping[str, NodeStatus], node: str) -> bool:

@@ -1024,15 +1024,15 @@ def test_import_a_valid_export_into_a_fresh_store(seeded: Seeded, client: Client
 
 
 def test_an_import_form_can_take_the_thread_over_live(seeded: Seeded, client: Client, empty_rt: Runtime) -> None:
-    document = client.get(f"/runs/{seeded.failed}/export").content
+    document = client.get(f"/runs/{seeded.succeeded}/export").content   # a charge with a refund as its undo
     with TestClient(create_app(empty_rt)) as fresh:
         token = csrf(fresh, "/import")
         r = fresh.post("/import", data={"_csrf_token": token, "effects": "live"},
                        files={"file": ("thread.json", document, "application/json")})
         assert r.status_code == 201, r.text
-        page = fresh.get(f"/runs/{seeded.failed}").text
+        page = fresh.get(f"/runs/{seeded.succeeded}").text
         assert "<dt>Imported</dt>" in page and "effects mocked" not in page
-        assert f'action="/runs/{seeded.failed}/compensate"' in page
+        assert f'action="/runs/{seeded.succeeded}/compensate"' in page
 
 
 @pytest.mark.parametrize(("body", "named"), [

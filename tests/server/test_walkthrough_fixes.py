@@ -44,10 +44,22 @@ def test_a_forms_button_is_disabled_while_its_request_is_out(seeded: Seeded, cli
     [q] = asyncio.run(seeded.rt.interrupts(seeded.interrupted))
     form = re.search(r"<form [^>]*answer-form[^>]*>", client.get(f"/interrupts/{q.id}").text)
     assert form and 'hx-disabled-elt="find button"' in form.group(0)
-    actions = client.get(f"/runs/{seeded.failed}").text
-    for action in ("resume", "compensate"):
-        tag = re.search(rf'<form [^>]*action="/runs/{seeded.failed}/{action}"[^>]*>', actions)
+    for run_id, action in ((seeded.failed, "resume"), (seeded.succeeded, "compensate")):
+        tag = re.search(rf'<form [^>]*action="/runs/{run_id}/{action}"[^>]*>', client.get(f"/runs/{run_id}").text)
         assert tag and 'hx-disabled-elt="find button"' in tag.group(0), action
+
+
+def test_compensate_is_offered_only_where_there_is_something_to_undo(seeded: Seeded, client: Client) -> None:
+    def offered(run_id: str) -> bool:
+        return f'action="/runs/{run_id}/compensate"' in client.get(f"/runs/{run_id}").text
+
+    assert offered(seeded.succeeded)            # a charge whose undo is a refund
+    assert not offered(seeded.failed)           # no effect at all
+    cp = seeded.rt.store.checkpoints(seeded.succeeded)[0].id
+    fork = asyncio.run(seeded.rt.fork(cp))      # mocked: nothing reached the world
+    assert fork.status.value == "succeeded" and not offered(fork.id)
+    asyncio.run(seeded.rt.compensate(seeded.succeeded))
+    assert not offered(seeded.succeeded)        # undone already
 
 
 def test_the_waterfall_tells_a_retrys_wait_and_no_made_up_wait_for_a_first_attempt(seeded: Seeded) -> None:
