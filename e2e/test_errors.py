@@ -9,12 +9,12 @@ from playwright.sync_api import Page, Route, expect
 
 
 def test_an_action_refused_for_a_stale_page_says_to_reload(page: Page, demo: Any, shot: Any) -> None:
-    run_id = demo.ids["research"]
+    run_id = demo.ids["cancelled"]
     page.goto(f"/runs/{run_id}")
     # the page's form token no longer matches: the server was restarted since it was loaded
     page.context.add_cookies([{"name": "csrftoken", "value": "from-an-earlier-server", "url": demo.url}])
     page.on("dialog", lambda d: d.accept())
-    page.locator(".actions").get_by_role("button", name="Compensate").click()
+    page.locator(".actions").get_by_role("button", name="Resume").click()
     flash = page.locator("#flash")
     expect(flash).to_contain_text("403")
     expect(flash).to_contain_text("reload it and try again")
