@@ -7,6 +7,7 @@ replay it, the code must be found again: registered here, or importable by the
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -36,6 +37,19 @@ def compiled(graph: Graph | ExecutableGraph) -> ExecutableGraph:
     return graph.compile() if isinstance(graph, Graph) else graph
 
 
+def found_ref(graph: Graph | ExecutableGraph, done: ExecutableGraph) -> str | None:
+    """Where a graph given as an object can be imported from by another process (the CLI,
+    the debugger, a worker resuming its runs): a module-level name bound to it in a module
+    its nodes come from. None for one built by a factory or in a script run as __main__."""
+    modules = dict.fromkeys(spec.fn_ref.partition(":")[0] for spec in done.nodes.values() if spec.fn_ref)
+    for module in modules:
+        found = sys.modules.get(module) if module != "__main__" else None
+        for attr, value in list(vars(found).items()) if found is not None else ():
+            if value is graph or value is done:
+                return f"{module}:{attr}"
+    return None
+
+
 class GraphRegistry:
     def __init__(self, store: CheckpointStore):
         self.store = store
@@ -62,7 +76,9 @@ class GraphRegistry:
         if not current and (done.version in self._graphs or self.store.graph_description(done.version) is not None):
             return done
         self._graphs[done.version] = done
-        ref = getattr(done, "ref", None)
+        ref = getattr(done, "ref", None) or found_ref(graph, done)
+        if ref:
+            done.ref = ref
         if (done.version, ref) in self._saved:
             return done
         self._saved.add((done.version, ref))
