@@ -21,17 +21,8 @@ from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
 from .core.jsonvalues import JSON
-from .core.records import (
-    Checkpoint,
-    CheckpointSource,
-    Interrupt,
-    InterruptStatus,
-    NodeAttempt,
-    PendingWrite,
-    Run,
-    RunKind,
-    TraceEvent,
-)
+from .core.records import (Checkpoint, CheckpointSource, Interrupt, InterruptStatus, NodeAttempt, PendingWrite, Run,
+                           RunKind, TraceEvent)
 from .core.states import NodeStatus, RunStatus
 from .engine.answers import MISSING
 from .engine.compensation import CompensationReport, compensate
@@ -273,6 +264,10 @@ class Runtime:
     def orphaned(self, run: Run) -> bool:
         """A RUNNING run whose process is gone (lease expired or its PID dead here)."""
         return self._driver.orphaned(run)
+
+    def drives(self, run_id: str) -> bool:
+        """Whether this Runtime drives the run now: it takes answers while the run goes on."""
+        return self._driver.driven_here(run_id)
 
     # ------------------------------------------------------------------ time travel
 

@@ -140,6 +140,9 @@ class Driver:
         if path == ResumePath.ANSWER:
             return await self.answer(run, answer, answers, limits, by)
         if answering:
+            loop = self.deps.slots.driving(run_id)
+            if isinstance(loop, RunLoop) and run.status == RunStatus.RUNNING:
+                return await self.deliver(loop, answer, answers, limits, by)
             questions = self.store.interrupts(run_id)
             waiting = [i.id for i in questions if i.status == InterruptStatus.PENDING]
             if waiting and run.status == RunStatus.RUNNING:
@@ -172,6 +175,20 @@ class Driver:
         except LeaseLost:
             raise InvalidAnswer(f"run {run.id} was already answered by another caller") from None
         return await self.run_loop(loop)
+
+    async def deliver(self, loop: RunLoop, answer: JSON, answers: Mapping[str, JSON] | None,
+                      limits: Mapping[str, JSON] | None, by: str | None) -> Run:
+        """Answer questions of a run this process drives while it still runs other branches:
+        the answered nodes go on at once; returns the run once it next pauses or ends."""
+        if limits:
+            raise InvalidRequest(f"run {loop.run_id} is running: new limits are given when it has paused or ended")
+        given = match_answers(loop.run, loop.questions(), answer, answers)
+        checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
+        if not loop.deliver(checked, by):
+            await loop.stopped.wait()   # it was pausing or ending: answered as a paused run, if it paused
+            return await self.resume(loop.run_id, answers=checked, by=by)
+        await loop.stopped.wait()
+        return self.store.get_run(loop.run_id)
 
     def continuation(self, parent: Run, limits: Mapping[str, JSON] | None = None
                      ) -> tuple[Run, Checkpoint, ExecutableGraph]:
@@ -260,9 +277,10 @@ class Driver:
 
 
 def still_running(run_id: str, asked: Sequence[str]) -> str:
-    """Why a question a running run asked cannot be answered yet (ADR 0011)."""
-    return (f"run {run_id} is still running what does not wait for an answer; it pauses for "
-            f"{', '.join(asked)} once nothing else can run, and can be answered then")
+    """Why a question a run driven by another process asked cannot be answered yet (ADR 0011);
+    the process driving it takes answers at once."""
+    return (f"run {run_id} is still running, in another process, what does not wait for an answer; "
+            f"it pauses for {', '.join(asked)} once nothing else can run, and can be answered then")
 
 
 def raise_busy(run: Run, where: str) -> None:

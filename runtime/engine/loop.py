@@ -87,6 +87,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
         self._turn_at = 0.0   # when this loop last gave the event loop a turn for certain (``_wait``)
         #: whether what the inherited statuses imply was created (``_regrow``)
         self._grown = not self.inst.dynamic
+        self.stopped = asyncio.Event()   # set once this process stops driving the run
 
     # what the Runtime's slots see
     @property
@@ -169,6 +170,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
             self.rec.close()
             self._waiter.close()
             self.deps.slots.detach(self)
+            self.stopped.set()
 
     async def _steps(self, until: float | None = None) -> Run | None:
         """Run the loop until the run ends or pauses (None: ``until`` came first)."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from ..core.errors import ErrorClass
 from ..core.jsonvalues import JSON
+from ..core.records import Interrupt
 from ..core.states import NodeEvent, NodeStatus, RunEvent, RunStatus, StopKind
 from .parts import LoopPart
 from .stopping import Stop, stop
@@ -45,6 +46,33 @@ class TakeOver(LoopPart):
         self._queued = []
         self.rec.checkpoint_if_dirty()
         self.rec.flush(durable=True)
+
+    def questions(self) -> list[Interrupt]:
+        """This run's questions as the loop knows them (one just asked may not be committed yet)."""
+        return [i for i in self.host.interrupts.values() if i.run_id == self.run_id]
+
+    @abstractmethod
+    def wake(self) -> None:
+        ...
+
+    def deliver(self, answers: Mapping[str, JSON], by: str | None = None) -> bool:
+        """Checked answers to questions this run asked while it goes on with what does not
+        wait for them (ADR 0011): each answered instance is due again at once, and the run
+        no longer pauses for it. False, and nothing recorded, once the run has begun to end
+        or pause (it is answered as a paused run then) or to stop for good."""
+        if self.run.status != RunStatus.RUNNING or (self._stop is not None and self._stop.kind != StopKind.INTERRUPT):
+            return False
+        for interrupt_id, value in answers.items():
+            done = self.host.answer(interrupt_id, value, by)
+            if self.rec.statuses[done.node] == N.INTERRUPTED:
+                self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
+                self._candidates.add(done.node)
+        if self._stop is not None and N.INTERRUPTED not in self.rec.statuses.values():
+            self._stop = None   # nothing left to pause for
+        self.rec.checkpoint_if_dirty()
+        self.rec.flush(durable=True)   # an answer given is kept, whatever happens to this process next
+        self.wake()
+        return True
 
     def begin_cancel(self, reason: str) -> None:
         """Cancel a run no process is executing (queued, paused, or orphaned by a crash)."""

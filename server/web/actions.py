@@ -9,7 +9,7 @@ driving it in the background so the page can follow it live.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -74,14 +74,18 @@ async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str
     if run.status == RunStatus.INTERRUPTED and answers is None:
         raise Conflict(f"run {run_id} is waiting for answers: give answers={{interrupt id: answer}}, or "
                        f"answer its interrupts one by one")
-    if run.status == RunStatus.RUNNING and not rt.orphaned(run):
+    if run.status == RunStatus.RUNNING and not rt.orphaned(run) and not (answers and rt.drives(run_id)):
         asked = [i.id for i in await in_thread(rt.store.interrupts, run_id) if i.status == InterruptStatus.PENDING]
         raise Conflict(still_running(run_id, asked) if answers and asked
                        else f"run {run_id} is running; cancel it or wait for it to finish")
-    if answers is not None and run.status != RunStatus.INTERRUPTED and not rt.orphaned(run):
+    if answers is not None and run.status not in (RunStatus.INTERRUPTED, RunStatus.RUNNING) and not rt.orphaned(run):
         raise Conflict(f"run {run_id} is {run.status.value}, not waiting for answers: there is nothing to answer")
     if answers:
         await in_thread(check_answers, rt, run_id, answers)
+    if answers and run.status == RunStatus.RUNNING and rt.drives(run_id):
+        if limits:
+            raise Conflict(f"run {run_id} is running: new limits are given when it has paused or ended")
+        return await _answer_running(rt, tasks, run_id, answers, by)
     try:
         return await start_in_background(
             rt, rt.resume(run_id, answers=answers, answered_by=by if answers else None, **(limits or {})), tasks)
@@ -105,6 +109,23 @@ async def cancel(rt: Runtime, tasks: Tasks, run_id: str, reason: str) -> str:
     if task.done():   # refused at once (a run whose graph this process cannot load): say why
         task.result()
     return run_id
+
+
+async def _answer_running(rt: Runtime, tasks: Tasks, run_id: str, answers: Mapping[str, JSON], by: str | None) -> str:
+    """Answers to a run this server drives while it goes on: the task that drives it records
+    them and runs on (its page follows it live); this call only waits for it to stop."""
+    task = asyncio.get_running_loop().create_task(
+        _awaited(rt.resume(run_id, answers=answers, answered_by=by)))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    await asyncio.sleep(0)   # the answers are checked and handed over before the first wait
+    if task.done():   # refused at once: say why
+        task.result()
+    return run_id
+
+
+async def _awaited(call: Awaitable[object]) -> None:
+    await call
 
 
 async def _cancel(rt: Runtime, run_id: str, reason: str) -> None:
@@ -132,10 +153,12 @@ async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: 
     if found.status != InterruptStatus.PENDING:
         raise Conflict(f"interrupt {interrupt_id} is {found.status.value}: it cannot be answered again")
     run = await _run(rt, found.run_id)
-    if run.status == RunStatus.RUNNING and not rt.orphaned(run):
+    if run.status == RunStatus.RUNNING and not rt.orphaned(run) and not rt.drives(run.id):
         raise Conflict(still_running(run.id, [interrupt_id]))
     answers = {interrupt_id: value, **{other: value for other in also}}
     await in_thread(check_answers, rt, found.run_id, answers)
+    if run.status == RunStatus.RUNNING and rt.drives(run.id):
+        return await _answer_running(rt, tasks, run.id, answers, by)
     try:
         return await start_in_background(
             rt, rt.resume(found.run_id, answers=answers, answered_by=by), tasks)

@@ -213,8 +213,9 @@ def screen(rt: Runtime, interrupt_id: str) -> dict[str, Any]:
             "node_status": now.node_states.get(i.node) if now is not None else None,
             "others": others, "alike": alike(i, others), "by": by, "at": at, "effect": i.kind in EFFECT_CHOICES,
             "pending": i.status == InterruptStatus.PENDING,
-            # its process goes on with other branches first (ADR 0011); one whose process is gone is recovered
-            "still_running": run.status == RunStatus.RUNNING and not rt.orphaned(run)}
+            # another process drives it, and goes on with other branches first (ADR 0011); one this
+            # server drives takes the answer at once, one whose process is gone is recovered
+            "still_running": run.status == RunStatus.RUNNING and not rt.orphaned(run) and not rt.drives(run.id)}
 
 
 def alike(i: Interrupt, others: Sequence[Interrupt]) -> list[Interrupt]:

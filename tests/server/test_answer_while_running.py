@@ -76,3 +76,58 @@ def test_an_early_answer_is_refused_saying_when_the_question_can_be_answered(tmp
         thread.join(10)
         driver.close()
         viewer.close()
+
+
+def asks_twice(gate: threading.Event) -> Graph:
+    """``first`` asks; then ``ask`` asks again while ``work`` runs until ``gate`` is set."""
+    g = Graph("asks-twice")
+
+    @g.node()
+    async def first(state: Any, ctx: Any) -> dict[str, Any]:
+        return {"f": await ctx.interrupt({"q": "start?"})}
+
+    @g.node(after=["first"])
+    async def ask(state: Any, ctx: Any) -> dict[str, Any]:
+        return {"a": await ctx.interrupt({"q": "go?"})}
+
+    @g.node(after=["first"])
+    async def work(state: Any) -> dict[str, Any]:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        return {"b": 1}
+
+    return g
+
+
+def test_a_run_this_server_drives_takes_an_answer_while_it_goes_on(tmp_path: Path) -> None:
+    gate = threading.Event()
+    graph = asks_twice(gate).compile()
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"), graphs=[graph])
+    try:
+        run = asyncio.run(rt.start(graph, {}))
+        [first] = rt.store.interrupts(run.id)
+        with TestClient(create_app(rt)) as client:
+            assert client.post(f"/api/interrupts/{first.id}/answer", json={"answer": True}).status_code == 202
+            deadline = time.monotonic() + 10   # the server drives the run on: ask asks, work runs
+            while len(rt.store.interrupts(run.id)) < 2:
+                assert time.monotonic() < deadline, "the second question was never recorded"
+                time.sleep(0.01)
+            second = next(i for i in rt.store.interrupts(run.id) if i.id != first.id)
+            assert rt.store.get_run(run.id).status == RunStatus.RUNNING
+            assert 'id="still-running"' not in client.get(f"/interrupts/{second.id}").text
+            r = client.post(f"/api/interrupts/{second.id}/answer", json={"answer": "go"})
+            assert r.status_code == 202, r.text
+            while rt.store.interrupt(second.id).status != InterruptStatus.ANSWERED:
+                assert time.monotonic() < deadline, "the answer was not taken"
+                time.sleep(0.01)
+            assert rt.store.get_run(run.id).status == RunStatus.RUNNING   # work still goes on
+            gate.set()
+            while rt.store.get_run(run.id).status == RunStatus.RUNNING:
+                assert time.monotonic() < deadline, "the run did not end"
+                time.sleep(0.01)
+        assert rt.store.get_run(run.id).status == RunStatus.SUCCEEDED
+        events = [e.type for e in rt.store.events(run.id)]
+        assert events.count("run.interrupt") == 1   # the first question only: the second never paused it
+    finally:
+        gate.set()
+        rt.close()
