@@ -26,12 +26,17 @@ def ask_beside(gate: threading.Event) -> Graph:
     async def ask(state: Any, ctx: Any) -> dict[str, Any]:
         return {"a": await ctx.interrupt({"q": "go?"})}
 
-    @g.node()
+    return with_work(g, gate)
+
+
+def with_work(g: Graph, gate: threading.Event, after: tuple[str, ...] = ()) -> Graph:
+    """``g`` with a node ``work`` (after ``after``) that runs until ``gate`` is set."""
     async def work(state: Any) -> dict[str, Any]:
         while not gate.is_set():
             await asyncio.sleep(0.01)
         return {"b": 1}
 
+    g.add_node("work", work, after=list(after))
     return g
 
 
@@ -90,13 +95,7 @@ def asks_twice(gate: threading.Event) -> Graph:
     async def ask(state: Any, ctx: Any) -> dict[str, Any]:
         return {"a": await ctx.interrupt({"q": "go?"})}
 
-    @g.node(after=["first"])
-    async def work(state: Any) -> dict[str, Any]:
-        while not gate.is_set():
-            await asyncio.sleep(0.01)
-        return {"b": 1}
-
-    return g
+    return with_work(g, gate, after=("first",))
 
 
 def test_a_run_this_server_drives_takes_an_answer_while_it_goes_on(tmp_path: Path) -> None:

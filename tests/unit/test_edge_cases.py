@@ -41,23 +41,29 @@ async def final(rt: Runtime, run_id: str) -> BaseModel:
     return await rt.state_at((await rt.history(run_id))[-1].id)
 
 
-async def test_an_in_doubt_answer_settles_only_the_entry_it_was_given_for(rt: Runtime):
-    calls: list[str] = []
+def charging(calls: list[str], stalls: int, attempts: int) -> Graph:
+    """One node charging through an effect whose first ``stalls`` calls outlive the attempt
+    (their outcome is unknown: in doubt)."""
     g = Graph("g", state=S)
 
     async def pay(info):
         calls.append(info.key)
-        if len(calls) <= 2:
-            await asyncio.sleep(5)  # outlives the attempt: outcome unknown
+        if len(calls) <= stalls:
+            await asyncio.sleep(5)
         return "paid"
 
     # the timeout must outlast the effect's forced journal commit, or the call may never start
     # (a slow disk under a loaded machine once took longer than 0.1 s)
-    @g.node(timeout=0.5, retry=RetryPolicy(max_attempts=10, **FAST))
+    @g.node(timeout=0.5, retry=RetryPolicy(max_attempts=attempts, **FAST))
     async def charge(state, ctx):
         return {"value": await ctx.effect("pay", pay)}
 
-    run = await rt.start(g, {})
+    return g
+
+
+async def test_an_in_doubt_answer_settles_only_the_entry_it_was_given_for(rt: Runtime):
+    calls: list[str] = []
+    run = await rt.start(charging(calls, stalls=2, attempts=10), {})
     [first] = await rt.interrupts(run.id)
     run = await rt.resume(run.id, {"action": "retry"})  # the retried call is in doubt again
     assert run.status == RunStatus.INTERRUPTED and len(calls) == 2
@@ -655,19 +661,7 @@ async def test_an_answer_about_an_effect_that_drops_or_misspells_its_result_is_r
     """A "result" answer with no result would be recorded as null, the effect's outcome for
     good (every continuation is served it); a misspelt key would silently be dropped."""
     calls: list[str] = []
-    g = Graph("g", state=S)
-
-    async def pay(info):
-        calls.append(info.key)
-        if len(calls) == 1:
-            await asyncio.sleep(5)  # outlives the attempt: outcome unknown
-        return "paid"
-
-    @g.node(timeout=0.5, retry=RetryPolicy(max_attempts=2, **FAST))
-    async def charge(state, ctx):
-        return {"value": await ctx.effect("pay", pay)}
-
-    run = await rt.start(g, {})
+    run = await rt.start(charging(calls, stalls=1, attempts=2), {})
     [question] = await rt.interrupts(run.id)
     assert question.kind == InterruptKind.IN_DOUBT
     journal = rt.store.journal([run.id])
