@@ -108,9 +108,17 @@ def compensable(entries: list[JournalEntry]) -> tuple[list[JournalEntry], dict[t
     return ordered, undo
 
 
+def undoable_here(store: CheckpointStore, run: Run) -> list[JournalEntry]:
+    """The journal of the run's line, oldest first, but for runs whose effects happened in the
+    store they were imported from (a continuation made here undoes its own, not theirs)."""
+    line = list(reversed(continued_chain(store, run)))
+    elsewhere = {r for r in line if (store.get_run(r) if r != run.id else run).effects_elsewhere}
+    return [e for e in store.journal(line) if e.run_id not in elsewhere]
+
+
 def left_to_undo(store: CheckpointStore, run: Run) -> list[JournalEntry]:
     """The run's live effects with an undo that is not recorded as done, oldest first."""
-    effects, undo = compensable(store.journal(list(reversed(continued_chain(store, run)))))
+    effects, undo = compensable(undoable_here(store, run))
     return [e for e in effects if (u := undo.get((e.node, e.name, e.occurrence))) is None
             or u.status != EffectStatus.COMPENSATED]
 
@@ -142,7 +150,7 @@ async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False
             raise InvalidRequest(busy) from None
         writer = _Recorder(deps, run, on_release=lambda: busy_runs.discard(run.id))
         # read after taking the lease: what an earlier caller recorded is all there
-        effects, undo = compensable(store.journal(list(reversed(continued_chain(store, run)))))
+        effects, undo = compensable(undoable_here(store, run))
         steps: list[CompensationStep] = []
         for e in reversed(effects):  # newest first: later effects may depend on earlier ones
             step = await _one(deps, writer, e, undo.get((e.node, e.name, e.occurrence)), retry_in_doubt)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from ..core.errors import EndNotRecorded, GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
 from ..core.jsonvalues import JSON
-from ..core.records import Checkpoint, CheckpointSource, InterruptStatus, Run, RunKind
+from ..core.records import Checkpoint, CheckpointSource, EffectsMode, InterruptStatus, Run, RunKind
 from ..core.states import RESUME_PATHS, TERMINAL_RUN, ResumePath, RunEvent, RunStatus
 from ..graph import ExecutableGraph
 from ..history.creation import branch_statuses, inherited_of, insert_run, renew_limits
@@ -78,7 +78,7 @@ class Driver:
 
     async def finished(self, run: Run) -> Run:
         """A run's opt-in policy: compensate its effects when it ends failed or cancelled."""
-        if run.status.value in (run.options.get("compensate_on") or ()):
+        if run.status.value in (run.options.get("compensate_on") or ()) and not run.effects_elsewhere:
             report = await compensate(self.deps, run.id)
             run = self.store.get_run(run.id)
             if not report.complete:   # an undo this process cannot import or run: say so, not nothing
@@ -214,7 +214,8 @@ class Driver:
                   input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
                   base_checkpoint_id=last.id,
                   limits=with_limits(renew_limits(parent.limits, now), limits or {}, now),
-                  usage=dict(parent.usage), max_concurrency=parent.max_concurrency, options=parent.options)
+                  usage=dict(parent.usage), max_concurrency=parent.max_concurrency,
+                  options=continued_options(parent))
         graphs.inherit_run_graph(parent.id, run.id, graph)
         run, first = insert_run(self.store, self.env, run, statuses, snapshot=state_json(self.store, graphs, last),
                                 claim=True, source=CheckpointSource.CONTINUATION, inherited=inherited_of(statuses))
@@ -276,11 +277,20 @@ class Driver:
             waited += step
 
 
+def continued_options(parent: Run) -> Mapping[str, JSON]:
+    """A continuation's options: its parent's. One of a run whose effects happened in another
+    store goes on mocked, as its parent would have, and is not marked imported: what it does
+    here (an effect a person lets run live) is this store's, and can be undone here."""
+    if not parent.effects_elsewhere:
+        return parent.options
+    return {**{k: v for k, v in parent.options.items() if k != "imported"}, "effects": EffectsMode.MOCK.value}
+
+
 def still_running(run_id: str, asked: Sequence[str]) -> str:
     """Why a question a run driven by another process asked cannot be answered yet (ADR 0011);
     the process driving it takes answers at once."""
-    return (f"run {run_id} is still running, in another process, what does not wait for an answer; "
-            f"it pauses for {', '.join(asked)} once nothing else can run, and can be answered then")
+    return (f"run {run_id} is driven by another process, which still runs what does not wait for an "
+            f"answer; the run pauses for {', '.join(asked)} once nothing else can run, and can be answered then")
 
 
 def raise_busy(run: Run, where: str) -> None:

@@ -225,6 +225,9 @@ class RunHost:
         self.rec.emit(EventType.INTERRUPT_ANSWERED, done.node, None, **data)
         return done
 
+    def answered(self, interrupt_id: str | None) -> bool:
+        return any(i.id == interrupt_id and i.status == InterruptStatus.ANSWERED for i in self.interrupts.values())
+
     def close_pending(self) -> None:
         """An ending run leaves no question open."""
         for key, intr in list(self.interrupts.items()):

@@ -38,7 +38,11 @@ class Outcomes(LoopPart):
         self.rec.pending(scope, WriteKind.INTERRUPT, {"interrupt_id": outcome.interrupt_id})
         self.rec.attempt(scope, N.INTERRUPTED, decision="paused for an answer")
         self._node(scope.node, NodeEvent.INTERRUPT, attempt=scope.attempt, interrupt_id=outcome.interrupt_id)
-        if supersedes(StopKind.INTERRUPT, self._stop.kind if self._stop else None):
+        if self.host.answered(outcome.interrupt_id):
+            # answered while the attempt was still ending (``TakeOver.deliver``): it goes on at once
+            self._node(scope.node, NodeEvent.RESUME, interrupt_id=outcome.interrupt_id)
+            self._candidates.add(scope.node)
+        elif supersedes(StopKind.INTERRUPT, self._stop.kind if self._stop else None):
             self._stop = Stop(StopKind.INTERRUPT, {})
 
     def _record_cancelled(self, scope: AttemptScope) -> None:

@@ -33,13 +33,7 @@ class TakeOver(LoopPart):
         if event == RunEvent.RECOVER:
             log.info("run %s: recovering it (its previous owner stopped)", self.run_id)
             self._lose_in_flight()
-        for interrupt_id, value in answered.items():
-            done = self.host.answer(interrupt_id, value, by)
-            if self.rec.statuses[done.node] == N.INTERRUPTED:
-                self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
-        if self._stop is not None and self._stop.kind == StopKind.INTERRUPT and \
-                N.INTERRUPTED not in self.rec.statuses.values():
-            self._stop = None   # a run taken over while pausing, its questions answered now
+        self._take_answers(answered, by)
         self.rec.run_event(event, owner=self.env.owner)
         self._grow_inherited()
         self._candidates = set(self.inst.order)
@@ -62,17 +56,24 @@ class TakeOver(LoopPart):
         or pause (it is answered as a paused run then) or to stop for good."""
         if self.run.status != RunStatus.RUNNING or (self._stop is not None and self._stop.kind != StopKind.INTERRUPT):
             return False
+        self._take_answers(answers, by)
+        self.rec.checkpoint_if_dirty()
+        self.rec.flush(durable=True)   # an answer given is kept, whatever happens to this process next
+        self.wake()
+        return True
+
+    def _take_answers(self, answers: Mapping[str, JSON], by: str | None) -> None:
+        """Record checked answers; an interrupted instance answered is due again (one whose
+        attempt is still ending goes on once it is recorded, ``Outcomes._record_interrupt``),
+        and a pause with no question left is forgotten."""
         for interrupt_id, value in answers.items():
             done = self.host.answer(interrupt_id, value, by)
             if self.rec.statuses[done.node] == N.INTERRUPTED:
                 self._node(done.node, NodeEvent.RESUME, interrupt_id=interrupt_id)
                 self._candidates.add(done.node)
-        if self._stop is not None and N.INTERRUPTED not in self.rec.statuses.values():
-            self._stop = None   # nothing left to pause for
-        self.rec.checkpoint_if_dirty()
-        self.rec.flush(durable=True)   # an answer given is kept, whatever happens to this process next
-        self.wake()
-        return True
+        if self._stop is not None and self._stop.kind == StopKind.INTERRUPT and \
+                N.INTERRUPTED not in self.rec.statuses.values():
+            self._stop = None
 
     def begin_cancel(self, reason: str) -> None:
         """Cancel a run no process is executing (queued, paused, or orphaned by a crash)."""

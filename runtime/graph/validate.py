@@ -302,7 +302,7 @@ def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, bool, 
     try:
         sig = inspect.signature(d.fn)
     except (TypeError, ValueError):
-        return True, d.map_over is not None, bound
+        return True, False, bound
     if not isinstance(d.args, dict):
         problems.append(Problem(d.location, f"args must be an object, got {d.args!r}"))
         return False, False, bound

@@ -75,10 +75,13 @@ class GraphRegistry:
         done = compiled(graph)
         if not current and (done.version in self._graphs or self.store.graph_description(done.version) is not None):
             return done
+        first = done.version not in self._graphs
         self._graphs[done.version] = done
-        ref = getattr(done, "ref", None) or found_ref(graph, done)
-        if ref:
-            done.ref = ref
+        ref = getattr(done, "ref", None)
+        if not ref and first and not (self.store.graph_description(done.version) or {}).get("ref"):
+            ref = found_ref(graph, done)   # only where the store knows of none (``harness run`` stores its own)
+            if ref:
+                done.ref = ref
         if (done.version, ref) in self._saved:
             return done
         self._saved.add((done.version, ref))

@@ -9,6 +9,7 @@ driving it in the background so the page can follow it live.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,8 @@ from runtime.engine.driver import still_running
 
 from .background import start_in_background
 from .services import Conflict, complete, in_thread
+
+log = logging.getLogger(__name__)
 
 Tasks = set[asyncio.Task[None]]
 
@@ -118,10 +121,18 @@ async def _answer_running(rt: Runtime, tasks: Tasks, run_id: str, answers: Mappi
         _awaited(rt.resume(run_id, answers=answers, answered_by=by)))
     tasks.add(task)
     task.add_done_callback(tasks.discard)
+    task.add_done_callback(_told)
     await asyncio.sleep(0)   # the answers are checked and handed over before the first wait
     if task.done():   # refused at once: say why
         task.result()
     return run_id
+
+
+def _told(task: asyncio.Task[None]) -> None:
+    """What went wrong after the reply was sent (the run stopped for good before the answer
+    reached it): logged, since nobody awaits the task; the run's page shows how it ended."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("an answer given to a running run was not taken: %s", task.exception())
 
 
 async def _awaited(call: Awaitable[object]) -> None:

@@ -27,23 +27,28 @@ SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def host_name(host: str) -> str:
-    """The name in a ``Host`` header: without its port, IPv6 without brackets, lower case."""
+    """The name in a ``Host`` header: without its port, IPv6 without brackets, lower case,
+    without a trailing dot; "" for anything that is not a plain host[:port]."""
+    if any(c in host for c in "@/\\?#"):   # a URL's other parts would hide the real name
+        return ""
     try:
-        return (urlsplit(f"//{host}").hostname or "").lower()
+        return (urlsplit(f"//{host}").hostname or "").lower().rstrip(".")
     except ValueError:   # a malformed port or bracket
         return ""
 
 
 class SameOrigin:
-    def __init__(self, app: ASGIApp, names: frozenset[str] | None):
-        self.app, self.names = app, names
+    def __init__(self, app: ASGIApp, names: frozenset[str] | None, proxied: frozenset[str]):
+        self.app, self.names, self.proxied = app, names, proxied
 
     @classmethod
     def define(cls, host: str, also: Iterable[str] = ()) -> DefineMiddleware:
         """On loopback, answer only to this machine's names and ``also`` (a local reverse
-        proxy's public name); off loopback every request carries the token anyway."""
-        names = frozenset({*LOOPBACK, *(n.lower() for n in also)}) if host in LOOPBACK else None
-        return DefineMiddleware(cls, names=names)
+        proxy's public names, whose pages may also send changes: a proxy may pass on its own
+        Host); off loopback every request carries the token anyway."""
+        proxied = frozenset(n for n in map(host_name, also) if n)
+        names = frozenset({*LOOPBACK, *proxied}) if host in LOOPBACK else None
+        return DefineMiddleware(cls, names=names, proxied=proxied)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != ScopeType.HTTP:
@@ -53,21 +58,27 @@ class SameOrigin:
         host = headers.get("host", "")
         if self.names is not None and host_name(host) not in self.names:
             await _refuse(scope, send, 421, f"this debugger answers to {', '.join(sorted(self.names))} only, "
-                                            f"not to {host_name(host) or 'no name'!r}")
+                                            f"not to {host_name(host) or 'no name'!r} (a proxy's name is "
+                                            f"added with harness serve --allow-host NAME)")
             return
         origin = headers.get("origin")
-        if scope.get("method", "GET") not in SAFE and origin is not None and _netloc(origin) != host.lower():
+        if scope.get("method", "GET") not in SAFE and origin is not None and not self._own(origin, host):
             await _refuse(scope, send, 403, f"a change sent from another site ({origin}) is refused: "
                                             f"use the debugger's own pages, or a program (no Origin header)")
             return
         await self.app(scope, receive, send)
 
 
-def _netloc(origin: str) -> str | None:
-    try:
-        return urlsplit(origin).netloc.lower() or None   # "null" (a sandboxed page) has none
-    except ValueError:
-        return None
+    def _own(self, origin: str, host: str) -> bool:
+        """A page of this server: the origin is the address the request came to, or the name
+        of a proxy in front of it (which may pass its own address as Host)."""
+        try:
+            sent = urlsplit(origin)
+        except ValueError:
+            return False
+        if not sent.netloc:   # "null": a sandboxed page, a file
+            return False
+        return sent.netloc.lower() == host.lower() or host_name(sent.netloc) in self.proxied
 
 
 async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:

@@ -216,7 +216,8 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
 
 def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]:
     """Each attempt as a bar: when it started and when it ended, relative to the run's
-    start, and for a retry how long it waited after the attempt before it (its backoff).
+    start, and for a later attempt how long after the one before it ended (a backoff, or
+    the time a person took to answer).
     A first attempt's wait is not told: when it became ready is not recorded, and the
     run's start would count its dependencies' time as its own."""
     t0 = run.created_at

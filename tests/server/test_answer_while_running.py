@@ -61,11 +61,11 @@ def test_an_early_answer_is_refused_saying_when_the_question_can_be_answered(tmp
             assert page.status_code == 200 and 'id="still-running"' in page.text
             token = csrf(client, f"/interrupts/{question.id}")
             r = client.post(f"/interrupts/{question.id}/answer", data={"_csrf_token": token, "f.answer": '"yes"'})
-            assert r.status_code == 409 and "still running" in r.text and question.id in r.text
+            assert r.status_code == 409 and "driven by another process" in r.text and question.id in r.text
             api = client.post(f"/api/interrupts/{question.id}/answer", json={"answer": "yes"})
             assert api.status_code == 409 and "once nothing else can run" in api.json()["error"]
             api = client.post(f"/api/runs/{run.id}/resume", json={"answers": {question.id: "yes"}})
-            assert api.status_code == 409 and "still running" in api.json()["error"]
+            assert api.status_code == 409 and "driven by another process" in api.json()["error"]
             assert viewer.store.interrupt(question.id).status == InterruptStatus.PENDING
             assert viewer.store.get_run(run.id).status == RunStatus.RUNNING
 

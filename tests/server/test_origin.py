@@ -59,9 +59,31 @@ def test_on_loopback_only_this_machines_names_are_answered(seeded: Seeded) -> No
         r = c.get("/api/runs")
         assert r.status_code == 421 and "not to 'evil.example'" in r.json()["error"]
         assert c.get("/runs").status_code == 421
+    with TestClient(app) as c:   # a name hidden behind URL parts is no name
+        assert c.get("/runs", headers={"Host": "evil.example:80@127.0.0.1"}).status_code == 421
     # a local reverse proxy's public name, when told
-    with TestClient(create_app(seeded.rt, also_hosts=["Harness.Internal"]), base_url="http://harness.internal") as c:
+    with TestClient(create_app(seeded.rt, also_hosts=["Harness.Internal."]), base_url="http://harness.internal") as c:
         assert c.get("/runs").status_code == 200
+
+
+def test_behind_a_proxy_its_pages_may_change_things(seeded: Seeded) -> None:
+    """A proxy may pass on its own address as Host (nginx does by default): a page it serves
+    sends the proxy's name as Origin, which is this server's when named with --allow-host."""
+    cp = checkpoints_of(seeded)
+    app = create_app(seeded.rt, also_hosts=["harness.internal"])
+    with TestClient(app) as c:   # Host: 127.0.0.1, as the proxy passes it
+        for origin in ("https://harness.internal", "https://harness.internal:443", "http://HARNESS.internal"):
+            r = c.post(f"/api/checkpoints/{cp}/fork", json=fork_body(), headers={"Origin": origin})
+            assert r.status_code == 202, (origin, r.text)
+        r = c.post(f"/api/checkpoints/{cp}/fork", json=fork_body(), headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403
+        # another local site (another port) is not this server's page
+        r = c.post(f"/api/checkpoints/{cp}/fork", json=fork_body(), headers={"Origin": "http://127.0.0.1:9999"})
+        assert r.status_code == 403
+
+
+def checkpoints_of(seeded: Seeded) -> str:
+    return seeded.rt.store.checkpoints(seeded.failed)[1].id
 
 
 def test_off_loopback_the_token_guards_any_name(seeded: Seeded) -> None:
@@ -72,6 +94,7 @@ def test_off_loopback_the_token_guards_any_name(seeded: Seeded) -> None:
 
 
 @pytest.mark.parametrize(("host", "name"), [("127.0.0.1:8765", "127.0.0.1"), ("[::1]:80", "::1"),
-                                            ("LocalHost", "localhost"), ("", "")])
+                                            ("LocalHost", "localhost"), ("localhost.:80", "localhost"), ("", ""),
+                                            ("evil.example@127.0.0.1", ""), ("127.0.0.1/x", "")])
 def test_host_names(host: str, name: str) -> None:
     assert host_name(host) == name

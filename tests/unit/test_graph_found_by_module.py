@@ -72,3 +72,20 @@ async def test_a_graph_made_by_a_factory_keeps_no_reference(module: str, tmp_pat
             await other.resume(run.id, "yes")
     finally:
         other.close()
+
+
+async def test_a_reference_the_store_has_is_not_replaced_by_one_found(module: str, tmp_path: Path) -> None:
+    """``harness run agents.a1:g`` stored its reference: a script importing the same module
+    under another name does not replace it."""
+    __import__(module)
+    graph = sys.modules[module].g.compile()
+    graph.ref = "agents.a1:g"
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    first = Runtime(SqlStore(url), graphs=[graph])
+    first.close()
+    second = Runtime(SqlStore(url))
+    try:
+        run = await second.start(sys.modules[module].g, {})
+        assert second.store.graph_description(run.graph_version)["ref"] == "agents.a1:g"
+    finally:
+        second.close()

@@ -49,7 +49,8 @@ def shop(calls: list[str]) -> Any:
     @g.node(after=["approve"])
     async def ship(s: Order, ctx: NodeContext) -> dict:
         if s.approved:
-            await ctx.effect("ship", lambda: calls.append("ship") or "parcel-1", request={"n": s.n})
+            await ctx.effect("ship", lambda: calls.append("ship") or "parcel-1", request={"n": s.n},
+                             compensate=undo_charge)
         return {}
 
     return g.compile()
@@ -115,6 +116,7 @@ async def test_a_failed_imported_run_continues_with_its_effects_mocked(
         await here.import_thread(doc)
         continued = await here.resume(run.id)   # a continuation: it asks for approval again
         assert continued.kind.value == "continuation" and continued.effects_mode == EffectsMode.MOCK
+        assert "imported" not in continued.options   # made here: what it does is this store's
         assert continued.status == RunStatus.INTERRUPTED
         asked = await here.resume(continued.id, True)
         assert asked.status == RunStatus.INTERRUPTED and calls == ["charge"]
@@ -200,5 +202,49 @@ async def test_a_malformed_import_mark_is_named_and_nothing_is_imported(
         with pytest.raises(InvalidRequest, match=r"runs\[0\].run.*options.imported must be an object"):
             await here.import_thread(doc)
         assert other_store.list_runs() == []
+    finally:
+        here.close()
+
+
+async def test_a_continuation_made_here_undoes_its_own_live_effects_and_not_the_imported_ones(
+        store: CheckpointStore, other_store: CheckpointStore) -> None:
+    """The imported run's charge happened elsewhere; the shipment a person let run live in
+    its continuation happened here: compensating the continuation undoes that one only."""
+    calls: list[str] = []
+    UNDONE.clear()
+    run, _ = await paused_elsewhere(store, calls)
+    there = Runtime(store, graphs=[shop(calls)])
+    await there.cancel(run.id, "later")
+    doc = await there.export_thread(run.id)
+    here = Runtime(other_store, graphs=[shop(calls)])
+    try:
+        await here.import_thread(doc)
+        continued = await here.resume(run.id)
+        paused = await here.resume(continued.id, True)   # asks about the shipment: never recorded
+        assert paused.status == RunStatus.INTERRUPTED
+        done = await here.resume(continued.id, {"action": "live"})
+        assert done.status == RunStatus.SUCCEEDED and calls == ["charge", "ship"]
+        report = await here.compensate(continued.id)
+        assert [s.name for s in report.steps] == ["ship"] and report.complete   # the charge is not this store's
+        assert UNDONE == ["ship"]
+    finally:
+        here.close()
+
+
+async def test_a_compensation_policy_leaves_effects_that_happened_elsewhere_alone(
+        store: CheckpointStore, other_store: CheckpointStore) -> None:
+    """Cancelling an imported run whose policy undoes its effects on a cancel ends it, and
+    undoes nothing (they are not this store's to undo)."""
+    calls: list[str] = []
+    UNDONE.clear()
+    graph = shop(calls)
+    there = Runtime(store, graphs=[graph])
+    run = await there.start(graph, {"n": 1}, compensate_on=["cancelled", "failed"])
+    doc = await there.export_thread(run.id)
+    here = Runtime(other_store, graphs=[shop(calls)])
+    try:
+        await here.import_thread(doc)
+        cancelled = await here.cancel(run.id, "not here")
+        assert cancelled.status == RunStatus.CANCELLED and UNDONE == []
     finally:
         here.close()
