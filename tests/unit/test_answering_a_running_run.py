@@ -22,6 +22,12 @@ class S(BaseModel):
     out: Annotated[list[str], append] = []
 
 
+class T(BaseModel):
+    items: list[int] = []
+    turns: int = 0
+    out: Annotated[list[str], append] = []
+
+
 def ask_beside_work(gate: asyncio.Event) -> Graph:
     """``ask`` asks at once; ``work`` runs until ``gate`` opens; ``after`` follows ``ask``."""
     g = Graph("ask-beside-work", state=S)
@@ -183,3 +189,52 @@ async def test_an_answer_given_while_the_asking_attempt_still_ends_is_taken_when
     assert ("run.interrupt", None) not in events
     assert events.index(("interrupt.answered", "ask")) < events.index(("node.interrupt", "ask")) \
         < events.index(("node.resume", "ask"))
+
+
+async def test_map_items_and_a_loop_iteration_answered_while_the_run_goes_on() -> None:
+    """Questions asked by map items and by a loop's later iteration, answered together while
+    another branch still works: each instance goes on, none is asked twice, nothing pauses."""
+    gate = asyncio.Event()
+    g2 = Graph("instances-ask", state=T)
+    g2.add_node("plan", lambda s: {"items": [0, 1, 2, 3]})
+
+    async def work(s: T, ctx: NodeContext, item: int) -> dict:
+        if item % 2 == 0:
+            return {"out": [f"{item}:{await ctx.interrupt({'item': item})}"]}
+        return {"out": [str(item)]}
+
+    async def step(s: T, ctx: NodeContext) -> dict:
+        if s.turns == 1:
+            return {"turns": s.turns + 1, "out": [f"turn:{await ctx.interrupt({'turn': 1})}"]}
+        return {"turns": s.turns + 1}
+
+    async def slow(s: T) -> dict:
+        await gate.wait()
+        return {"out": ["slow"]}
+
+    g2.add_node("work", work, after=["plan"], map_over="items")
+    g2.add_node("step", step, after=["again"], max_iterations=5)
+    g2.add_node("again", lambda s: None, after=["step"], when=lambda s: s.turns < 3)
+    g2.add_node("slow", slow)
+    rt = Runtime(MemoryStore())
+    started = asyncio.create_task(rt.start(g2.compile(), {}))
+    deadline = time.monotonic() + 10
+    while not rt.store.list_runs() or len(rt.store.interrupts(rt.store.list_runs()[0].id)) < 3:
+        assert time.monotonic() < deadline, "the three questions were never recorded"
+        await asyncio.sleep(0.005)
+    run_id = rt.store.list_runs()[0].id
+    asked = {i.node: i.id for i in rt.store.interrupts(run_id)}
+    assert set(asked) == {"work[0]", "work[2]", "step#1"}
+    answering = asyncio.create_task(rt.resume(run_id, answers={q: f"ok-{node}" for node, q in asked.items()}))
+    while rt.store.find_checkpoint(run_id).node_states.get("step#2") is None:
+        assert time.monotonic() < deadline, "the loop did not go on"
+        await asyncio.sleep(0.005)
+    assert rt.store.get_run(run_id).status == RunStatus.RUNNING and not answering.done()
+    gate.set()
+    done = await answering
+    assert done.status == RunStatus.SUCCEEDED and (await started).status == RunStatus.SUCCEEDED
+    state = await rt.thread_state(done.thread_id)
+    assert sorted(state.out) == sorted(["0:ok-work[0]", "1", "2:ok-work[2]", "3", "turn:ok-step#1", "slow"])
+    assert len(rt.store.interrupts(run_id)) == 3   # none asked twice
+    assert all(e.type != "run.interrupt" for e in rt.store.events(run_id))
+
