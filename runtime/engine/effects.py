@@ -210,7 +210,7 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
         if settled is None or settled.answer is None:
             host.raise_interrupt(scope, InterruptKind.IN_DOUBT, {
                 "effect": name, "occurrence": occurrence, "key": latest.key, "request": latest.request,
-                "question": "this effect started but its outcome was never recorded; did it happen?",
+                "question": "This effect started but its outcome was never recorded; did it happen?",
                 "answers": ["result", "retry", "abort"],
             }, slot=slot, response_schema=InDoubtAnswer.model_json_schema())
         decision = validate_in_doubt_answer(settled.answer)

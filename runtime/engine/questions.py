@@ -25,7 +25,7 @@ def unrecorded_question(name: str, occurrence: int, request: JSON, recorded: Jou
     payload: dict[str, JSON] = {
         "effect": name, "occurrence": occurrence, "request": request,
         "recorded_request": None if recorded is None else recorded.request,
-        "question": f"this run mocks its effects and has no record of this one with this request; {_CHOICES}",
+        "question": f"This run mocks its effects and has no record of this one with this request; {_CHOICES}",
         "answers": ["mock", "live", "abort"],
     }
     if unserved is None:
@@ -33,10 +33,10 @@ def unrecorded_question(name: str, occurrence: int, request: JSON, recorded: Jou
     payload["recorded_request"] = unserved.request
     if unserved.status == EffectStatus.FAILED:
         payload["failed"] = {"run_id": unserved.run_id, "key": unserved.key, "error": unserved.error}
-        payload["question"] = (f"run {unserved.run_id} called this effect and it failed ({unserved.error}): "
+        payload["question"] = (f"Run {unserved.run_id} called this effect and it failed ({unserved.error}): "
                                f"there is no result to serve, and \"live\" calls it again; {_CHOICES}")
     else:
         payload["in_doubt"] = {"run_id": unserved.run_id, "key": unserved.key}
-        payload["question"] = (f"run {unserved.run_id} started this effect (key {unserved.key}) but its outcome "
+        payload["question"] = (f"Run {unserved.run_id} started this effect (key {unserved.key}) but its outcome "
                                f"was never recorded: it may have happened, and \"live\" runs it again; {_CHOICES}")
     return payload
