@@ -65,6 +65,15 @@ async def paused_elsewhere(store: CheckpointStore, calls: list[str]) -> tuple[Ru
     return run, await there.export_thread(run.id)
 
 
+async def cancelled_elsewhere(store: CheckpointStore, calls: list[str]) -> tuple[Run, dict]:
+    """The run of ``paused_elsewhere``, cancelled there (it charged), and its exported thread."""
+    run, _ = await paused_elsewhere(store, calls)
+    there = Runtime(store, graphs=[shop(calls)])
+    cancelled = await there.cancel(run.id, "changed my mind")
+    assert cancelled.status == RunStatus.CANCELLED
+    return run, await there.export_thread(run.id)
+
+
 async def test_resuming_an_imported_run_asks_before_an_effect_it_never_recorded(
         store: CheckpointStore, other_store: CheckpointStore) -> None:
     calls: list[str] = []
@@ -106,11 +115,7 @@ async def test_an_import_with_live_effects_goes_on_as_the_original_would(
 async def test_a_failed_imported_run_continues_with_its_effects_mocked(
         store: CheckpointStore, other_store: CheckpointStore) -> None:
     calls: list[str] = []
-    run, _ = await paused_elsewhere(store, calls)
-    there = Runtime(store, graphs=[shop(calls)])
-    cancelled = await there.cancel(run.id, "changed my mind")
-    assert cancelled.status == RunStatus.CANCELLED
-    doc = await there.export_thread(run.id)
+    run, doc = await cancelled_elsewhere(store, calls)
     here = Runtime(other_store, graphs=[shop(calls)])
     try:
         await here.import_thread(doc)
@@ -130,10 +135,7 @@ async def test_effects_that_happened_elsewhere_are_not_undone_here(
         store: CheckpointStore, other_store: CheckpointStore) -> None:
     calls: list[str] = []
     UNDONE.clear()
-    run, _ = await paused_elsewhere(store, calls)
-    there = Runtime(store, graphs=[shop(calls)])
-    await there.cancel(run.id, "no")
-    doc = await there.export_thread(run.id)
+    run, doc = await cancelled_elsewhere(store, calls)
     here = Runtime(other_store, graphs=[shop(calls)])
     try:
         await here.import_thread(doc)
@@ -212,10 +214,7 @@ async def test_a_continuation_made_here_undoes_its_own_live_effects_and_not_the_
     its continuation happened here: compensating the continuation undoes that one only."""
     calls: list[str] = []
     UNDONE.clear()
-    run, _ = await paused_elsewhere(store, calls)
-    there = Runtime(store, graphs=[shop(calls)])
-    await there.cancel(run.id, "later")
-    doc = await there.export_thread(run.id)
+    run, doc = await cancelled_elsewhere(store, calls)
     here = Runtime(other_store, graphs=[shop(calls)])
     try:
         await here.import_thread(doc)
