@@ -7,6 +7,7 @@ them call the outside world again. Nothing here undoes effects that happened the
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -56,6 +57,20 @@ def shop(calls: list[str]) -> Any:
     return g.compile()
 
 
+@pytest.fixture
+def calls() -> list[str]:
+    """The shop's effect calls, in every store and Runtime of a test."""
+    return []
+
+
+@pytest.fixture
+def here(other_store: CheckpointStore, calls: list[str]) -> Iterator[Runtime]:
+    """The Runtime a thread is imported into: another, empty store, with the shop's code."""
+    rt = Runtime(other_store, graphs=[shop(calls)])
+    yield rt
+    rt.close()
+
+
 async def paused_elsewhere(store: CheckpointStore, calls: list[str]) -> tuple[Run, dict]:
     """A run that charged and paused for approval in ``store``, and its exported thread."""
     graph = shop(calls)
@@ -75,77 +90,57 @@ async def cancelled_elsewhere(store: CheckpointStore, calls: list[str]) -> tuple
 
 
 async def test_resuming_an_imported_run_asks_before_an_effect_it_never_recorded(
-        store: CheckpointStore, other_store: CheckpointStore) -> None:
-    calls: list[str] = []
+        store: CheckpointStore, here: Runtime, calls: list[str]) -> None:
     run, doc = await paused_elsewhere(store, calls)
-    here = Runtime(other_store, graphs=[shop(calls)])
-    try:
-        [imported] = await here.import_thread(doc)
-        assert imported.effects_mode == EffectsMode.MOCK and imported.effects_elsewhere
-        assert imported.options["imported"]["effects"] == "mock"
-        assert isinstance(imported.options["imported"]["at"], float)
-        paused = await here.resume(run.id, True)
-        # the charge is served from the run's own journal; the shipment was never made there
-        assert paused.status == RunStatus.INTERRUPTED and calls == ["charge"]
-        question = next(i for i in other_store.interrupts(run.id) if i.status == InterruptStatus.PENDING)
-        assert question.kind == InterruptKind.UNRECORDED and question.payload["value"]["effect"] == "ship"
-        done = await here.resume(run.id, {"action": "mock", "result": "parcel-test"})
-        assert done.status == RunStatus.SUCCEEDED and calls == ["charge"]
-        shipped = [e for e in other_store.journal([run.id]) if e.name == "ship"]
-        assert [(e.status, e.result) for e in shipped] == [(EffectStatus.MOCKED, "parcel-test")]
-    finally:
-        here.close()
+    [imported] = await here.import_thread(doc)
+    assert imported.effects_mode == EffectsMode.MOCK and imported.effects_elsewhere
+    assert imported.options["imported"]["effects"] == "mock"
+    assert isinstance(imported.options["imported"]["at"], float)
+    paused = await here.resume(run.id, True)
+    # the charge is served from the run's own journal; the shipment was never made there
+    assert paused.status == RunStatus.INTERRUPTED and calls == ["charge"]
+    question = next(i for i in here.store.interrupts(run.id) if i.status == InterruptStatus.PENDING)
+    assert question.kind == InterruptKind.UNRECORDED and question.payload["value"]["effect"] == "ship"
+    done = await here.resume(run.id, {"action": "mock", "result": "parcel-test"})
+    assert done.status == RunStatus.SUCCEEDED and calls == ["charge"]
+    shipped = [e for e in here.store.journal([run.id]) if e.name == "ship"]
+    assert [(e.status, e.result) for e in shipped] == [(EffectStatus.MOCKED, "parcel-test")]
 
 
 async def test_an_import_with_live_effects_goes_on_as_the_original_would(
-        store: CheckpointStore, other_store: CheckpointStore) -> None:
-    calls: list[str] = []
+        store: CheckpointStore, here: Runtime, calls: list[str]) -> None:
     run, doc = await paused_elsewhere(store, calls)
-    here = Runtime(other_store, graphs=[shop(calls)])
-    try:
-        [imported] = await here.import_thread(doc, effects="live")
-        assert imported.effects_mode == EffectsMode.LIVE and not imported.effects_elsewhere
-        assert imported.options["imported"]["effects"] == "live"
-        done = await here.resume(run.id, True)
-        assert done.status == RunStatus.SUCCEEDED and calls == ["charge", "ship"]   # the charge still once
-    finally:
-        here.close()
+    [imported] = await here.import_thread(doc, effects="live")
+    assert imported.effects_mode == EffectsMode.LIVE and not imported.effects_elsewhere
+    assert imported.options["imported"]["effects"] == "live"
+    done = await here.resume(run.id, True)
+    assert done.status == RunStatus.SUCCEEDED and calls == ["charge", "ship"]   # the charge still once
 
 
 async def test_a_failed_imported_run_continues_with_its_effects_mocked(
-        store: CheckpointStore, other_store: CheckpointStore) -> None:
-    calls: list[str] = []
+        store: CheckpointStore, here: Runtime, calls: list[str]) -> None:
     run, doc = await cancelled_elsewhere(store, calls)
-    here = Runtime(other_store, graphs=[shop(calls)])
-    try:
-        await here.import_thread(doc)
-        continued = await here.resume(run.id)   # a continuation: it asks for approval again
-        assert continued.kind.value == "continuation" and continued.effects_mode == EffectsMode.MOCK
-        assert "imported" not in continued.options   # made here: what it does is this store's
-        assert continued.status == RunStatus.INTERRUPTED
-        asked = await here.resume(continued.id, True)
-        assert asked.status == RunStatus.INTERRUPTED and calls == ["charge"]
-        assert [i.kind for i in other_store.interrupts(continued.id) if i.status == InterruptStatus.PENDING] \
-            == [InterruptKind.UNRECORDED]
-    finally:
-        here.close()
+    await here.import_thread(doc)
+    continued = await here.resume(run.id)   # a continuation: it asks for approval again
+    assert continued.kind.value == "continuation" and continued.effects_mode == EffectsMode.MOCK
+    assert "imported" not in continued.options   # made here: what it does is this store's
+    assert continued.status == RunStatus.INTERRUPTED
+    asked = await here.resume(continued.id, True)
+    assert asked.status == RunStatus.INTERRUPTED and calls == ["charge"]
+    assert [i.kind for i in here.store.interrupts(continued.id) if i.status == InterruptStatus.PENDING] \
+        == [InterruptKind.UNRECORDED]
 
 
 async def test_effects_that_happened_elsewhere_are_not_undone_here(
-        store: CheckpointStore, other_store: CheckpointStore) -> None:
-    calls: list[str] = []
+        store: CheckpointStore, here: Runtime, calls: list[str]) -> None:
     UNDONE.clear()
     run, doc = await cancelled_elsewhere(store, calls)
-    here = Runtime(other_store, graphs=[shop(calls)])
-    try:
-        await here.import_thread(doc)
-        journal = other_store.journal([run.id])
-        with pytest.raises(InvalidRequest, match=r"imported with its effects mocked.*compensate it there"):
-            await here.compensate(run.id)
-        assert UNDONE == [] and other_store.journal([run.id]) == journal
-        assert other_store.get_run(run.id).lease_owner is None
-    finally:
-        here.close()
+    await here.import_thread(doc)
+    journal = here.store.journal([run.id])
+    with pytest.raises(InvalidRequest, match=r"imported with its effects mocked.*compensate it there"):
+        await here.compensate(run.id)
+    assert UNDONE == [] and here.store.journal([run.id]) == journal
+    assert here.store.get_run(run.id).lease_owner is None
     # a store that took the thread over (a live import) may undo them
     third = Runtime(MemoryStore(), graphs=[shop(calls)])
     try:
@@ -158,92 +153,70 @@ async def test_effects_that_happened_elsewhere_are_not_undone_here(
 
 @pytest.mark.parametrize("effects", ["mocked", "", None, "LIVE"])
 async def test_an_unknown_effects_mode_is_refused_and_nothing_is_imported(
-        store: CheckpointStore, other_store: CheckpointStore, effects: Any) -> None:
-    run, doc = await paused_elsewhere(store, [])
-    here = Runtime(other_store, graphs=[shop([])])
-    try:
-        with pytest.raises(InvalidRequest, match="effects must be 'mock' or 'live'"):
-            await here.import_thread(doc, effects=effects)
-        assert other_store.list_runs() == []
-    finally:
-        here.close()
+        store: CheckpointStore, here: Runtime, calls: list[str], effects: Any) -> None:
+    run, doc = await paused_elsewhere(store, calls)
+    with pytest.raises(InvalidRequest, match="effects must be 'mock' or 'live'"):
+        await here.import_thread(doc, effects=effects)
+    assert here.store.list_runs() == []
 
 
 async def test_an_imported_run_exports_and_imports_again(
-        store: CheckpointStore, other_store: CheckpointStore) -> None:
+        store: CheckpointStore, here: Runtime, calls: list[str]) -> None:
     """A copy of a copy: the mark travels with it, and the mode it was recorded with stays
     underneath, so a live import runs the main run live again and a mocked fork mocked."""
-    run, doc = await paused_elsewhere(store, [])
-    there = Runtime(store, graphs=[shop([])])
+    run, doc = await paused_elsewhere(store, calls)
+    there = Runtime(store, graphs=[shop(calls)])
     cp = store.find_checkpoint(run.id)
     assert cp is not None
     fork = await there.fork(cp.id)   # mocked, as forks are by default
     doc = await there.export_thread(run.id)
-    here = Runtime(other_store, graphs=[shop([])])
+    await here.import_thread(doc)
+    again = await here.export_thread(run.id)
+    assert {r["run"]["options"]["imported"]["effects"] for r in again["runs"]} == {"mock"}
+    third = Runtime(MemoryStore(), graphs=[shop(calls)])
     try:
-        await here.import_thread(doc)
-        again = await here.export_thread(run.id)
-        assert {r["run"]["options"]["imported"]["effects"] for r in again["runs"]} == {"mock"}
-        third = Runtime(MemoryStore(), graphs=[shop([])])
-        try:
-            copies = {r.id: r for r in await third.import_thread(again, effects="live")}
-            assert copies[run.id].effects_mode == EffectsMode.LIVE
-            assert copies[fork.id].effects_mode == EffectsMode.MOCK
-        finally:
-            third.close()
+        copies = {r.id: r for r in await third.import_thread(again, effects="live")}
+        assert copies[run.id].effects_mode == EffectsMode.LIVE
+        assert copies[fork.id].effects_mode == EffectsMode.MOCK
     finally:
-        here.close()
+        third.close()
 
 
 async def test_a_malformed_import_mark_is_named_and_nothing_is_imported(
-        store: CheckpointStore, other_store: CheckpointStore) -> None:
-    run, doc = await paused_elsewhere(store, [])
+        store: CheckpointStore, here: Runtime, calls: list[str]) -> None:
+    run, doc = await paused_elsewhere(store, calls)
     doc["runs"][0]["run"]["options"]["imported"] = {"at": "yesterday", "effects": "mock"}
-    here = Runtime(other_store, graphs=[shop([])])
-    try:
-        with pytest.raises(InvalidRequest, match=r"runs\[0\].run.*options.imported must be an object"):
-            await here.import_thread(doc)
-        assert other_store.list_runs() == []
-    finally:
-        here.close()
+    with pytest.raises(InvalidRequest, match=r"runs\[0\].run.*options.imported must be an object"):
+        await here.import_thread(doc)
+    assert here.store.list_runs() == []
 
 
 async def test_a_continuation_made_here_undoes_its_own_live_effects_and_not_the_imported_ones(
-        store: CheckpointStore, other_store: CheckpointStore) -> None:
+        store: CheckpointStore, here: Runtime, calls: list[str]) -> None:
     """The imported run's charge happened elsewhere; the shipment a person let run live in
     its continuation happened here: compensating the continuation undoes that one only."""
-    calls: list[str] = []
     UNDONE.clear()
     run, doc = await cancelled_elsewhere(store, calls)
-    here = Runtime(other_store, graphs=[shop(calls)])
-    try:
-        await here.import_thread(doc)
-        continued = await here.resume(run.id)
-        paused = await here.resume(continued.id, True)   # asks about the shipment: never recorded
-        assert paused.status == RunStatus.INTERRUPTED
-        done = await here.resume(continued.id, {"action": "live"})
-        assert done.status == RunStatus.SUCCEEDED and calls == ["charge", "ship"]
-        report = await here.compensate(continued.id)
-        assert [s.name for s in report.steps] == ["ship"] and report.complete   # the charge is not this store's
-        assert UNDONE == ["ship"]
-    finally:
-        here.close()
+    await here.import_thread(doc)
+    continued = await here.resume(run.id)
+    paused = await here.resume(continued.id, True)   # asks about the shipment: never recorded
+    assert paused.status == RunStatus.INTERRUPTED
+    done = await here.resume(continued.id, {"action": "live"})
+    assert done.status == RunStatus.SUCCEEDED and calls == ["charge", "ship"]
+    report = await here.compensate(continued.id)
+    assert [s.name for s in report.steps] == ["ship"] and report.complete   # the charge is not this store's
+    assert UNDONE == ["ship"]
 
 
 async def test_a_compensation_policy_leaves_effects_that_happened_elsewhere_alone(
-        store: CheckpointStore, other_store: CheckpointStore) -> None:
+        store: CheckpointStore, here: Runtime, calls: list[str]) -> None:
     """Cancelling an imported run whose policy undoes its effects on a cancel ends it, and
     undoes nothing (they are not this store's to undo)."""
-    calls: list[str] = []
     UNDONE.clear()
     graph = shop(calls)
     there = Runtime(store, graphs=[graph])
     run = await there.start(graph, {"n": 1}, compensate_on=["cancelled", "failed"])
     doc = await there.export_thread(run.id)
-    here = Runtime(other_store, graphs=[shop(calls)])
-    try:
-        await here.import_thread(doc)
-        cancelled = await here.cancel(run.id, "not here")
-        assert cancelled.status == RunStatus.CANCELLED and UNDONE == []
-    finally:
-        here.close()
+    await here.import_thread(doc)
+    cancelled = await here.cancel(run.id, "not here")
+    assert cancelled.status == RunStatus.CANCELLED and UNDONE == []
