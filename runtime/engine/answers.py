@@ -85,4 +85,3 @@ def check_effect_answer(answer: JSON, kind: str) -> None:
     if answer.get("action") == "result" and "result" not in answer:
         raise InvalidAnswer('a "result" answer needs the "result" the effect returned (null is one, if it '
                             'returned nothing): it is recorded as the effect\'s outcome')
-

@@ -86,7 +86,12 @@ class CompensationReport:
     @property
     def complete(self) -> bool:
         """Every compensable effect is compensated (now or before)."""
-        return all(s.status in _DONE for s in self.steps)
+        return not self.not_done
+
+    @property
+    def not_done(self) -> list[CompensationStep]:
+        """The steps whose effect is not undone (failed, in doubt, or not runnable here)."""
+        return [s for s in self.steps if s.status not in _DONE]
 
     def to_json(self) -> dict[str, JSON]:
         return {"run_id": self.run_id, "complete": self.complete, "steps": [s.to_json() for s in self.steps]}

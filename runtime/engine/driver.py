@@ -82,8 +82,7 @@ class Driver:
             report = await compensate(self.deps, run.id)
             run = self.store.get_run(run.id)
             if not report.complete:   # an undo this process cannot import or run: say so, not nothing
-                left = [f"{s.node} {s.name} #{s.occurrence}: {s.status.value}" for s in report.steps
-                        if s.status.value not in ("compensated", "already")]
+                left = [f"{s.node} {s.name} #{s.occurrence}: {s.status.value}" for s in report.not_done]
                 log.warning("run %s ended %s and its policy undoes its effects, but %d were not undone (%s); "
                             "compensate it where their undo functions can be imported (harness compensate %s)",
                             run.id, run.status.value, len(left), "; ".join(left), run.id)
