@@ -20,7 +20,7 @@ from runtime.core.states import RunStatus
 from runtime.graph.instances import base_node, parse_instance
 from runtime.store.base import MAX_SEQ
 
-from . import dag, services
+from . import dag, services, timeline
 from .live import MOVED_EVERY
 from .render import is_htmx, render
 
@@ -116,6 +116,8 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         "summary": dict(list(summary.items())[:NODE_ROWS]), "more_nodes": max(0, len(summary) - NODE_ROWS),
         "ready": (p.selected.ready or [])[:READY_SHOWN], "more_ready": max(0, len(p.selected.ready or []) - READY_SHOWN),
         "ready_unknown": p.selected.ready is None,
+        # a checkpoint that folded no node says what changed at it instead (failed, skipped, asked)
+        "happened": timeline.happened(rt, p.run.id, p.checkpoints),
         "changes": p.changes[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url, "at": at,
         "instances": instances, "instance_page": page, "more_instances": more,

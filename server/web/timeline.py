@@ -1,0 +1,60 @@
+"""What each checkpoint on the run page's timeline says happened at it.
+
+A checkpoint names the nodes whose writes it folded; one taken when a node failed, was
+skipped or asked a question folds none, yet something happened there: the node
+statuses that changed since the checkpoint before it tell what.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from runtime import Runtime
+from runtime.core.records import Checkpoint, CheckpointSummary
+from runtime.core.states import NodeStatus
+
+#: how the timeline words a node status that changed at a checkpoint, in the order shown
+WORDS: Mapping[NodeStatus, str] = {
+    NodeStatus.FAILED: "failed",
+    NodeStatus.INTERRUPTED: "asked",
+    NodeStatus.CANCELLED: "cancelled",
+    NodeStatus.RETRYING: "retrying",
+    NodeStatus.SKIPPED: "skipped",
+    NodeStatus.RUNNING: "running",
+    NodeStatus.SUCCEEDED: "succeeded",
+    NodeStatus.PENDING: "new",
+}
+#: instances named per status before "and N more" (a map's items change together)
+NAMED = 3
+
+
+def say(changed: Sequence[str], states: Mapping[str, NodeStatus], folded: Sequence[str] = ()) -> str:
+    """``changed`` nodes (those not folded) grouped by their status, in words:
+    ``failed: second · skipped: tool#1``; empty when there is nothing to say."""
+    by_status: dict[NodeStatus, list[str]] = {}
+    for node in changed:
+        st = states.get(node)
+        if st is not None and node not in folded:
+            by_status.setdefault(st, []).append(node)
+    parts = []
+    for st, word in WORDS.items():
+        names = by_status.get(st)
+        if names:
+            more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
+            parts.append(f"{word}: {', '.join(names[:NAMED])}{more}")
+    return " · ".join(parts)
+
+
+def happened(rt: Runtime, run_id: str, window: Sequence[CheckpointSummary]) -> dict[int, str]:
+    """For each checkpoint of ``window`` that folded no node, by seq, what changed at it
+    (absent: nothing is known). Reads only the range of those checkpoints, once."""
+    empty = [c.seq for c in window if not c.nodes]
+    if not empty:
+        return {}
+    full: list[Checkpoint] = rt.store.checkpoints(run_id, empty[0], empty[-1] - empty[0] + 1)
+    wanted = set(empty)
+    out = {}
+    for cp in full:
+        if cp.seq in wanted and cp.changed is not None:
+            out[cp.seq] = say(cp.changed, cp.node_states) or "no node changed"
+    return out

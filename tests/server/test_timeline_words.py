@@ -1,0 +1,40 @@
+"""The timeline says what happened at each checkpoint: the nodes it folded, or, at one that
+folded none, the nodes whose status changed there (failed, asked, skipped); "–" only
+where nothing is known."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conftest import Seeded
+from local_client import TestClient
+
+from runtime.core.states import NodeStatus
+from server.web import timeline
+
+Client = TestClient[Any]
+
+
+def folded(html: str) -> dict[int, str]:
+    """Each timeline entry's words, by checkpoint seq."""
+    return {int(seq): words for seq, words in re.findall(
+        r'data-seq="(\d+)".*?<span class="folded"[^>]*>([^<]*)</span>', html, re.S)}
+
+
+def test_a_checkpoint_where_a_node_failed_says_so(shared: Seeded, reader: Client) -> None:
+    words = folded(reader.get(f"/runs/{shared.failed}").text)
+    assert words == {0: "–", 1: "first", 2: "failed: second"}
+
+
+def test_a_checkpoint_where_a_node_asked_says_so(shared: Seeded, reader: Client) -> None:
+    words = folded(reader.get(f"/runs/{shared.interrupted}", headers={"HX-Request": "true"}).text)
+    assert words[2] == "asked: ask"
+
+
+def test_skips_and_many_changes_are_worded_and_counted() -> None:
+    states = {"a": NodeStatus.SKIPPED, "b": NodeStatus.FAILED, **{f"w[{i}]": NodeStatus.SKIPPED for i in range(5)}}
+    assert timeline.say(["a"], states) == "skipped: a"
+    assert timeline.say(["w[0]", "w[1]", "w[2]", "w[3]", "w[4]", "b"], states) == \
+        "failed: b · skipped: w[0], w[1], w[2] and 2 more"
+    assert timeline.say(["a"], states, folded=["a"]) == ""
