@@ -14,7 +14,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect
 
 from runtime import NodeStatus, Runtime
-from runtime.core.errors import NotFound
+from runtime.core.errors import InvalidRequest, NotFound
 from runtime.core.records import RunKind
 from runtime.core.states import RunStatus
 from runtime.graph.instances import base_node, parse_instance
@@ -60,7 +60,8 @@ READY_SHOWN = 20
 CHANGE_ROWS = 200
 
 
-def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool = True) -> dict[str, Any]:
+def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool = True,
+                 status: NodeStatus | None = None) -> dict[str, Any]:
     lay = dag.layout(p.run.graph_version, p.description)
     svg = lay.svg.replace("__RUN__", p.run.id)
     summary = dag.instance_summary(p.node_states)
@@ -73,12 +74,14 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
     at = sel if pinned else None
 
     def cp_url(seq: int | None, keep_node: bool = True) -> str:
-        # stepping keeps the node drawer open on the node (or instance) it shows
-        query = {**({"cp": seq} if seq is not None else {}), **({"node": p.node} if p.node and keep_node else {})}
+        # stepping keeps the node drawer open on the node (or instance) it shows, and its filter
+        query = {**({"cp": seq} if seq is not None else {}), **({"node": p.node} if p.node and keep_node else {}),
+                 **({"status": status.value} if p.node and keep_node and status else {})}
         return f"{base}?{urlencode(query)}" if query else base
 
-    def node_url(name: FromPath[str], page: int = 1) -> str:
-        query = {**({"cp": at} if at is not None else {}), "node": name, **({"page": page} if page > 1 else {})}
+    def node_url(name: FromPath[str], page: int = 1, only: NodeStatus | None = None) -> str:
+        query = {**({"cp": at} if at is not None else {}), "node": name,
+                 **({"status": only.value} if only else {}), **({"page": page} if page > 1 else {})}
         return f"{base}?{urlencode(query)}"
 
     def panel_url(name: FromPath[str], **more: Any) -> str:
@@ -109,7 +112,7 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
     live = p.run.status in (RunStatus.RUNNING, RunStatus.QUEUED)
     # a paused run's page asks now and then whether it moved on (answered or cancelled elsewhere)
     waiting = p.run.status == RunStatus.INTERRUPTED
-    instances, more = services.node_instances(rt, p, p.node, page) if p.node else ([], False)
+    instances, more = services.node_instances(rt, p, p.node, page, status=status) if p.node else ([], False)
     return {
         "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND, "group": group,
         "repeated": repeated,
@@ -121,6 +124,7 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         "changes": p.changes[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url, "at": at,
         "instances": instances, "instance_page": page, "more_instances": more,
+        "instance_status": status, "instance_counts": _instance_counts(p, status),
         "source": services.node_source(rt, p.run, p.node) if p.node else "",
         "live": live, "waiting": waiting, "moved_every": MOVED_EVERY,
         # a run's updated_at moves with its status only: while it goes on, its time so far runs to now
@@ -128,13 +132,33 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
     }
 
 
+def _instance_counts(p: services.RunPage, status: NodeStatus | None) -> dict[NodeStatus, int]:
+    """How many of the drawer node's instances are in each status (the filter's choices, the
+    chosen one even when none is); empty for a node with one instance."""
+    if p.node is None or base_node(p.node) != p.node:
+        return {}
+    counts = {st: 0 for st in NodeStatus}
+    for inst, st in p.node_states.items():
+        if base_node(inst) == p.node:
+            counts[st] += 1
+    if sum(counts.values()) < 2:
+        return {}
+    return {st: n for st, n in counts.items() if n or st == status}
+
+
 @get("/runs/{run_id:str}", include_in_schema=False)
 async def run_page(request: Request[Any, Any, Any], run_id: FromPath[str], cp: FromQuery[int | None] = None,
-                   node: FromQuery[str | None] = None, page: FromQuery[int] = 1) -> Response[str]:
+                   node: FromQuery[str | None] = None, page: FromQuery[int] = 1,
+                   status: FromQuery[str | None] = None) -> Response[str]:
+    """The run at a checkpoint; ``node`` opens its drawer, ``status`` shows only its instances in it."""
     rt = runtime_of(request)
+    if status and status not in set(NodeStatus):
+        raise InvalidRequest(f"unknown status {status!r}; one of: {', '.join(NodeStatus)}")
+    only = NodeStatus(status) if status else None
 
     def load() -> dict[str, Any]:
-        return _run_context(rt, services.run_page(rt, run_id, cp=cp, node=node), page, pinned=cp is not None)
+        return _run_context(rt, services.run_page(rt, run_id, cp=cp, node=node), page, pinned=cp is not None,
+                            status=only)
 
     context = await services.in_thread(load)
     # a swap of #main also brings the action bar (out of band): its fork link follows the selected

@@ -234,14 +234,16 @@ def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]
     return out
 
 
-def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1,
-                   per_page: int = INSTANCES_PER_PAGE) -> tuple[list[dict[str, Any]], bool]:
+def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1, per_page: int = INSTANCES_PER_PAGE,
+                   status: NodeStatus | None = None) -> tuple[list[dict[str, Any]], bool]:
     """One page of the instances of a graph node at the selected checkpoint (or the one
-    instance asked for, ``model#12``, ``work[250]``), in canonical order, with the attempts,
-    writes and effects each had by then; and whether a later page has more."""
+    instance asked for, ``model#12``, ``work[250]``), only those in ``status`` when given, in
+    canonical order, with the attempts, writes and effects each had by then; and whether a
+    later page has more."""
     base = base_node(node)
     one = node if node != base else None
-    mine = sorted((n for n in page.node_states if (n == one if one else base_node(n) == base)), key=_instance_order)
+    mine = sorted((n for n in page.node_states if (n == one if one else base_node(n) == base)
+                   and (status is None or page.node_states[n] == status)), key=_instance_order)
     start = (max(1, number) - 1) * per_page
     shown = mine[start:start + per_page]
     # grouped by instance once: a map of thousands of items is not scanned once per item

@@ -4,10 +4,18 @@ to, and follows it again where it exists."""
 
 from __future__ import annotations
 
+import asyncio
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
+import pytest
+from conftest import app_over
 from local_client import TestClient
+from pydantic import BaseModel
+
+from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore, append
 
 if TYPE_CHECKING:
     from conftest import Seeded
@@ -79,3 +87,101 @@ def test_each_instance_in_the_drawer_opens_alone(shared: Seeded, reader: Client)
     assert f'<a class="small" href="/runs/{shared.looped}?cp=5&amp;node=model%231"' in html
     alone = drawer(reader.get(f"/runs/{shared.looped}?cp=5&node=model%231", headers=HTMX).text)
     assert "follow this one" not in alone   # it is the one shown
+
+
+# ------------------------------------------------------------------ filtering by status
+
+class Votes(BaseModel):
+    items: list[int] = []
+    kept: Annotated[list[int], append] = []
+
+
+def votes_graph() -> Graph:
+    """A map whose even items ask a question and whose odd items keep themselves."""
+    g = Graph("drawer_votes", state=Votes)
+
+    @g.node(map_over="items")
+    async def vote(s: Votes, ctx: NodeContext, item: int) -> dict[str, Any]:
+        if item % 2 == 0:
+            await ctx.interrupt({"question": f"keep {item}?"})
+        return {"kept": [item]}
+
+    return g
+
+
+@dataclass
+class Asked:
+    client: Client
+    run: str   # 6 items asked, 6 succeeded, the map's own record running: all at its head
+    head: int  # the head checkpoint's seq
+
+
+@pytest.fixture(scope="module")
+def asked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Asked]:
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path_factory.mktemp('votes') / 'h.db'}"), max_concurrency=4)
+    run = asyncio.run(rt.start(votes_graph(), {"items": list(range(12))}))
+    assert run.status == RunStatus.INTERRUPTED
+    with TestClient(app_over(rt)) as c:
+        yield Asked(c, run.id, rt.store.checkpoints(run.id)[-1].seq)
+    rt.close()
+
+
+def instance_names(html: str) -> list[str]:
+    return re.findall(r'<details class="instance" open><summary>([^ <]+) ', drawer(html))
+
+
+def chips(html: str) -> dict[str, str]:
+    """The drawer's status filter: each choice's words by its link."""
+    nav = re.search(r'<nav class="chips".*?</nav>', drawer(html), re.S)
+    assert nav, "no status filter in the drawer"
+    return {href: words for href, words in re.findall(r'<a class="chip[^"]*" href="([^"]+)" hx-get="\1"[^>]*>([^<]*)</a>',
+                                                      nav.group(0))}
+
+
+def test_the_drawer_offers_the_statuses_its_instances_are_in(asked: Asked) -> None:
+    base = f"/runs/{asked.run}?node=vote"
+    assert chips(asked.client.get(base, headers=HTMX).text) == {
+        base: "all 13", f"{base}&amp;status=running": "running 1", f"{base}&amp;status=interrupted": "interrupted 6",
+        f"{base}&amp;status=succeeded": "succeeded 6"}
+
+
+def test_a_status_shows_only_the_instances_in_it_with_and_without_htmx(asked: Asked) -> None:
+    url = f"/runs/{asked.run}?cp={asked.head}&node=vote"
+    assert len(instance_names(asked.client.get(url, headers=HTMX).text)) == 13
+    for headers in (HTMX, {}):   # a plain GET (no JavaScript) filters the same
+        waiting = asked.client.get(url + "&status=interrupted", headers=headers).text
+        assert instance_names(waiting) == [f"vote[{i}]" for i in range(0, 12, 2)]
+        done = asked.client.get(url + "&status=succeeded", headers=headers).text
+        assert instance_names(done) == [f"vote[{i}]" for i in range(1, 12, 2)]
+    # the chosen one is marked, and stepping the timeline keeps the filter while the drawer stays open
+    assert re.search(r'class="chip st-succeeded selected"[^>]*aria-current="true"', done)
+    assert all(link.endswith("&amp;node=vote&amp;status=succeeded") for link in timeline_links(done))
+    close = re.search(r'<a class="close" href="([^"]+)"', done)
+    assert close and close.group(1) == f"/runs/{asked.run}?cp={asked.head}"
+
+
+def test_a_status_no_instance_is_in_says_so(asked: Asked) -> None:
+    html = asked.client.get(f"/runs/{asked.run}?node=vote&status=failed", headers=HTMX).text
+    assert instance_names(html) == []
+    assert "No instance of this node is failed at this checkpoint." in drawer(html)
+    assert chips(html)[f"/runs/{asked.run}?node=vote&amp;status=failed"] == "failed 0"
+
+
+def test_an_unknown_status_is_refused(asked: Asked) -> None:
+    r = asked.client.get(f"/runs/{asked.run}?node=vote&status=bogus")
+    assert r.status_code == 422 and "unknown status &#39;bogus&#39;" in r.text
+
+
+def test_paging_a_filtered_drawer_keeps_the_filter(seeded: Seeded, client: Client) -> None:
+    run = asyncio.run(seeded.rt.start(seeded.graphs["map"], {"count": 120}))
+    first = client.get(f"/runs/{run.id}?node=work&status=succeeded", headers=HTMX).text
+    later = re.search(r'<a href="([^"]+)"[^>]*>later instances', first)
+    assert later and later.group(1) == f"/runs/{run.id}?node=work&amp;status=succeeded&amp;page=2"
+    second = client.get(later.group(1).replace("&amp;", "&"), headers=HTMX).text
+    earlier = re.search(r'<a href="([^"]+)"[^>]*>← earlier instances', second)
+    assert earlier and earlier.group(1) == f"/runs/{run.id}?node=work&amp;status=succeeded"
+
+
+def test_a_node_with_one_instance_has_no_filter(shared: Seeded, reader: Client) -> None:
+    html = reader.get(f"/runs/{shared.failed}?node=second", headers=HTMX).text
+    assert 'class="chips"' not in drawer(html)
