@@ -119,8 +119,10 @@ async def diff_page(request: Request[Any, Any, Any], a: FromQuery[str], b: FromQ
         own = next((cps for r, cps in options if r.id == cp_a.run_id), [])
         later = [c for c in own if c.seq > cp_a.seq]
         suggest = later[-1].id if later else cp_a.parent_id
+        # nothing compared yet: the page says so and links the suggestion (never an empty diff)
+        suggested = next((c for _, cps in options for c in cps if c.id == suggest), None)
         return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes, "rows": DIFF_ROWS,
-                "suggest": suggest}
+                "suggest": suggest, "suggested": suggested}
 
     return render(request, "diff.html", await in_thread(load))
 
