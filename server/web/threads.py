@@ -25,7 +25,8 @@ THREAD_LIMIT = 2000
 class Branch:
     run: Run
     depth: int                  # how many branches in from the thread's first run
-    base_seq: int | None        # where on its parent it branched (checkpoint seq)
+    base_seq: int | None        # where it branched (checkpoint seq) …
+    base_run: str | None        # … of which run (its parent's, as a rule)
     patched: tuple[str, ...]    # the fields a fork's patch edited
 
 
@@ -50,13 +51,14 @@ def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
     todo: list[tuple[Run, int]] = [(r, 0) for r in reversed(children.get(None, []))]
     while todo:   # not recursive: a thread's line can be longer than Python's recursion limit
         r, depth = todo.pop()
-        base_seq = None
+        base_seq = base_run = None
         if r.base_checkpoint_id:
             try:
-                base_seq = rt.store.get_checkpoint(r.base_checkpoint_id).seq
+                base = rt.store.get_checkpoint(r.base_checkpoint_id)
+                base_seq, base_run = base.seq, base.run_id
             except NotFound:
-                base_seq = None
-        out.append(Branch(r, depth, base_seq, _patched_fields(rt, r)))
+                pass
+        out.append(Branch(r, depth, base_seq, base_run, _patched_fields(rt, r)))
         kids = children.get(r.id, [])
         line = next((k for k in kids if _follows(k)), None)
         if line is not None:

@@ -1,0 +1,57 @@
+"""The thread page tells each run apart without opening it: its kind, status, graph,
+when it started and the checkpoint it came from, each with a link."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from conftest import Seeded
+from local_client import TestClient
+
+Client = TestClient[Any]
+
+
+def rows(html: str) -> dict[str, str]:
+    """Each run's line on the page, by run id."""
+    return {rid: body for rid, body in re.findall(
+        r'<li [^>]*class="branch[^"]*">\s*<span class="kind">\w+</span>\s*<a href="/runs/(run_\w+)">(.*?)</li>',
+        html, re.S)}
+
+
+def test_each_run_shows_its_kind_status_graph_start_and_base(seeded: Seeded, client: Client) -> None:
+    rt, failed = seeded.rt, seeded.failed
+    cps = rt.store.checkpoints(failed)
+    fork = asyncio.run(rt.fork(cps[1].id, patch={"n": 2}))
+    replay = asyncio.run(rt.replay(failed))
+    page = client.get(f"/threads/{failed}").text
+    lines = rows(page)
+    assert set(lines) == {failed, fork.id, replay.run_id}
+    kinds = dict(re.findall(r'class="branch kind-(\w+)">\s*<span class="kind">\w+</span>\s*<a href="/runs/(run_\w+)">',
+                            page))
+    assert {v: k for k, v in kinds.items()} == {failed: "main", fork.id: "fork", replay.run_id: "replay"}
+    for rid, line in lines.items():
+        run = asyncio.run(rt.get_run(rid))
+        assert f'<span class="badge st-{run.status.value}">' in line
+        assert f'<span class="graph" title="graph version {run.graph_version}">api_failing ' in line
+        started = re.search(r"started <time>([^<]+)</time>", line)
+        assert started and started.group(1).startswith("20")
+    # the fork links the checkpoint it came from, which opens its run at that checkpoint
+    base = re.search(r'<a class="base" href="([^"]+)"[^>]*>([^<]+)</a>', lines[fork.id])
+    assert base and base.groups() == (f"/checkpoints/{cps[1].id}", f"from #1 of {failed}")
+    opened = client.get(base.group(1), follow_redirects=False)
+    assert opened.headers["location"] == f"/runs/{failed}?cp=1"
+    assert f'<a class="base" href="/checkpoints/{cps[0].id}" title="checkpoint {cps[0].id}">from #0 of {failed}</a>' \
+        in lines[replay.run_id]   # a replay re-runs the recording from its start
+    assert 'class="base"' not in lines[failed]   # the thread's first run came from no checkpoint
+
+
+def test_a_continuation_says_which_checkpoint_it_goes_on_from(seeded: Seeded, client: Client) -> None:
+    last = seeded.rt.store.checkpoints(seeded.failed)[-1]
+    cont = asyncio.run(seeded.rt.resume(seeded.failed))
+    page = client.get(f"/threads/{seeded.failed}").text
+    assert re.search(rf'class="branch kind-continuation">\s*<span class="kind">continuation</span>\s*'
+                     rf'<a href="/runs/{cont.id}">', page)
+    assert f'<a class="base" href="/checkpoints/{last.id}" title="checkpoint {last.id}">from #{last.seq} of ' \
+           f'{seeded.failed}</a>' in rows(page)[cont.id]
