@@ -32,7 +32,7 @@ from runtime.core.states import RunStatus
 from runtime.graph.instances import base_node
 from server.present import interrupt_question
 
-from . import actions, auth, forms
+from . import actions, auth, form_errors, forms
 from .render import is_htmx, render
 from .services import Conflict, complete, in_thread
 
@@ -258,12 +258,11 @@ def check_answer(rt: Runtime, i: Interrupt, form: AnswerForm, data: Mapping[str,
         try:
             model.model_validate(answer)
         except ValidationError as e:
-            found = forms.errors_of(e)
-            if form.mode != "model":   # the answer is one value: its errors are its one field's
-                found = [(("answer", *loc), msg) for loc, msg in found]
+            # the answer is one value: its errors are its one field's
+            found = form_errors.errors_of(e, form.fields, () if form.mode == "model" else ("answer",))
             if not ok:   # every wrong field at once: the model's say on the others too
-                found = forms.beside_refused(form.fields, found)
-            form.errors += forms.attach_errors(form.fields, found)
+                found = form_errors.beside_refused(form.fields, found)
+            form.errors += form_errors.attach_errors(form.fields, found)
             return answer, False
         except Exception:
             if ok:

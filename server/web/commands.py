@@ -23,7 +23,7 @@ from runtime.core.states import RunStatus
 from runtime.travel.branches import apply_patch, mockable_effects
 from runtime.travel.diff import diff
 
-from . import actions, services
+from . import actions, services, wording
 from .render import is_htmx, render
 from .services import Conflict, complete, in_thread
 
@@ -66,7 +66,10 @@ def _preview(rt: Runtime, ctx: dict[str, Any], patch_text: str) -> tuple[dict[st
         return None, []
     if ctx["graph"] is None:
         raise InvalidRequest("the graph's code is not loaded in this server: its state cannot be checked")
-    patched = apply_patch(ctx["graph"], ctx["state"], patch)
+    try:
+        patched = apply_patch(ctx["graph"], ctx["state"], patch)
+    except InvalidRequest as e:
+        raise wording.patch_refusal(e) from None
     return patch, diff(ctx["state"], patched)
 
 
@@ -85,7 +88,7 @@ async def fork_submit(request: Request[Any, Any, Any], checkpoint_id: FromPath[s
     patch_text, mocks_text = data.get("patch", ""), data.get("mocks", "")
     effects = data.get("effects", "mock")
     form = {**ctx, "patch_text": patch_text, "mocks_text": mocks_text, "effects": effects, "changes": None,
-            "error": None}
+            "error": None, "error_detail": ""}
     try:
         patch, changes = await in_thread(_preview, rt, ctx, patch_text)
         form["changes"] = changes
@@ -94,7 +97,7 @@ async def fork_submit(request: Request[Any, Any, Any], checkpoint_id: FromPath[s
             return render(request, "fork.html", form, block="preview")
         run_id = await actions.fork(rt, request.app.state.tasks, checkpoint_id, patch, effects, mocks)
     except (InvalidRequest, Conflict, NotFound) as e:
-        form["error"] = str(e)
+        form["error"], form["error_detail"] = str(e), getattr(e, "detail", "")
         return render(request, "fork.html", form, block="preview", status=_status(e))
     return _go(request, f"/runs/{run_id}")
 

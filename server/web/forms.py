@@ -10,7 +10,7 @@ send a textarea's line breaks as CRLF, read back as the LF they stand for.
 Reading a post back checks what a form can check — required fields, types, choices,
 bounds, JSON syntax — and keeps what the person typed, so the page shows it again
 next to the error. Validation against the model itself (custom validators) happens
-after, and its errors land on the same fields (:func:`attach_errors`).
+after, and its errors land on the same fields (``form_errors``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from pydantic import ValidationError
 
 from runtime.core.jsonvalues import JSON
 
@@ -57,6 +55,7 @@ class FormField:
     multiline: bool = False         # a text edited in a textarea
     checked: bool = False
     error: str | None = None
+    detail: str | None = None       # the validator's own words behind ``error``, shown folded
     children: list[FormField] = field(default_factory=list)
     scope: str = ""                 # the question it answers, on a form that answers several
 
@@ -351,36 +350,3 @@ def read(fields: Sequence[FormField], form: Mapping[str, str]) -> tuple[dict[str
         if not isinstance(v, _Missing):
             out[f.path[-1]] = v
     return out, not any(x.error for f in fields for x in f.walk())
-
-
-def errors_of(error: ValidationError) -> list[tuple[Loc, str]]:
-    """A model's validation errors as (where, what) pairs."""
-    return [(tuple(e["loc"]), str(e["msg"])) for e in error.errors(include_url=False)]
-
-
-def beside_refused(fields: Sequence[FormField], errors: Sequence[tuple[Loc, str]]) -> list[tuple[Loc, str]]:
-    """A model's errors about an answer read from a form that refused some fields: those
-    fields are missing from it, so what the model says of them (and of the answer as a
-    whole) adds nothing to the form's own message; what it says of the others stands."""
-    refused = [f.path for top in fields for f in top.walk() if f.error]
-    return [(loc, msg) for loc, msg in errors
-            if loc and not any(tuple(str(p) for p in loc[:len(path)]) == path for path in refused)]
-
-
-def attach_errors(fields: Sequence[FormField], errors: Sequence[tuple[Loc, str]]) -> list[str]:
-    """Put each error on the deepest field its location falls in; returns those that
-    belong to no field (a model-wide rule)."""
-    by_path = {f.path: f for top in fields for f in top.walk()}
-    loose = []
-    for loc, msg in errors:
-        where = tuple(str(p) for p in loc)
-        for n in range(len(where), 0, -1):
-            target = by_path.get(where[:n])
-            if target is not None:
-                inner = ".".join(where[n:])
-                text = f"{inner}: {msg}" if inner else msg
-                target.error = f"{target.error}; {text}" if target.error else text
-                break
-        else:
-            loose.append(f"{'.'.join(where)}: {msg}" if where else msg)
-    return loose

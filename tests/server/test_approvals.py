@@ -33,7 +33,8 @@ from runtime import (
     SqlStore,
     append,
 )
-from server.web import approvals, forms
+from server.web import approvals, form_errors, forms
+from server.web.form_errors import ModelError
 from server.web.app import create_app
 
 XSS = "<script>alert(1)</script>"
@@ -659,10 +660,11 @@ def test_a_required_boolean_is_a_yes_or_no_choice_and_an_optional_one_a_box():
 
 def test_model_errors_land_on_the_deepest_field_they_name():
     fields = forms.build(Review.model_json_schema())
-    loose = forms.attach_errors(fields, [(("address", "zip"), "bad zip"), (("tags", 2), "too long"), ((), "whole")])
+    loose = form_errors.attach_errors(fields, [ModelError(("address", "zip"), "bad zip", "raw"),
+                                               ModelError(("tags", 2), "Tags item 2 too long"), ModelError((), "whole")])
     by_name = {f.name: f for top in fields for f in top.walk()}
-    assert by_name["f.address.zip"].error == "bad zip"
-    assert by_name["f.tags"].error == "2: too long"
+    assert by_name["f.address.zip"].error == "bad zip" and by_name["f.address.zip"].detail == "raw"
+    assert by_name["f.tags"].error == "Tags item 2 too long" and by_name["f.tags"].detail is None
     assert loose == ["whole"]
 
 
@@ -775,7 +777,12 @@ def test_every_wrong_field_is_named_at_once_whether_the_form_or_the_model_refuse
     assert reply.status_code == 422
     errors = dict(re.findall(r'id="f-(\w+)-error">([^<]*)<', reply.text))
     assert set(errors) == {"to", "subject", "cc"}
-    assert "pattern" in errors["to"] and errors["subject"] == "required" and "not valid JSON" in errors["cc"]
+    assert errors["subject"] == "required" and "not valid JSON" in errors["cc"]
+    # the model's pattern: the message names the field and what is wrong; the pattern itself is a detail
+    assert errors["to"] == "To is not in the expected format"
+    detail = re.search(r'id="f-to-error">[^<]*</p><details class="error-detail"><summary>details</summary>'
+                       r'<code>([^<]*)</code></details>', reply.text)
+    assert detail and detail.group(1) == "String should match pattern &#39;^[^@\\s]+@[^@\\s]+$&#39;"
     settle(client)
     assert snapshot(rt, run_id) == before
 

@@ -713,7 +713,7 @@ def test_fork_create_redirects_to_the_new_run(seeded: Seeded, client: Client) ->
 
 @pytest.mark.parametrize(("patch", "named"), [
     ('{"bogus": 1}', "unknown state field(s) &#39;bogus&#39;"),
-    ('{"n": "two"}', "field &#39;n&#39;: Input should be a valid integer"),
+    ('{"n": "two"}', "The patch does not fit the state: field &#39;n&#39; must be a whole number"),
     ("[1]", "must be a JSON object of state fields, got list"),
     ('{"n": ', "patch is not valid JSON"),
     ("null", "must be a JSON object of state fields, got null"),   # typed, not left empty: not "no patch"
