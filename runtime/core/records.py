@@ -34,6 +34,7 @@ __all__ = [
     "Run",
     "RunKind",
     "SERVED_STATUSES",
+    "SentAnswer",
     "TraceEvent",
     "WriteKind",
     "thread_id_problem",
@@ -317,6 +318,17 @@ class Interrupt:
     response_schema: JSON = None
     answer: JSON = None
     answered_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SentAnswer:
+    """An answer another process left in the store for a question of a running run: the
+    process driving the run takes it as it polls for cancel requests (ADR 0011)."""
+
+    interrupt_id: str
+    answer: JSON
+    by: str | None
+    at: float
 
 
 @fast_init

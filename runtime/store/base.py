@@ -23,6 +23,7 @@ from ..core.records import (
     PendingWrite,
     Run,
     RunKind,
+    SentAnswer,
     TraceEvent,
 )
 from ..core.states import RunStatus
@@ -72,6 +73,15 @@ class CheckpointStore(Protocol):
 
     def cancel_request(self, run_id: str) -> str | None:
         """The pending cancel reason for a run, if any."""
+
+    def send_answers(self, run_id: str, answers: Mapping[str, JSON], by: str | None, at: float) -> bool:
+        """Leave checked answers to pending questions of a running run for the process that
+        drives it. All or nothing: False, and nothing left, if one of them was answered, or
+        had an answer left for it, first. ``NotFound`` for an unknown run."""
+
+    def sent_answers(self, run_id: str) -> dict[str, SentAnswer]:
+        """Answers left for the run's questions still pending, by interrupt id; one is gone
+        once its question is answered (the answer recorded by a ``commit``)."""
 
     def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
         """The run's checkpoints with ``seq >= first_seq``, oldest first, at most ``limit`` of

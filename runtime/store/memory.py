@@ -20,6 +20,7 @@ from ..core.records import (
     PendingWrite,
     Run,
     RunKind,
+    SentAnswer,
     TraceEvent,
     WriteKind,
     event_type,
@@ -43,6 +44,7 @@ class MemoryStore:
         self._interrupts: dict[str, Interrupt] = {}
         self._events: dict[str, list[TraceEvent]] = {}
         self._cancels: dict[str, str] = {}
+        self._sent: dict[str, SentAnswer] = {}
 
     def save_graph(self, description: Mapping[str, JSON]) -> None:
         with self._lock:
@@ -97,6 +99,8 @@ class MemoryStore:
             self._journal[e.run_id].append(e)
         for i in b.interrupts:
             self._interrupts[i.id] = i
+            if i.status != InterruptStatus.PENDING:
+                self._sent.pop(i.id, None)
         for ev in b.events:
             if type(ev.type) is str:   # given as text: kept as the SQL store reads it back
                 ev = replace(ev, type=event_type(ev.type))
@@ -144,6 +148,21 @@ class MemoryStore:
 
     def cancel_request(self, run_id: str) -> str | None:
         return self._cancels.get(run_id)
+
+    def send_answers(self, run_id: str, answers: Mapping[str, JSON], by: str | None, at: float) -> bool:
+        with self._lock:
+            self._get(run_id)
+            for iid in answers:
+                i = self._interrupts.get(iid)
+                if i is None or i.run_id != run_id or i.status != InterruptStatus.PENDING or iid in self._sent:
+                    return False
+            for iid, value in answers.items():
+                self._sent[iid] = SentAnswer(iid, value, by, at)
+            return True
+
+    def sent_answers(self, run_id: str) -> dict[str, SentAnswer]:
+        with self._lock:
+            return {iid: s for iid, s in self._sent.items() if self._interrupts[iid].run_id == run_id}
 
     def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
         with self._lock:

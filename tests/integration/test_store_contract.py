@@ -40,6 +40,7 @@ from runtime.records import (
     PendingWrite,
     Run,
     RunKind,
+    SentAnswer,
     TraceEvent,
     WriteKind,
 )
@@ -849,6 +850,43 @@ def test_cancel_request_is_cleared_when_the_run_stops_running(store: CheckpointS
     assert store.cancel_request("r1") is None
 
 
+# --------------------------------------------------------------------------- answers left for a running run
+
+
+def test_answers_left_for_pending_questions_are_read_until_recorded(store: CheckpointStore) -> None:
+    add_run(store, "r1")
+    add_run(store, "r2")
+    store.commit(Batch(run_id="r1", fence=1, interrupts=[intr("r1", "i1"), intr("r1", "i2", at=T0 + 1)]))
+    store.commit(Batch(run_id="r2", fence=1, interrupts=[intr("r2", "j1")]))
+    assert store.sent_answers("r1") == {}
+    answer = {"ok": True, "note": "a\u0000b é"}
+    assert store.send_answers("r1", {"i1": answer}, "ada", T0 + 5) is True
+    assert store.sent_answers("r1") == {"i1": SentAnswer("i1", answer, "ada", T0 + 5)}
+    assert store.sent_answers("r2") == {}
+    assert store.interrupt("i1") == intr("r1", "i1")   # a left answer is not the answer
+    store.commit(Batch(run_id="r1", fence=1, interrupts=[
+        intr("r1", "i1", status=InterruptStatus.ANSWERED, answer=answer, answered_at=T0 + 6)]))
+    assert store.sent_answers("r1") == {}
+
+
+def test_answers_are_left_all_or_none_and_only_once(store: CheckpointStore) -> None:
+    add_run(store, "r1")
+    store.commit(Batch(run_id="r1", fence=1, interrupts=[
+        intr("r1", "i1"), intr("r1", "i2", status=InterruptStatus.ANSWERED, answer=1, answered_at=T0 + 1),
+        intr("r1", "i3", at=T0 + 2)]))
+    add_run(store, "r2")
+    store.commit(Batch(run_id="r2", fence=1, interrupts=[intr("r2", "j1")]))
+    assert store.send_answers("r1", {"i1": "yes", "i2": "late"}, None, T0) is False   # i2 was answered
+    assert store.send_answers("r1", {"i1": "yes", "j1": "no"}, None, T0) is False   # j1 is another run's
+    assert store.send_answers("r1", {"i1": "yes", "nope": "no"}, None, T0) is False
+    assert store.sent_answers("r1") == {}   # nothing left by the refused calls
+    assert store.send_answers("r1", {"i3": None}, None, T0 + 3) is True
+    assert store.send_answers("r1", {"i1": "yes", "i3": "again"}, "bob", T0 + 4) is False   # i3 has one
+    assert store.sent_answers("r1") == {"i3": SentAnswer("i3", None, None, T0 + 3)}
+    with pytest.raises(NotFound):
+        store.send_answers("nope", {"i1": "yes"}, None, T0)
+
+
 def test_request_cancel_of_unknown_run_raises_not_found(store: CheckpointStore) -> None:
     with pytest.raises(NotFound):
         store.request_cancel("nope", "stop")
@@ -1293,6 +1331,7 @@ def test_a_schema_1_database_is_migrated_in_place(open_sql: Callable[[], SqlStor
     with s.engine.begin() as conn:  # make it look like a database written before version 2
         conn.execute(text("ALTER TABLE runs DROP COLUMN options"))
         conn.execute(text("ALTER TABLE effect_journal DROP COLUMN compensate"))
+        conn.execute(text("ALTER TABLE interrupts DROP COLUMN sent"))
         conn.execute(text("DELETE FROM harness_schema"))
         conn.execute(text("INSERT INTO harness_schema (version, applied_at) VALUES (1, :t)"), {"t": T0})
     s.close()
@@ -1302,7 +1341,22 @@ def test_a_schema_1_database_is_migrated_in_place(open_sql: Callable[[], SqlStor
     add_run(s2, "f1", kind=RunKind.FORK, parent="r1", options={"effects": "mock"})
     assert s2.get_run("f1").options == {"effects": "mock"}
     with s2.engine.connect() as conn:
-        assert conn.execute(text("SELECT version FROM harness_schema ORDER BY version")).scalars().all() == [1, 2]
+        assert conn.execute(text("SELECT version FROM harness_schema ORDER BY version")).scalars().all() == [1, 2, 3]
+
+
+def test_a_schema_2_database_is_migrated_and_takes_answers_left(open_sql: Callable[[], SqlStore]) -> None:
+    s = open_sql()
+    add_run(s, "r1")
+    s.commit(Batch(run_id="r1", fence=1, interrupts=[intr("r1", "i1")]))
+    with s.engine.begin() as conn:  # make it look like a database written before version 3
+        conn.execute(text("ALTER TABLE interrupts DROP COLUMN sent"))
+        conn.execute(text("DELETE FROM harness_schema"))
+        conn.execute(text("INSERT INTO harness_schema (version, applied_at) VALUES (2, :t)"), {"t": T0})
+    s.close()
+    s2 = open_sql()
+    assert s2.interrupt("i1") == intr("r1", "i1") and s2.sent_answers("r1") == {}
+    assert s2.send_answers("r1", {"i1": [1, 2]}, "ada", T0) is True
+    assert s2.sent_answers("r1") == {"i1": SentAnswer("i1", [1, 2], "ada", T0)}
 
 
 async def time_travel_scenario(store: CheckpointStore) -> dict[str, Any]:

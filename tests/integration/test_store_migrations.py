@@ -271,8 +271,9 @@ def pg_versions(url: str) -> list[int]:
     return found
 
 
-#: what a version-1 PostgreSQL database lacked: the columns migration 2 adds
+#: what a version-1 PostgreSQL database lacked: the columns migrations 2 and 3 add
 PG_UNDO_TO_V1 = ("ALTER TABLE runs DROP COLUMN options", "ALTER TABLE effect_journal DROP COLUMN compensate",
+                 "ALTER TABLE interrupts DROP COLUMN sent",
                  "DELETE FROM harness_schema", "INSERT INTO harness_schema VALUES (1, 1700000000.0)")
 
 PG_V1_ROWS = (

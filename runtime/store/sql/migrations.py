@@ -43,6 +43,7 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, ("ALTER TABLE runs ADD COLUMN options {json}",              # fork/replay settings
                   "ALTER TABLE effect_journal ADD COLUMN compensate VARCHAR")),  # compensation refs
+    Migration(3, ("ALTER TABLE interrupts ADD COLUMN sent {json}",)),    # answers to running runs
 )
 
 _ATTEMPTS = 10

@@ -27,6 +27,7 @@ from ...core.records import (
     PendingWrite,
     Run,
     RunKind,
+    SentAnswer,
     TraceEvent,
     WriteKind,
     event_type,
@@ -119,6 +120,16 @@ class Reader:
         with self.engine.connect() as conn:
             reason = conn.exec_driver_sql(self._cancel_sql, (run_id,)).scalar()
         return None if reason is None else self.text(reason)
+
+    @read_again
+    def sent_answers(self, run_id: str) -> dict[str, SentAnswer]:
+        with self.engine.connect() as conn:
+            pk = self.pk(conn, run_id)
+            rows = conn.execute(select(INTERRUPTS.c.id, INTERRUPTS.c.sent).where(
+                INTERRUPTS.c.run_pk == pk, INTERRUPTS.c.status == InterruptStatus.PENDING.value,
+                INTERRUPTS.c.sent.is_not(None))).all()
+        return {r.id: SentAnswer(r.id, r.sent.get("answer"), r.sent.get("by"), r.sent.get("at", 0.0))
+                for r in rows}
 
     # ------------------------------------------------------------------ runs
 

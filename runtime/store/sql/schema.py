@@ -17,7 +17,7 @@ from sqlmodel import Field, SQLModel
 
 #: the version a new database is created at; each entry of ``migrations.MIGRATIONS``
 #: brings an older database one version closer to it (a test keeps the two in step)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Json = JSON().with_variant(JSONB(), "postgresql")
 
@@ -147,6 +147,8 @@ class InterruptRow(SQLModel, table=True):
     answer: Any = _json()
     created_at: float
     answered_at: float | None = None
+    #: an answer another process left for the process driving the run: {answer, by, at}
+    sent: Any = _json()
 
 
 class EventRow(SQLModel, table=True):

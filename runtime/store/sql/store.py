@@ -38,6 +38,7 @@ from ...core.records import (
     PendingWrite,
     Run,
     RunKind,
+    SentAnswer,
     TraceEvent,
 )
 from ...core.states import RunStatus
@@ -96,6 +97,12 @@ class SqlStore:
 
     def cancel_request(self, run_id: str) -> str | None:
         return self._reader.cancel_request(run_id)
+
+    def send_answers(self, run_id: str, answers: Mapping[str, JSON], by: str | None, at: float) -> bool:
+        return self._writer.send_answers(run_id, answers, by, at)
+
+    def sent_answers(self, run_id: str) -> dict[str, SentAnswer]:
+        return self._reader.sent_answers(run_id)
 
     def get_run(self, run_id: str) -> Run:
         return self._reader.get_run(run_id)

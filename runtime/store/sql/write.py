@@ -97,7 +97,11 @@ class Writer:
             for stopped in (False, True) for fenced in (False, True) for same in (False, True)}
         #: run id -> the fence under which this writer last stored the run as RUNNING
         self._running: dict[str, int] = {}
-        self._answer = self._sql(f"UPDATE interrupts SET status = ?, answer = {json}, answered_at = ? WHERE id = ?")
+        # an answer recorded takes the place of one left for it (``send_answers``)
+        self._answer = self._sql(f"UPDATE interrupts SET status = ?, answer = {json}, answered_at = ?, sent = NULL "
+                                 f"WHERE id = ?")
+        self._send = self._sql(f"UPDATE interrupts SET sent = {json} WHERE id = ? AND run_pk = ? "
+                               f"AND status = 'pending' AND sent IS NULL")
         self._describe = self._sql(f"UPDATE graphs SET description = {json} WHERE version = ?")
 
     def _sql(self, text: str) -> str:
@@ -305,6 +309,21 @@ class Writer:
             if cur.rowcount == 0:
                 raise NotFound(f"no run with id {run_id!r}")
 
+    def send_answers(self, run_id: str, answers: Mapping[str, JSONValue], by: str | None, at: float) -> bool:
+        try:
+            with self._lock, self._db.transaction(False) as cur:
+                cur.execute(self._sql(f"SELECT pk FROM runs WHERE id = ?{self._for_update}"), [run_id])
+                row = cur.fetchone()
+                if row is None:
+                    raise NotFound(f"no run with id {run_id!r}")
+                for interrupt_id, value in answers.items():
+                    cur.execute(self._send, [self._dumps({"answer": value, "by": by, "at": at}), interrupt_id, row[0]])
+                    if cur.rowcount == 0:
+                        raise _Taken   # rolls back what this call left before
+        except _Taken:
+            return False
+        return True
+
     def save_graph(self, description: Mapping[str, JSONValue]) -> None:
         version = description["version"]
         with self._lock:
@@ -342,3 +361,7 @@ def _integrity_errors(engine: Engine) -> tuple[type[BaseException], ...]:
     module = engine.dialect.dbapi
     found = getattr(module, "IntegrityError", None)
     return (IntegrityError, found) if isinstance(found, type) else (IntegrityError,)
+
+
+class _Taken(Exception):
+    """A question ``send_answers`` was given was answered, or had an answer left, first."""
