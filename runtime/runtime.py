@@ -190,7 +190,9 @@ class Runtime:
         across the chain; ``deadline``, ``max_steps``, ``max_tokens`` and ``max_cost``
         replace the limits of those names (a continuation's, or the same run's from now
         on; one below the usage so far ends the run with ``limit_exceeded``). ``answered_by``
-        names who answered; the trace's ``interrupt.answered`` events record it."""
+        names who answered; the trace's ``interrupt.answered`` events record it. A run still
+        running other branches takes answers too (ADR 0011), from another process through the
+        store within a heartbeat; the call returns once the run next pauses or ends."""
         run_id = id_arg(run_id, "run_id")
         answers = answers_arg(answer is not MISSING, answers)
         limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from ..core.errors import EndNotRecorded, GraphError, InvalidAnswer, InvalidRequest, LeaseLost, NotFound
 from ..core.jsonvalues import JSON
-from ..core.records import Checkpoint, CheckpointSource, EffectsMode, InterruptStatus, Run, RunKind
+from ..core.records import Checkpoint, CheckpointSource, EffectsMode, Interrupt, InterruptStatus, Run, RunKind
 from ..core.states import RESUME_PATHS, TERMINAL_RUN, ResumePath, RunEvent, RunStatus
 from ..graph import ExecutableGraph
 from ..history.creation import branch_statuses, inherited_of, insert_run, renew_limits
@@ -144,6 +144,8 @@ class Driver:
                 return await self.deliver(loop, answer, answers, limits, by)
             questions = self.store.interrupts(run_id)
             waiting = [i.id for i in questions if i.status == InterruptStatus.PENDING]
+            if waiting and run.status == RunStatus.RUNNING and self.held_elsewhere(run):
+                return await self.send(run, questions, answer, answers, limits, by)
             if waiting and run.status == RunStatus.RUNNING:
                 raise InvalidRequest(still_running(run_id, waiting))
             if any(i.status == InterruptStatus.ANSWERED for i in questions):
@@ -188,6 +190,31 @@ class Driver:
             return await self.resume(loop.run_id, answers=checked, by=by)
         await loop.stopped.wait()
         return self.store.get_run(loop.run_id)
+
+    async def send(self, run: Run, questions: Sequence[Interrupt], answer: JSON, answers: Mapping[str, JSON] | None,
+                   limits: Mapping[str, JSON] | None, by: str | None) -> Run:
+        """Answer questions of a run another process drives while it still runs other branches:
+        the checked answers are left in the store, and that process takes them within a
+        heartbeat, or as it would pause. Returns the run once it next pauses or ends; one that
+        paused, or whose process stopped, before taking them is answered here."""
+        if limits:
+            raise InvalidRequest(f"run {run.id} is running: new limits are given when it has paused or ended")
+        given = match_answers(run, questions, answer, answers)
+        checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
+        if not self.store.send_answers(run.id, checked, by, self.env.now()):
+            raise InvalidAnswer(f"run {run.id} was already answered by another caller")
+        while True:
+            run = await self.wait_terminal(run.id, float("inf"))
+            left = {i.id: checked[i.id] for i in self.store.interrupts(run.id)
+                    if i.id in checked and i.status == InterruptStatus.PENDING}
+            if not left or run.status in TERMINAL_RUN:
+                return run
+            try:
+                return await self.resume(run.id, answers=left, by=by)
+            except (InvalidAnswer, InvalidRequest):
+                if not self.held_elsewhere(self.store.get_run(run.id)):
+                    raise
+                # another caller took the run over first: its process takes these from the store
 
     def continuation(self, parent: Run, limits: Mapping[str, JSON] | None = None
                      ) -> tuple[Run, Checkpoint, ExecutableGraph]:
@@ -274,6 +301,7 @@ class Driver:
                 return run
             await asyncio.sleep(step)
             waited += step
+            step = min(step * 1.25, self.env.heartbeat / 4)   # a long run is not read 50 times a second
 
 
 def continued_options(parent: Run) -> Mapping[str, JSON]:

@@ -180,6 +180,8 @@ class RunLoop(Outcomes, Growth, TakeOver):
             self._schedule()
             # a stopping run does not wait out retry backoffs: those nodes end with it
             if not self._in_flight.tasks and not self._starved and (not self._retry_at or self._stop is not None):
+                if self.take_sent():   # it would pause: answers another process left meanwhile go on
+                    continue
                 finish_run(self.rec, self.host, self.deps.store, self._stop)
                 await commit_end(self.rec)
                 return self.run
@@ -362,6 +364,8 @@ class RunLoop(Outcomes, Growth, TakeOver):
             # another process may have asked to cancel; poll at heartbeat pace, not every step
             self._next_poll = now + self.env.heartbeat
             reason = self.deps.store.cancel_request(self.run_id)
+            if reason is None:
+                self.take_sent()
         if reason is not None:
             self.request_cancel(reason)
             return

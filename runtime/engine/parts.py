@@ -9,6 +9,7 @@ from ..core.env import Environment
 from ..core.jsonvalues import JSON
 from ..core.records import Run
 from ..core.states import NodeEvent
+from .deps import EngineDeps
 from .folding import StateFold
 from .host import RunHost
 from .instances import Instances
@@ -17,6 +18,7 @@ from .stopping import Stop
 
 
 class LoopPart:
+    deps: EngineDeps
     env: Environment
     host: RunHost
     inst: Instances

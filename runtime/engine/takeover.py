@@ -10,10 +10,11 @@ import logging
 from abc import abstractmethod
 from collections.abc import Mapping
 
-from ..core.errors import ErrorClass
+from ..core.errors import ErrorClass, InvalidAnswer
 from ..core.jsonvalues import JSON
-from ..core.records import Interrupt
+from ..core.records import Interrupt, InterruptStatus
 from ..core.states import NodeEvent, NodeStatus, RunEvent, RunStatus, StopKind
+from .answers import validate_answer
 from .parts import LoopPart
 from .stopping import Stop, stop
 
@@ -34,6 +35,7 @@ class TakeOver(LoopPart):
             log.info("run %s: recovering it (its previous owner stopped)", self.run_id)
             self._lose_in_flight()
         self._take_answers(answered, by)
+        self.take_sent()
         self.rec.run_event(event, owner=self.env.owner)
         self._grow_inherited()
         self._candidates = set(self.inst.order)
@@ -61,6 +63,36 @@ class TakeOver(LoopPart):
         self.rec.flush(durable=True)   # an answer given is kept, whatever happens to this process next
         self.wake()
         return True
+
+    def asking(self) -> bool:
+        """Whether a question of this run waits for an answer."""
+        return any(i.status == InterruptStatus.PENDING and i.run_id == self.run_id
+                   for i in self.host.interrupts.values())
+
+    def take_sent(self) -> bool:
+        """Take the answers other processes left in the store for this run's pending questions
+        (``CheckpointStore.send_answers``), as ``deliver`` takes those given here; True if one
+        was. Read only while a question waits and the run is not stopping for good. Until the
+        run's next commit records them they stay in the store, so a crash loses none."""
+        if not self.deps.store.durable or (self._stop is not None and self._stop.kind != StopKind.INTERRUPT) \
+                or not self.asking():
+            return False
+        pending = {i.id: i for i in self.questions() if i.status == InterruptStatus.PENDING}
+        taken = False
+        for interrupt_id, sent in self.deps.store.sent_answers(self.run_id).items():
+            question = pending.get(interrupt_id)
+            if question is None:
+                continue
+            try:   # checked by the sender; this process may know another version of its model
+                value = validate_answer(self.deps.graphs, question, sent.answer)
+            except InvalidAnswer as e:
+                log.warning("run %s: the answer left for %s does not fit here: %s", self.run_id, interrupt_id, e)
+                continue
+            self._take_answers({interrupt_id: value}, sent.by)
+            taken = True
+        if taken:
+            self.rec.checkpoint_if_dirty()
+        return taken
 
     def _take_answers(self, answers: Mapping[str, JSON], by: str | None) -> None:
         """Record checked answers; an interrupted instance answered is due again (one whose

@@ -22,7 +22,6 @@ from runtime.core.records import Interrupt, InterruptStatus, Run
 from runtime.core.states import RunStatus
 from runtime.engine.answers import validate_answer
 from runtime.engine.compensation import CompensationReport
-from runtime.engine.driver import still_running
 
 from .background import start_in_background
 from .services import Conflict, complete, in_thread
@@ -77,16 +76,14 @@ async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str
     if run.status == RunStatus.INTERRUPTED and answers is None:
         raise Conflict(f"run {run_id} is waiting for answers: give answers={{interrupt id: answer}}, or "
                        f"answer its interrupts one by one")
-    if run.status == RunStatus.RUNNING and not rt.orphaned(run) and not (answers and rt.drives(run_id)):
-        asked = [i.id for i in await in_thread(rt.store.interrupts, run_id) if i.status == InterruptStatus.PENDING]
-        raise Conflict(still_running(run_id, asked) if answers and asked
-                       else f"run {run_id} is running; cancel it or wait for it to finish")
+    if run.status == RunStatus.RUNNING and not rt.orphaned(run) and not answers:
+        raise Conflict(f"run {run_id} is running; cancel it or wait for it to finish")
     if answers is not None and run.status not in (RunStatus.INTERRUPTED, RunStatus.RUNNING) and not rt.orphaned(run):
         raise Conflict(f"run {run_id} is {run.status.value}, not waiting for answers: there is nothing to answer")
     if answers:
         await in_thread(check_answers, rt, run_id, answers)
-    if answers and run.status == RunStatus.RUNNING and rt.drives(run_id):
-        if limits:
+    if answers and run.status == RunStatus.RUNNING and not rt.orphaned(run):
+        if any(v is not None for v in (limits or {}).values()):   # a limit left out is None
             raise Conflict(f"run {run_id} is running: new limits are given when it has paused or ended")
         return await _answer_running(rt, tasks, run_id, answers, by)
     try:
@@ -115,8 +112,9 @@ async def cancel(rt: Runtime, tasks: Tasks, run_id: str, reason: str) -> str:
 
 
 async def _answer_running(rt: Runtime, tasks: Tasks, run_id: str, answers: Mapping[str, JSON], by: str | None) -> str:
-    """Answers to a run this server drives while it goes on: the task that drives it records
-    them and runs on (its page follows it live); this call only waits for it to stop."""
+    """Answers to a run that goes on: the task that drives it in this server, or the process
+    that drives it elsewhere (through the store), records them and runs on (its page follows
+    it live); this call only waits for it to stop."""
     task = asyncio.get_running_loop().create_task(
         _awaited(rt.resume(run_id, answers=answers, answered_by=by)))
     tasks.add(task)
@@ -124,7 +122,12 @@ async def _answer_running(rt: Runtime, tasks: Tasks, run_id: str, answers: Mappi
     task.add_done_callback(_told)
     await asyncio.sleep(0)   # the answers are checked and handed over before the first wait
     if task.done():   # refused at once: say why
-        task.result()
+        try:
+            task.result()
+        except InvalidAnswer as e:
+            if "already answered" in str(e):
+                raise Conflict(str(e)) from None
+            raise
     return run_id
 
 
@@ -164,11 +167,9 @@ async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: 
     if found.status != InterruptStatus.PENDING:
         raise Conflict(f"interrupt {interrupt_id} is {found.status.value}: it cannot be answered again")
     run = await _run(rt, found.run_id)
-    if run.status == RunStatus.RUNNING and not rt.orphaned(run) and not rt.drives(run.id):
-        raise Conflict(still_running(run.id, [interrupt_id]))
     answers = {interrupt_id: value, **{other: value for other in also}}
     await in_thread(check_answers, rt, found.run_id, answers)
-    if run.status == RunStatus.RUNNING and rt.drives(run.id):
+    if run.status == RunStatus.RUNNING and not rt.orphaned(run):
         return await _answer_running(rt, tasks, run.id, answers, by)
     try:
         return await start_in_background(

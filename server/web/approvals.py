@@ -209,13 +209,14 @@ def screen(rt: Runtime, interrupt_id: str) -> dict[str, Any]:
     value = i.payload.get("value") if isinstance(i.payload, Mapping) else i.payload
     # the node as it is now once the question is settled (at the pause it was interrupted)
     now = cp if i.status == InterruptStatus.PENDING else rt.store.find_checkpoint(run.id)
+    elsewhere = run.status == RunStatus.RUNNING and not rt.orphaned(run) and not rt.drives(run.id)
     return {"i": i, "run": run, "value": value, "question": question_text(i), "cp": cp, "state": state,
             "node_status": now.node_states.get(i.node) if now is not None else None,
             "others": others, "alike": alike(i, others), "by": by, "at": at, "effect": i.kind in EFFECT_CHOICES,
             "pending": i.status == InterruptStatus.PENDING,
-            # another process drives it, and goes on with other branches first (ADR 0011); one this
-            # server drives takes the answer at once, one whose process is gone is recovered
-            "still_running": run.status == RunStatus.RUNNING and not rt.orphaned(run) and not rt.drives(run.id)}
+            # another process drives it, and goes on with other branches first (ADR 0011): an answer
+            # is left for it in the store; one this server drives takes the answer at once
+            "still_running": elsewhere, "sent": rt.store.sent_answers(run.id).get(i.id) if elsewhere else None}
 
 
 def alike(i: Interrupt, others: Sequence[Interrupt]) -> list[Interrupt]:

@@ -1,7 +1,7 @@
 """Answers to a run that still goes on with what does not wait for them (ADR 0011): the
 process driving the run takes them at once, whenever they come (before, while or after its
-pause is recorded, while the asking attempt still ends); another process is told when the
-question can be answered."""
+pause is recorded, while the asking attempt still ends). Answers from another process:
+``test_answers_left_in_the_store.py``."""
 
 from __future__ import annotations
 
@@ -80,31 +80,6 @@ async def test_a_question_answered_while_its_run_goes_on_is_taken_at_once() -> N
     answered = next(e for e in rt.store.events(run_id) if e.type == "interrupt.answered")
     assert answered.data == {"interrupt_id": question, "by": "ada"}
     assert [e.seq for e in rt.store.events(run_id)] == list(range(1, len(events) + 1))
-
-
-async def test_a_question_of_a_run_another_process_drives_is_refused_saying_when_it_can_be_answered(
-        tmp_path) -> None:
-    """Another process holds the run: the answer is refused, naming the question and when it
-    can be answered, and changes nothing; once the run pauses the same answer goes through."""
-    gate = asyncio.Event()
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    graph = ask_beside_work(gate).compile()
-    driver, other = Runtime(SqlStore(url)), Runtime(SqlStore(url), graphs=[graph])
-    try:
-        started = asyncio.create_task(driver.start(graph, {}))
-        run_id, question = await asked(other, other.store)
-        with pytest.raises(InvalidRequest, match=rf"driven by another process, .* the run pauses for {question} "
-                                                 rf"once nothing else can run"):
-            await other.resume(run_id, "yes")
-        assert other.store.get_run(run_id).status == RunStatus.RUNNING
-        assert [i.status.value for i in other.store.interrupts(run_id)] == ["pending"]
-        gate.set()
-        assert (await started).status == RunStatus.INTERRUPTED
-        done = await other.resume(run_id, "yes")
-        assert done.status == RunStatus.SUCCEEDED
-    finally:
-        driver.close()
-        other.close()
 
 
 async def test_an_answer_racing_the_pause_is_taken_once_whichever_comes_first() -> None:
