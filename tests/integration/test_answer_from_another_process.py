@@ -14,49 +14,27 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
 
 import answer_worker
 import pytest
-from pydantic import BaseModel
 
-from runtime import Graph, NodeContext, NodeStatus, Runtime, RunStatus, SqlStore, append
+from runtime import NodeStatus, Runtime, RunStatus, SqlStore
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
-class S(BaseModel):
-    out: Annotated[list[str], append] = []
-
-
-def graph(gate: asyncio.Event) -> Graph:
-    g = Graph("answered-from-afar", state=S)
-
-    @g.node()
-    async def ask(s: S, ctx: NodeContext) -> dict:
-        return {"out": [f"ask:{await ctx.interrupt({'q': 'ship it?'})}"]}
-
-    @g.node(after=["ask"])
-    def ship(s: S) -> dict:
-        return {"out": ["shipped"]}
-
-    @g.node()
-    async def work(s: S) -> dict:
-        await gate.wait()
-        return {"out": ["work"]}
-
-    return g
-
-
-async def test_harness_resume_in_another_process_answers_a_running_run(tmp_path: Path) -> None:
+async def test_harness_resume_in_another_process_answers_a_running_run(tmp_path: Path, monkeypatch) -> None:
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    gate = asyncio.Event()
+    monkeypatch.setenv("HARNESS_ANSWER_MARKER", str(tmp_path / "calls"))
+    monkeypatch.setenv(answer_worker.HANG_ENV, "1")   # work goes on until it is unset
     rt = Runtime(SqlStore(url), heartbeat=0.1)
     proc = None
     try:
-        started = asyncio.create_task(rt.start(graph(gate).compile(), {}))
+        started = asyncio.create_task(rt.start(answer_worker.GRAPH, {}))
+        deadline = time.monotonic() + 30
         while not rt.store.list_runs() or not rt.store.interrupts(rt.store.list_runs()[0].id):
+            assert time.monotonic() < deadline, "the question was never asked"
             await asyncio.sleep(0.01)
         run_id = rt.store.list_runs()[0].id
         [question] = rt.store.interrupts(run_id)
@@ -71,7 +49,7 @@ async def test_harness_resume_in_another_process_answers_a_running_run(tmp_path:
             await asyncio.sleep(0.02)
         assert rt.store.get_run(run_id).status == RunStatus.RUNNING   # work still goes on
         assert proc.returncode is None   # the command waits for the run to pause or end
-        gate.set()
+        monkeypatch.delenv(answer_worker.HANG_ENV)
         assert (await started).status == RunStatus.SUCCEEDED
         out, err = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0, err.decode()
@@ -80,7 +58,7 @@ async def test_harness_resume_in_another_process_answers_a_running_run(tmp_path:
         assert sorted((await rt.thread_state(run_id)).out) == ["ask:yes", "shipped", "work"]
         assert "run.interrupt" not in [e.type for e in rt.store.events(run_id)]
     finally:
-        gate.set()
+        monkeypatch.delenv(answer_worker.HANG_ENV, raising=False)
         if proc is not None and proc.returncode is None:
             proc.kill()
             await proc.wait()

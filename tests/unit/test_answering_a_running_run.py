@@ -28,13 +28,19 @@ class T(BaseModel):
     out: Annotated[list[str], append] = []
 
 
-def ask_beside_work(gate: asyncio.Event) -> Graph:
-    """``ask`` asks at once; ``work`` runs until ``gate`` opens; ``after`` follows ``ask``."""
+class Go(BaseModel):
+    go: bool
+
+
+def ask_beside_work(gate: asyncio.Event, typed: bool = False) -> Graph:
+    """``ask`` asks at once (for a ``Go`` when ``typed``); ``work`` runs until ``gate``
+    opens; ``after`` follows ``ask``."""
     g = Graph("ask-beside-work", state=S)
 
     @g.node()
     async def ask(s: S, ctx: NodeContext) -> dict:
-        return {"out": [f"ask:{await ctx.interrupt({'q': 'go?'})}"]}
+        answer = await ctx.interrupt({"q": "go?"}, Go if typed else None)
+        return {"out": [f"ask:{answer.go if typed else answer}"]}
 
     @g.node(after=["ask"])
     async def after(s: S) -> dict:

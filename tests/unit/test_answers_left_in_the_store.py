@@ -20,36 +20,7 @@ from pydantic import BaseModel
 from runtime import Graph, NodeContext, NodeStatus, Runtime, RunStatus, SqlStore, append
 from runtime.core.errors import InvalidAnswer, InvalidRequest
 from runtime.engine.takeover import TakeOver
-
-
-class S(BaseModel):
-    out: Annotated[list[str], append] = []
-
-
-class Go(BaseModel):
-    go: bool
-
-
-def ask_beside_work(gate: asyncio.Event, typed: bool = False) -> Graph:
-    """``ask`` asks at once (for a ``Go`` when ``typed``); ``work`` runs until ``gate``
-    opens; ``after`` follows ``ask``."""
-    g = Graph("left-answers", state=S)
-
-    @g.node()
-    async def ask(s: S, ctx: NodeContext) -> dict:
-        answer = await ctx.interrupt({"q": "go?"}, Go if typed else None)
-        return {"out": [f"ask:{answer.go if typed else answer}"]}
-
-    @g.node(after=["ask"])
-    async def after(s: S) -> dict:
-        return {"out": ["after"]}
-
-    @g.node()
-    async def work(s: S) -> dict:
-        await gate.wait()
-        return {"out": ["work"]}
-
-    return g
+from test_answering_a_running_run import ask_beside_work
 
 
 @pytest.fixture
