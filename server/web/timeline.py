@@ -24,6 +24,8 @@ WORDS: Mapping[NodeStatus, str] = {
     NodeStatus.SUCCEEDED: "succeeded",
     NodeStatus.PENDING: "new",
 }
+#: statuses not worth a word at a checkpoint that folded nodes
+BESIDE_FOLDED = frozenset({NodeStatus.RUNNING, NodeStatus.PENDING})
 #: instances named per status before "and N more" (a map's items change together)
 NAMED = 3
 
@@ -34,7 +36,8 @@ def say(changed: Sequence[str], states: Mapping[str, NodeStatus], folded: Sequen
     by_status: dict[NodeStatus, list[str]] = {}
     for node in changed:
         st = states.get(node)
-        if st is not None and node not in folded:
+        # beside folded nodes, what started or was added is the next step's news
+        if st is not None and node not in folded and not (folded and st in BESIDE_FOLDED):
             by_status.setdefault(st, []).append(node)
     parts = []
     for st, word in WORDS.items():
@@ -46,15 +49,18 @@ def say(changed: Sequence[str], states: Mapping[str, NodeStatus], folded: Sequen
 
 
 def happened(rt: Runtime, run_id: str, window: Sequence[CheckpointSummary]) -> dict[int, str]:
-    """For each checkpoint of ``window`` that folded no node, by seq, what changed at it
-    (absent: nothing is known). Reads only the range of those checkpoints, once."""
-    empty = [c.seq for c in window if not c.nodes]
-    if not empty:
+    """For each checkpoint of ``window``, by seq, what changed at it besides the nodes it
+    folded (absent: nothing, or nothing is known); one that folded none and changed nothing
+    says so. Reads the window's checkpoints once."""
+    if not window:
         return {}
-    full: list[Checkpoint] = rt.store.checkpoints(run_id, empty[0], empty[-1] - empty[0] + 1)
-    wanted = set(empty)
+    first, last = window[0].seq, window[-1].seq
+    full: list[Checkpoint] = rt.store.checkpoints(run_id, first, last - first + 1)
     out = {}
     for cp in full:
-        if cp.seq in wanted and cp.changed is not None:
-            out[cp.seq] = say(cp.changed, cp.node_states) or "no node changed"
+        if cp.changed is None:
+            continue
+        said = say(cp.changed, cp.node_states, cp.nodes)
+        if said or not cp.nodes:
+            out[cp.seq] = said or "no node changed"
     return out

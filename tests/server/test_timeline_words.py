@@ -1,6 +1,6 @@
-"""The timeline says what happened at each checkpoint: the nodes it folded, or, at one that
-folded none, the nodes whose status changed there (failed, asked, skipped); "–" only
-where nothing is known."""
+"""The timeline says what happened at each checkpoint: the nodes it folded, and the nodes
+whose status changed there otherwise (failed, asked, skipped); "–" only where nothing is
+known."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from conftest import Seeded
 from local_client import TestClient
 
+from runtime import Graph, MemoryStore, Runtime
 from runtime.core.states import NodeStatus
 from server.web import timeline
 
@@ -38,3 +39,27 @@ def test_skips_and_many_changes_are_worded_and_counted() -> None:
     assert timeline.say(["w[0]", "w[1]", "w[2]", "w[3]", "w[4]", "b"], states) == \
         "failed: b · skipped: w[0], w[1], w[2] and 2 more"
     assert timeline.say(["a"], states, folded=["a"]) == ""
+
+
+async def test_a_checkpoint_that_folded_a_node_also_says_what_was_skipped_there() -> None:
+    g = Graph("folds-and-skips")
+
+    @g.node()
+    def a(state: Any) -> dict[str, Any]:
+        return {"x": 1}
+
+    @g.node(after=["a"], when=lambda s: False)
+    def b(state: Any) -> dict[str, Any]:
+        return {"y": 1}
+
+    @g.node(after=["a"])
+    def c(state: Any) -> dict[str, Any]:
+        return {"z": 1}
+
+    rt = Runtime(MemoryStore())
+    run = await rt.start(g.compile(), {})
+    window = rt.store.checkpoint_summaries(run.id, 0, 100)
+    folds = {c.seq: c.nodes for c in window}
+    said = timeline.happened(rt, run.id, window)
+    # where c was folded, b was skipped; that c was started at a's checkpoint is no news
+    assert [(folds[seq], words) for seq, words in said.items()] == [(("c",), "skipped: b")]
