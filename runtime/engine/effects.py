@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ from ..core.jsonvalues import JSON, to_json
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
 from .questions import unrecorded_question
 from .scope import AttemptScope
+
+log = logging.getLogger(__name__)
 
 
 def effect_key(scope: str, node: str, name: str, occurrence: int) -> str:
@@ -262,9 +265,9 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
         return result_json
 
     def record_late(thread: asyncio.Future[Any]) -> None:
-        # The run is being cancelled, but the sync effect's thread finished: its outcome is
-        # known. Recorded, it is served to whoever continues the run instead of becoming a
-        # question.
+        # The attempt was stopped (its run cancelled, a deadline, the node's timeout), but the
+        # sync effect's thread finished: its outcome is known. Recorded, it is served to the
+        # retry or whoever continues the run instead of becoming a question.
         error = thread.exception()
         try:
             if error is not None:
@@ -273,6 +276,8 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
                 record(thread.result())
         except NodeError:
             pass   # no JSON form (a coroutine to await, say): left STARTED, as without the cancel
+        except Exception:   # called back as the thread ends: nobody awaits it
+            log.exception("effect %r finished after its attempt stopped; its outcome was not recorded", name)
 
     try:
         result = await call_effect_fn(fn, info, scope.remaining(), record_late, host.cancelling)
@@ -349,7 +354,10 @@ async def _outlive_cancel(thread: asyncio.Future[Any], on_late: Callable[[asynci
     try:
         return await asyncio.shield(thread)
     except asyncio.CancelledError:
-        if thread.cancelled() or not cancelling():
+        if thread.cancelled():
+            raise
+        if not cancelling():   # the thread goes on; its outcome is kept once it has one
+            thread.add_done_callback(lambda t: None if t.cancelled() else on_late(t))
             raise
         done, _ = await asyncio.wait({thread}, timeout=CANCEL_GRACE)
         if done:

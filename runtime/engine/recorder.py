@@ -332,13 +332,14 @@ class Recorder:
                 log.info("run %s: its row moved on from what this process committed, or cannot be read: "
                          "%slate usage %s is not written", base.id, doubt, dict(self.usage))
                 return
-        redone = self._redone
-        usage = dict(self.usage) if redone is None else {
-            k: base.usage.get(k, 0) + v - redone.get(k, 0) for k, v in self.usage.items()}
+        redone, now = self._redone, dict(self.usage)
+        usage = now if redone is None else {k: base.usage.get(k, 0) + v - redone.get(k, 0) for k, v in now.items()}
         run = base.evolve(usage=usage)
         try:
             self.store.commit(Batch(run_id=run.id, fence=run.fence, run=run, effects=effects))
             self.committed = run
+            if redone is not None:   # the row holds what was reported until now: only what follows adds
+                self._redone = now
         except LeaseLost:
             saved = self.committed.usage
             lost = {k: v - saved.get(k, 0) for k, v in self.usage.items() if v != saved.get(k, 0)}
