@@ -210,6 +210,8 @@ class Driver:
             if not left or run.status in TERMINAL_RUN:
                 return run
             try:
+                if run.status == RunStatus.RUNNING:   # its process died: recovering it takes what was left
+                    return await self.resume(run.id)
                 return await self.resume(run.id, answers=left, by=by)
             except (InvalidAnswer, InvalidRequest):
                 if not self.held_elsewhere(self.store.get_run(run.id)):

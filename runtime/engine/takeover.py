@@ -78,8 +78,11 @@ class TakeOver(LoopPart):
                 or not self.asking():
             return False
         pending = {i.id: i for i in self.questions() if i.status == InterruptStatus.PENDING}
+        sent_answers = self.deps.store.sent_answers(self.run_id)
+        if sent_answers and self.deps.store.cancel_request(self.run_id) is not None:
+            return False   # a cancel asked for meanwhile wins, whoever drives the run
         taken = False
-        for interrupt_id, sent in self.deps.store.sent_answers(self.run_id).items():
+        for interrupt_id, sent in sent_answers.items():
             question = pending.get(interrupt_id)
             if question is None:
                 continue

@@ -9,6 +9,7 @@ does the same with a real second process)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -191,3 +192,52 @@ async def test_two_callers_answering_two_questions_are_both_taken(two) -> None:
         assert sorted((await other.thread_state(run_id)).out) == ["0:a", "1:b", "work"]
     finally:
         third.close()
+
+
+async def test_an_answer_left_for_a_process_that_froze_is_given_by_recovering_the_run(tmp_path: Path) -> None:
+    """The driving process stops answering (its event loop held, as by SIGSTOP) after the
+    question was asked; the answer left for it waits until its lease expires, then the caller
+    recovers the run, which takes the answer and ends: the caller gets the ended run."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    frozen = threading.Event()
+
+    class F(BaseModel):
+        out: Annotated[list[str], append] = []
+
+    g = Graph("frozen-driver", state=F)
+
+    @g.node()
+    async def ask(s: F, ctx: NodeContext) -> dict:
+        return {"out": [f"ask:{await ctx.interrupt({'q': 'go?'})}"]}
+
+    @g.node()
+    async def work(s: F) -> dict:
+        if not frozen.is_set():   # only in the first process: it holds its loop, as if stopped
+            frozen.set()
+            await asyncio.sleep(0.3)   # the question is committed first
+            time.sleep(3)
+        return {"out": ["work"]}
+
+    graph = g.compile()
+    driver = Runtime(SqlStore(url), lease_ttl=1.0)
+    other = Runtime(SqlStore(url), graphs=[graph], lease_ttl=1.0)
+    ended: list[object] = []
+
+    def drive() -> None:
+        try:
+            ended.append(asyncio.run(driver.start(graph, {})))
+        except Exception as e:   # it wakes up to find the run taken over
+            ended.append(e)
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    try:
+        run_id, question = await asked(other.store)
+        done = await asyncio.wait_for(other.resume(run_id, "yes", answered_by="ada"), 20)
+        assert done.status == RunStatus.SUCCEEDED and done.id == run_id
+        assert sorted((await other.thread_state(run_id)).out) == ["ask:yes", "work"]
+        assert other.store.interrupt(question).answer == "yes"
+    finally:
+        await asyncio.to_thread(thread.join, 10)
+        driver.close()
+        other.close()
