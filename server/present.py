@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
 
@@ -28,9 +28,11 @@ from runtime import (
     NodeReport,
     ReplayReport,
     Run,
+    RunStatus,
     Runtime,
     StreamEvent,
 )
+from runtime.core.records import SentAnswer
 from runtime.history.lineage import unused_mocks
 
 #: longest value shown in a report row (the JSON views hold them whole)
@@ -109,12 +111,15 @@ class RunView:
     orphaned: bool = False   # it looks running, but its process is gone
     #: names the branch's ``mocks`` gave that no effect called (see ``unused_mocks``)
     unused_mocks: Sequence[str] = ()
+    #: answers another process left for questions of the running run, not taken yet
+    sent: Mapping[str, SentAnswer] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, JSON]:
         out: dict[str, JSON] = plain({"run": self.run, "checkpoints": self.checkpoints, "state": self.state,
                                       "interrupts": self.interrupts})
         out["children"] = [c.id for c in self.children]
         out["unused_mocks"] = list(self.unused_mocks)
+        out["sent"] = {i: {"answer": a.answer, "by": a.by, "at": a.at} for i, a in self.sent.items()}
         return out
 
     def lines(self) -> list[str]:
@@ -122,7 +127,7 @@ class RunView:
                  *map(checkpoint_line, self.checkpoints), f"state: {json.dumps(self.state)}"]
         if self.orphaned:
             lines.append(f"its process is gone: recover it with  harness resume {self.run.id}")
-        lines += waiting_lines(self.run.id, self.interrupts)
+        lines += waiting_lines(self.run.id, self.interrupts, self.sent)
         if self.unused_mocks:
             names = ", ".join(map(repr, self.unused_mocks))
             lines.append(f"mocks never used: {names} (no effect of that name was called; check the name against "
@@ -141,8 +146,9 @@ async def load_run_view(rt: Runtime, run_id: str) -> RunView:
     cps = await rt.history(run_id)
     pending = await rt.interrupts(run_id)
     state = (await rt.state_at(cps[-1].id)).model_dump(mode="json") if cps else {}
+    sent = rt.store.sent_answers(run_id) if run.status == RunStatus.RUNNING else {}
     return RunView(run, cps, state, pending, rt.store.child_runs(run_id), rt.orphaned(run),
-                   unused_mocks(rt.store, run))
+                   unused_mocks(rt.store, run), sent)
 
 
 # ------------------------------------------------------------------ interrupts
@@ -174,12 +180,18 @@ def interrupt_question(i: Interrupt) -> str:
             + (f" (recorded: {json.dumps(recorded)})" if recorded is not None else ""))
 
 
-def waiting_lines(run_id: str, pending: Sequence[Interrupt]) -> list[str]:
-    """What each pending interrupt asks, and the command that answers it."""
+def waiting_lines(run_id: str, pending: Sequence[Interrupt], sent: Mapping[str, SentAnswer] | None = None) -> list[str]:
+    """What each pending interrupt asks, and the command that answers it (or the answer
+    sent to the process driving the run, which it has not taken yet)."""
     lines = []
     for i in pending:
         answer, others = EFFECT_ANSWERS.get(i.kind, ("<json>", ""))
         lines.append(f"waiting: interrupt {i.id} from node {i.node!r} ({i.kind.value}): {interrupt_question(i)}")
+        left = (sent or {}).get(i.id)
+        if left is not None:
+            lines.append(f"  answer sent{f' by {left.by}' if left.by else ''}: {json.dumps(left.answer)} "
+                         f"(the process driving the run takes it within a heartbeat)")
+            continue
         given = f"--response '{answer}'" if len(pending) == 1 else f"""--answers '{{"{i.id}": {answer}}}'"""
         lines.append(f"  answer with: harness resume {run_id} {given}")
         if others:

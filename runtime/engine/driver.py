@@ -163,7 +163,7 @@ class Driver:
         if self.driven_here(run_id):
             raise_busy(run, "in this process")
         if not self.lease_expired(run):
-            raise_busy(run, f"by {run.lease_owner} until its lease expires")
+            raise_busy(run, f"in process {run.lease_owner} until its lease expires")
         log.info("run %s: its process stopped while running; recovering it here", run_id)
         return await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
@@ -122,6 +123,7 @@ async def _answer_running(rt: Runtime, tasks: Tasks, run_id: str, answers: Mappi
     task.add_done_callback(_told)
     await asyncio.sleep(0)   # the answers are checked and handed over before the first wait
     if task.done():   # refused at once: say why
+        _said.add(task)
         try:
             task.result()
         except InvalidAnswer as e:
@@ -131,10 +133,14 @@ async def _answer_running(rt: Runtime, tasks: Tasks, run_id: str, answers: Mappi
     return run_id
 
 
+#: answering tasks whose refusal was the reply itself: not logged again
+_said: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
+
+
 def _told(task: asyncio.Task[None]) -> None:
     """What went wrong after the reply was sent (the run stopped for good before the answer
     reached it): logged, since nobody awaits the task; the run's page shows how it ended."""
-    if not task.cancelled() and task.exception() is not None:
+    if not task.cancelled() and task.exception() is not None and task not in _said:
         log.warning("an answer given to a running run was not taken: %s", task.exception())
 
 

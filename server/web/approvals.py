@@ -313,7 +313,8 @@ async def answer_submit(request: Request[Any, Any, Any], interrupt_id: FromPath[
                 form.errors.append(str(e))
                 status = 409 if isinstance(e, Conflict) else 404 if isinstance(e, NotFound) else 422
             else:
-                return _go(request, f"/runs/{run_id}")
+                # another process takes it within a heartbeat: its page says when it has
+                return _go(request, f"/interrupts/{i.id}" if ctx["still_running"] else f"/runs/{run_id}")
     return render(request, "interrupt.html", {**ctx, "form": form}, block="answer", status=status)
 
 

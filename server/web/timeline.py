@@ -22,7 +22,7 @@ WORDS: Mapping[NodeStatus, str] = {
     NodeStatus.SKIPPED: "skipped",
     NodeStatus.RUNNING: "running",
     NodeStatus.SUCCEEDED: "succeeded",
-    NodeStatus.PENDING: "new",
+    NodeStatus.PENDING: "pending",
 }
 #: statuses not worth a word at a checkpoint that folded nodes
 BESIDE_FOLDED = frozenset({NodeStatus.RUNNING, NodeStatus.PENDING})

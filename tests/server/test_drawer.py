@@ -163,7 +163,7 @@ def test_a_status_shows_only_the_instances_in_it_with_and_without_htmx(asked: As
 def test_a_status_no_instance_is_in_says_so(asked: Asked) -> None:
     html = asked.client.get(f"/runs/{asked.run}?node=vote&status=failed", headers=HTMX).text
     assert instance_names(html) == []
-    assert "No instance of this node is failed at this checkpoint." in drawer(html)
+    assert "No instance of this node has the status failed at this checkpoint." in drawer(html)
     assert chips(html)[f"/runs/{asked.run}?node=vote&amp;status=failed"] == "failed 0"
 
 

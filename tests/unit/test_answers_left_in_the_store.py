@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from runtime import Graph, NodeContext, NodeStatus, Runtime, RunStatus, SqlStore, append
 from runtime.core.errors import InvalidAnswer, InvalidRequest
 from runtime.engine.takeover import TakeOver
+from server.present import load_run_view
 from test_answering_a_running_run import ask_beside_work
 
 
@@ -88,6 +89,9 @@ async def test_an_answer_left_as_the_run_would_pause_is_taken_instead_of_pausing
         answering = asyncio.create_task(other.resume(run_id, "yes"))
         await until(lambda: other.store.sent_answers(run_id), "the answer left")
         assert other.store.interrupt(question).status.value == "pending"   # not polled yet
+        view = await load_run_view(other, run_id)   # what `harness show` prints
+        assert '  answer sent: "yes" (the process driving the run takes it within a heartbeat)' in view.lines()
+        assert view.to_json()["sent"][question]["answer"] == "yes"
         gate.set()
         done = await asyncio.wait_for(answering, 5)
         assert done.status == RunStatus.SUCCEEDED and (await started).status == RunStatus.SUCCEEDED
