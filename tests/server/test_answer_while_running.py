@@ -140,3 +140,33 @@ def test_a_run_this_server_drives_takes_an_answer_while_it_goes_on(tmp_path: Pat
     finally:
         gate.set()
         rt.close()
+
+
+def test_a_question_answered_before_its_run_was_cancelled_says_how_the_run_ended(tmp_path: Path) -> None:
+    gate = threading.Event()
+    graph = ask_beside(gate).compile()
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"), graphs=[graph])
+
+    async def answered_then_cancelled() -> str:
+        started = asyncio.create_task(rt.start(graph, {}))
+        while not (rt.store.list_runs() and rt.store.interrupts(rt.store.list_runs()[0].id)):
+            await asyncio.sleep(0.01)
+        run = rt.store.list_runs()[0]
+        [question] = rt.store.interrupts(run.id)
+        answering = asyncio.create_task(rt.resume(run.id, "yes"))
+        while rt.store.interrupt(question.id).status != InterruptStatus.ANSWERED:
+            await asyncio.sleep(0.01)
+        await rt.cancel(run.id, "enough")
+        assert (await answering).status == RunStatus.CANCELLED
+        assert (await started).status == RunStatus.CANCELLED
+        return question.id
+
+    try:
+        question = asyncio.run(asyncio.wait_for(answered_then_cancelled(), 10))
+        with TestClient(create_app(rt)) as client:
+            page = client.get(f"/interrupts/{question}").text
+            assert "the run then ended cancelled; a continuation of it is given the answer" in page
+            assert "the run went on from it" not in page
+    finally:
+        gate.set()
+        rt.close()
