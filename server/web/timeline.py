@@ -64,3 +64,10 @@ def happened(rt: Runtime, run_id: str, window: Sequence[CheckpointSummary]) -> d
         if said or not cp.nodes:
             out[cp.seq] = said or "no node changed"
     return out
+
+
+def words(cp: Checkpoint) -> str:
+    """A checkpoint in a few words, for a list of choices: the nodes it folded, and what
+    else changed at it."""
+    said = say(cp.changed, cp.node_states, cp.nodes) if cp.changed is not None else ""
+    return " · ".join(part for part in (", ".join(cp.nodes), said) if part)

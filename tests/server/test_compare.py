@@ -52,3 +52,11 @@ def test_a_first_checkpoint_asks_what_to_compare_it_with(shared: Seeded, reader:
     suggestion = f'<a href="/diff?a={cps[0].id}&amp;b={cps[-1].id}">#{cps[-1].seq}</a>'
     assert suggestion + ", the run's latest checkpoint" in prompt.group(1)
     assert f'<option value="{cps[-1].id}" selected>' in page
+
+
+def test_the_choices_say_what_happened_at_checkpoints_that_folded_nothing(shared: Seeded, reader: Client) -> None:
+    """As the timeline does: #2 of the failed run folded nothing, and its node failed there."""
+    cps = shared.rt.store.checkpoints(shared.failed)
+    page = reader.get(f"/diff?a={cps[0].id}").text
+    assert re.search(rf'<option value="{cps[2].id}"[^>]*>#2 failed: second</option>', page)
+    assert re.search(rf'<option value="{cps[1].id}"[^>]*>#1 first</option>', page)
