@@ -29,6 +29,7 @@ class Branch:
     base_seq: int | None        # where it branched (checkpoint seq) …
     base_run: str | None        # … of which run (its parent's, as a rule)
     patched: tuple[str, ...]    # the fields a fork's patch edited
+    turn: int | None = None     # a conversation's turns by number (the first run is turn 1)
 
 
 def _follows(run: Run) -> bool:
@@ -46,6 +47,8 @@ def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
         parent = r.parent_run_id if r.parent_run_id in by_id else None
         children.setdefault(parent, []).append(r)
     out: list[Branch] = []
+    mains = [r.id for r in sorted(runs, key=lambda r: r.created_at) if r.kind == RunKind.MAIN]
+    turns = {rid: n for n, rid in enumerate(mains, 1)} if len(mains) > 1 else {}
 
     # a run's first follower stays at its depth, so 60 turns are one line, not a staircase;
     # its other children are branches one deeper, listed right under it before the line goes on
@@ -59,7 +62,7 @@ def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
                 base_seq, base_run = base.seq, base.run_id
             except NotFound:
                 pass
-        out.append(Branch(r, depth, base_seq, base_run, _patched_fields(rt, r)))
+        out.append(Branch(r, depth, base_seq, base_run, _patched_fields(rt, r), turns.get(r.id)))
         kids = children.get(r.id, [])
         line = next((k for k in kids if _follows(k)), None)
         if line is not None:

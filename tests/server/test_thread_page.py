@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from conftest import Seeded
 from local_client import TestClient
@@ -16,7 +16,7 @@ Client = TestClient[Any]
 def rows(html: str) -> dict[str, str]:
     """Each run's line on the page, by run id."""
     return {rid: body for rid, body in re.findall(
-        r'<li [^>]*class="branch[^"]*">\s*<span class="kind">\w+</span>\s*<a href="/runs/(run_\w+)">(.*?)</li>',
+        r'<li [^>]*class="branch[^"]*">\s*<span class="kind">[\w ]+</span>\s*<a href="/runs/(run_\w+)">(.*?)</li>',
         html, re.S)}
 
 
@@ -55,3 +55,32 @@ def test_a_continuation_says_which_checkpoint_it_goes_on_from(seeded: Seeded, cl
                      rf'<a href="/runs/{cont.id}">', page)
     assert f'<a class="base" href="/checkpoints/{last.id}" title="checkpoint {last.id}">from #{last.seq} of ' \
            f'{seeded.failed}</a>' in rows(page)[cont.id]
+
+
+def test_conversation_turns_are_numbered_and_say_which_turn_they_follow(tmp_path) -> None:
+    from pydantic import BaseModel
+
+    from runtime import Graph, Runtime, SqlStore, append
+    from server.web import create_app
+
+    class Chat(BaseModel):
+        messages: Annotated[list[str], append] = []
+
+    g = Graph("chat", state=Chat)
+
+    @g.node()
+    def reply(s: Chat) -> dict:
+        return {"messages": [f"reply to {s.messages[-1]}"]}
+
+    rt = Runtime(SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
+    try:
+        first = asyncio.run(rt.start(g, {"messages": ["hi"]}, thread_id="chat-1"))
+        second = asyncio.run(rt.start(g, {"messages": ["more"]}, thread_id="chat-1"))
+        last = rt.store.checkpoints(first.id)[-1]
+        with TestClient(create_app(rt)) as client:
+            page = client.get("/threads/chat-1").text
+        assert re.search(rf'<span class="kind">turn 1</span>\s*<a href="/runs/{first.id}">', page)
+        assert re.search(rf'<span class="kind">turn 2</span>\s*<a href="/runs/{second.id}">', page)
+        assert f'>after #{last.seq} of {first.id}</a>' in page
+    finally:
+        rt.close()
