@@ -202,7 +202,8 @@ class Driver:
         given = match_answers(run, questions, answer, answers)
         checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
         if not self.store.send_answers(run.id, checked, by, self.env.now()):
-            raise InvalidAnswer(f"run {run.id} was already answered by another caller")
+            raise InvalidAnswer(f"run {run.id}: interrupt {', '.join(checked)} was already answered, or another "
+                                f"caller sent an answer to it that the process driving the run has not taken yet")
         while True:
             run = await self.wait_terminal(run.id, float("inf"))
             left = {i.id: checked[i.id] for i in self.store.interrupts(run.id)

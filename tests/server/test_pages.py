@@ -1120,7 +1120,7 @@ def talk_graph() -> Graph:
 def tree_rows(html: str) -> list[tuple[float, str]]:
     """The thread page's runs in order, each with its indentation in rem."""
     return [(float(depth), rid) for depth, rid in re.findall(
-        r'<li style="margin-left: ([\d.]+)rem" class="branch kind-\w+">\s*<span class="kind">\w+</span>\s*'
+        r'<li style="margin-left: ([\d.]+)rem" class="branch kind-\w+">\s*<span class="kind">[\w ]+</span>\s*'
         r'<a href="/runs/(run_\w+)">', html)]
 
 
