@@ -211,3 +211,17 @@ def test_a_fold_is_kept_for_its_tree_on_its_page_only(page: Page, demo: Any, sho
     page.goto(f"/runs/{other}")
     expect(page.locator('.state details.j[data-path="$"]').first).to_have_attribute("open", "")
     shot()
+
+
+def test_quick_key_presses_each_step_once(page: Page, demo: Any, shot: Any) -> None:
+    """Ten presses faster than the pages come back move ten checkpoints, and the page shown
+    at the end is the last one asked for."""
+    run_id = demo.ids["fan_out"]
+    last = demo.api(f"/api/runs/{run_id}")["run"]["head_seq"]
+    page.goto(f"/runs/{run_id}?cp={last - 12}")
+    selected(page, last - 12)
+    for _ in range(10):
+        page.keyboard.press("j")
+    selected(page, last - 2)
+    page.wait_for_timeout(300)   # nothing older swaps in afterwards
+    selected(page, last - 2)

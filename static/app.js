@@ -2,12 +2,27 @@
 // and remembering which JSON subtrees are folded. Everything else is plain links and htmx attributes.
 (function () {
   "use strict";
+  // Presses can come faster than pages: each steps on from the checkpoint the last one asked
+  // for (``target``, until its page is shown), not from the one still shown; the link's
+  // hx-sync keeps only the last request.
+  var target = null;
   function step(delta) {
     var links = Array.prototype.slice.call(document.querySelectorAll(".timeline a.cp-link"));
-    var at = links.findIndex(function (a) { return a.classList.contains("selected"); });
+    var at = target === null ? -1 : links.findIndex(function (a) { return a.dataset.seq === target; });
+    if (at < 0) { at = links.findIndex(function (a) { return a.classList.contains("selected"); }); }
     var next = links[at + delta];
-    if (next) { next.click(); }
+    if (!next) { return; }
+    target = next.dataset.seq;
+    links.forEach(function (a) { a.classList.toggle("selected", a === next); });
+    next.click();
   }
+  document.addEventListener("htmx:afterSettle", function () {
+    var shown = document.querySelector(".timeline a.cp-link.selected");
+    if (shown && shown.dataset.seq === target) { target = null; }
+  });
+  document.addEventListener("click", function (e) {   // a person's own click: from there
+    if (e.isTrusted && e.target && e.target.closest && e.target.closest(".timeline a.cp-link")) { target = null; }
+  }, true);
   document.addEventListener("keydown", function (e) {
     var t = e.target;
     if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable)) { return; }
