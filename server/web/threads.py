@@ -12,7 +12,7 @@ from litestar.params import FromPath, FromQuery
 
 from runtime import Runtime
 from runtime.core.errors import NotFound
-from runtime.core.records import Checkpoint, EventType, Run, RunKind
+from runtime.core.records import Checkpoint, Run, RunKind
 
 from . import timeline
 from .render import render
@@ -72,13 +72,7 @@ def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
 
 
 def _patched_fields(rt: Runtime, run: Run) -> tuple[str, ...]:
-    if not run.options.get("patched"):
-        return ()
-    for ev in rt.store.events(run.id, 0)[:20]:
-        if ev.type == EventType.STATE_PATCHED:
-            patch = ev.data.get("patch")
-            return tuple(sorted(patch)) if isinstance(patch, dict) else ()
-    return ()
+    return timeline.patched_fields(rt, run.id) if run.options.get("patched") else ()
 
 
 @get("/threads/{thread_id:str}", include_in_schema=False)

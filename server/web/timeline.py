@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from runtime import Runtime
-from runtime.core.records import Checkpoint, CheckpointSummary
+from runtime.core.records import Checkpoint, CheckpointSource, CheckpointSummary, EventType
 from runtime.core.states import NodeStatus
 
 #: how the timeline words a node status that changed at a checkpoint, in the order shown
@@ -61,9 +61,26 @@ def happened(rt: Runtime, run_id: str, window: Sequence[CheckpointSummary]) -> d
         if cp.changed is None:
             continue
         said = say(cp.changed, cp.node_states, cp.nodes)
+        if not said and cp.source == CheckpointSource.PATCH:
+            said = patched(rt, run_id)
         if said or not cp.nodes:
             out[cp.seq] = said or "no node changed"
     return out
+
+
+def patched_fields(rt: Runtime, run_id: str) -> tuple[str, ...]:
+    """The fields a fork's patch edited (its event comes among the fork's first)."""
+    for ev in rt.store.events(run_id, 0, 20):
+        if ev.type == EventType.STATE_PATCHED:
+            patch = ev.data.get("patch")
+            return tuple(sorted(patch)) if isinstance(patch, Mapping) else ()
+    return ()
+
+
+def patched(rt: Runtime, run_id: str) -> str:
+    """What a fork's patch checkpoint changed, in words."""
+    fields = patched_fields(rt, run_id)
+    return "patched: " + ", ".join(fields) if fields else "state patched"
 
 
 def words(cp: Checkpoint) -> str:

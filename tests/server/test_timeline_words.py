@@ -63,3 +63,29 @@ async def test_a_checkpoint_that_folded_a_node_also_says_what_was_skipped_there(
     said = timeline.happened(rt, run.id, window)
     # where c was folded, b was skipped; that c was started at a's checkpoint is no news
     assert [(folds[seq], words) for seq, words in said.items()] == [(("c",), "skipped: b")]
+
+
+async def test_a_forks_patch_checkpoint_names_the_fields_edited() -> None:
+    from pydantic import BaseModel
+
+    class P(BaseModel):
+        n: int = 0
+        tier: str = "free"
+
+    g = Graph("patched", state=P)
+
+    @g.node()
+    def a(state: P) -> dict[str, Any]:
+        return {"n": state.n + 1}
+
+    @g.node(after=["a"])
+    def b(state: P) -> dict[str, Any]:
+        return {"n": state.n + 1}
+
+    rt = Runtime(MemoryStore())
+    run = await rt.start(g.compile(), {})
+    fork = await rt.fork(rt.store.checkpoints(run.id)[1].id, patch={"tier": "pro", "n": 5})
+    window = rt.store.checkpoint_summaries(fork.id, 0, 100)
+    said = timeline.happened(rt, fork.id, window)
+    [patch] = [c.seq for c in window if c.source == "patch"]
+    assert said[patch] == "patched: n, tier"
