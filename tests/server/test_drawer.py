@@ -167,6 +167,14 @@ def test_a_status_no_instance_is_in_says_so(asked: Asked) -> None:
     assert chips(html)[f"/runs/{asked.run}?node=vote&amp;status=failed"] == "failed 0"
 
 
+def test_a_page_past_the_last_says_so_and_leads_back(asked: Asked) -> None:
+    html = asked.client.get(f"/runs/{asked.run}?node=vote&status=interrupted&page=99", headers=HTMX).text
+    assert instance_names(html) == []
+    assert "This page is past the last one" in drawer(html)
+    assert re.search(rf'<a href="/runs/{asked.run}\?node=vote&amp;status=interrupted"[^>]*>back to the first page</a>',
+                     drawer(html))
+
+
 def test_an_unknown_status_is_refused(asked: Asked) -> None:
     r = asked.client.get(f"/runs/{asked.run}?node=vote&status=bogus")
     assert r.status_code == 422 and "unknown status &#39;bogus&#39;" in r.text
