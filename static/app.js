@@ -4,7 +4,8 @@
   "use strict";
   // Presses can come faster than pages: each steps on from the checkpoint the last one asked
   // for (``target``, until its page is shown), not from the one still shown; the link's
-  // hx-sync keeps only the last request.
+  // hx-sync keeps only the last request (synced on #main, which a swap keeps: the timeline
+  // inside it is replaced, and a request queued on it would outlive its queue).
   var target = null;
   function step(delta) {
     var links = Array.prototype.slice.call(document.querySelectorAll(".timeline a.cp-link"));
