@@ -64,20 +64,16 @@ class TakeOver(LoopPart):
         self.wake()
         return True
 
-    def asking(self) -> bool:
-        """Whether a question of this run waits for an answer."""
-        return any(i.status == InterruptStatus.PENDING and i.run_id == self.run_id
-                   for i in self.host.interrupts.values())
-
     def take_sent(self) -> bool:
         """Take the answers other processes left in the store for this run's pending questions
         (``CheckpointStore.send_answers``), as ``deliver`` takes those given here; True if one
         was. Read only while a question waits and the run is not stopping for good. Until the
         run's next commit records them they stay in the store, so a crash loses none."""
-        if not self.deps.store.durable or (self._stop is not None and self._stop.kind != StopKind.INTERRUPT) \
-                or not self.asking():
+        if not self.deps.store.durable or (self._stop is not None and self._stop.kind != StopKind.INTERRUPT):
             return False
         pending = {i.id: i for i in self.questions() if i.status == InterruptStatus.PENDING}
+        if not pending:
+            return False
         sent_answers = self.deps.store.sent_answers(self.run_id)
         if sent_answers and self.deps.store.cancel_request(self.run_id) is not None:
             return False   # a cancel asked for meanwhile wins, whoever drives the run
