@@ -34,6 +34,7 @@ from .engine.slots import Slots
 from .engine.streaming import DEFAULT_BUFFER, RunStream, follow, stream_call
 from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import check_concurrency, insert_run, new_limits, validate_input
+from .history.events import with_writes
 from .history.registry import GraphRegistry, compiled
 from .history.state import DROPPED_FIELDS, state_json, state_model_at
 from .history.threads import given_fields, known_fields, next_turn, thread_state, turn_base, turn_state
@@ -376,7 +377,9 @@ class Runtime:
         return state_model_at(self.store, self.graphs, cp)
 
     async def events(self, run_id: str, after_seq: int = 0) -> list[TraceEvent]:
-        return self.store.events(id_arg(run_id, "run_id"), seq_arg(after_seq))
+        """The run's trace after ``after_seq``; ``node.succeed`` carries ``data["writes"]`` as streamed."""
+        run_id = id_arg(run_id, "run_id")
+        return with_writes(self.store, run_id, self.store.events(run_id, seq_arg(after_seq)))
 
     async def interrupts(self, run_id: str | None = None, pending: bool = True) -> list[Interrupt]:
         run_id = None if run_id is None else id_arg(run_id, "run_id")   # None: every run's

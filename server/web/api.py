@@ -26,6 +26,7 @@ from runtime import Runtime
 from runtime.core.errors import InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import Checkpoint, Interrupt, InterruptKind, InterruptStatus
+from runtime.history.events import with_writes
 from server.inputs import MAX_DEPTH, InputError, kind_of, parse_json
 from server.present import attempt_json, interrupt_question, journal_json, load_run_view, plain
 
@@ -252,7 +253,7 @@ async def get_events(request: Req, run_id: FromPath[str], after: Annotated[int, 
         run = complete(rt.get_run(run_id))
         # one more than shown says whether there are more; nothing lies past the last event
         events = rt.store.events(run_id, after, limit + 1) if after < run.event_seq else []
-        shown = events[:limit]
+        shown = with_writes(rt.store, run_id, events[:limit])
         return {"run_id": run_id, "events": plain(shown), "next_after": shown[-1].seq if shown else after,
                 "has_more": len(events) > limit}
 

@@ -18,6 +18,7 @@ from runtime.core.errors import InvalidRequest, NotFound
 from runtime.core.records import RunKind
 from runtime.core.states import RunStatus
 from runtime.graph.instances import base_node, parse_instance
+from runtime.history.events import with_writes
 from runtime.store.base import MAX_SEQ
 
 from . import dag, services, timeline
@@ -224,6 +225,7 @@ async def event_page(request: Request[Any, Any, Any], run_id: FromPath[str], seq
         # the first checkpoint that reflects this event: where to look at its effect on the state
         cps = rt.store.checkpoint_summaries(run_id, 0, run.head_seq)
         reflected = next((c for c in cps if c.event_seq >= seq), None)
+        event = with_writes(rt.store, run_id, [event])[0]   # a node's writes with its succeed event
         return {"run": run, "event": event, "around": around, "checkpoint": reflected}
 
     return render(request, "event.html", await services.in_thread(load))

@@ -33,6 +33,7 @@ from runtime.core.states import NodeStatus, RunStatus
 from runtime.core.trace import states_after
 from runtime.graph.instances import base_node, parse_instance
 from runtime.engine.compensation import left_to_undo
+from runtime.history.events import with_writes
 from runtime.history.lineage import compensated, unused_mocks
 from runtime.history.state import state_json
 from runtime.store.base import MAX_SEQ
@@ -193,7 +194,7 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
         if (page - 1) * per_page >= MAX_SEQ:   # past any seq a store keeps
             return [], False
         found = rt.store.events(run_id, (page - 1) * per_page, per_page + 1)
-        return found[:per_page], len(found) > per_page
+        return with_writes(rt.store, run_id, found[:per_page]), len(found) > per_page
     q, skip, after = query.lower(), (page - 1) * per_page, 0
     shown: list[TraceEvent] = []
     # read a chunk at a time and stop once the page and one match more are found: memory
@@ -206,11 +207,11 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
                 if skip:
                     skip -= 1
                 elif len(shown) == per_page:
-                    return shown, True
+                    return with_writes(rt.store, run_id, shown), True
                 else:
                     shown.append(e)
         if len(chunk) < SEARCH_CHUNK:
-            return shown, False
+            return with_writes(rt.store, run_id, shown), False
         after = chunk[-1].seq
 
 

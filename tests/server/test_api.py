@@ -176,6 +176,18 @@ def test_events_come_in_windows_that_cover_the_trace_once(shared: Seeded, reader
     assert every["events"][0]["type"] == "run.created" and every["events"][-1]["type"] == "run.succeed"
 
 
+def test_events_say_what_each_node_wrote(shared: Seeded, reader: Client) -> None:
+    events = reader.get(f"/api/runs/{shared.looped}/events?limit=1000").json()["events"]
+    succeeded = [e for e in events if e["type"] == "node.succeed"]
+    writes = {(w.node, w.attempt): w.value for w in shared.rt.store.pending_writes(shared.looped)}
+    assert succeeded and all(e["data"]["writes"] == writes[(e["node"], e["attempt"])] for e in succeeded)
+    assert any(e["data"]["writes"] for e in succeeded)
+    # a window of one event reads the same
+    one = succeeded[-1]
+    page = reader.get(f"/api/runs/{shared.looped}/events", params={"after": one["seq"] - 1, "limit": 1}).json()
+    assert page["events"] == [one]
+
+
 @pytest.mark.parametrize(("query", "field"), [("limit=0", "limit"), ("limit=1001", "limit"), ("after=-1", "after"),
                                               ("after=x", "after")])
 def test_events_reject_a_bad_window_naming_it(shared: Seeded, reader: Client, query: str, field: str) -> None:

@@ -592,6 +592,17 @@ def test_an_event_has_its_own_page(shared: Seeded, reader: Client) -> None:
     assert 'rel="next"' not in last
 
 
+def test_a_succeeded_nodes_event_page_shows_what_it_wrote(shared: Seeded, reader: Client) -> None:
+    events = shared.rt.store.events(shared.looped, 0)
+    done = [e for e in events if e.type == "node.succeed"]
+    writes = {(w.node, w.attempt): w.value for w in shared.rt.store.pending_writes(shared.looped)}
+    ev = next(e for e in done if writes[(e.node, e.attempt)])
+    field = next(iter(writes[(ev.node, ev.attempt)]))
+    page = reader.get(f"/runs/{shared.looped}/events/{ev.seq}").text
+    data = page.split("<h2>Data</h2>", 1)[1].split("</section>", 1)[0]
+    assert "writes" in data and field in data
+
+
 # ------------------------------------------------------------------ escaping
 
 

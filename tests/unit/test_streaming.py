@@ -166,6 +166,19 @@ async def test_following_a_run_from_the_store_sees_the_live_sequence(rt: Runtime
     assert followed == recorded(live)
 
 
+async def test_the_trace_read_back_says_what_each_node_wrote_as_the_stream_did(rt: Runtime):
+    live = recorded(await collect(rt.stream(chain(), {})))
+    run_id = live[0].run_id
+    events = await rt.events(run_id)
+    assert [(e.seq, e.type, e.node, e.attempt, dict(e.data)) for e in events] == [
+        (e.seq, e.type, e.node, e.attempt, dict(e.data)) for e in live if e.type != "checkpoint"]
+    wrote = {e.node: e.data["writes"] for e in events if e.type == "node.succeed"}
+    assert wrote == {"first": {"n": 1, "log": ["first"]}, "second": {"log": ["second"]}}
+    # a later window reads only its own nodes' writes, and says the same
+    later = await rt.events(run_id, after_seq=events[-3].seq)
+    assert [dict(e.data) for e in later] == [dict(e.data) for e in events[-2:]]
+
+
 async def test_following_reads_only_the_checkpoints_it_has_not_yet_streamed(rt: Runtime,
                                                                             monkeypatch: pytest.MonkeyPatch):
     """Each poll reads the new checkpoints' summaries, not every checkpoint with its node
