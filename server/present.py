@@ -164,7 +164,7 @@ EFFECT_ANSWERS = {
 
 def interrupt_question(i: Interrupt) -> str:
     """What the interrupt asks, in words (the effect and its request for the runtime's own)."""
-    value = (i.payload or {}).get("value")
+    value = i.value
     if i.kind not in EFFECT_ANSWERS or not isinstance(value, dict):
         return json.dumps(value)
     recorded = value.get("recorded_request")

@@ -307,6 +307,10 @@ class JournalEntry:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Interrupt:
+    """A question waiting for (or given) an answer: one a node asked with ``ctx.interrupt``,
+    or one the runtime asks about an effect (in doubt, unrecorded). What was asked is
+    ``value``; ``payload`` is the stored form, ``{"value": ..., "response_ref": ...}``."""
+
     id: str
     run_id: str
     node: str
@@ -315,9 +319,20 @@ class Interrupt:
     payload: JSON
     status: InterruptStatus
     created_at: float
-    response_schema: JSON = None
+    response_schema: JSON = None   # the JSON schema an answer must fit, when the node gave a model
     answer: JSON = None
     answered_at: float | None = None
+
+    @property
+    def value(self) -> JSON:
+        """What the node passed to ``ctx.interrupt`` (for an effect's question, what the runtime asks)."""
+        return self.payload.get("value") if isinstance(self.payload, Mapping) else self.payload
+
+    @property
+    def response_ref(self) -> str | None:
+        """The answer model as ``"module:qualname"`` (None: any JSON answers)."""
+        ref = self.payload.get("response_ref") if isinstance(self.payload, Mapping) else None
+        return ref if isinstance(ref, str) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ def validate_answer(graphs: GraphRegistry, interrupt: Interrupt, value: JSON) ->
     if interrupt.kind == InterruptKind.UNRECORDED:
         check_effect_answer(value, "unrecorded")
         return validate_unrecorded_answer(value).model_dump(mode="json")
-    ref = (interrupt.payload or {}).get("response_ref")
+    ref = interrupt.response_ref
     if not ref:
         try:
             return to_json(value, "answer")

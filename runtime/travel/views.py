@@ -135,7 +135,7 @@ def _recording(deps: EngineDeps, run: Run, lineage: list[str]) -> Recording:
     effects = effective_effects(entries)
     for intr in store.interrupts(run.id, InterruptStatus.PENDING):
         if intr.kind == InterruptKind.UNRECORDED:  # asked for, not yet served: still a request to compare
-            value = (intr.payload or {}).get("value") or {}
+            value = intr.value if isinstance(intr.value, dict) else {}
             effects.setdefault(intr.node, []).append(JournalEntry(
                 run.id, intr.node, value.get("effect", "?"), int(value.get("occurrence", 0)), 0, "",
                 EffectStatus.STARTED, value.get("request")))

@@ -92,3 +92,11 @@ async def test_a_continuation_after_the_response_model_changed_asks_again(rt: Ru
     assert done.status == RunStatus.SUCCEEDED
     state = await rt.state_at((await rt.history(done.id))[-1].id)
     assert state.notes == ["0:{'approve': True}", "1:{'approve': True, 'reason': 'checked'}"]
+
+
+async def test_a_question_reads_back_as_asked_with_its_answer_model(rt: Runtime):
+    run = await rt.start(reviews([Approval]), {})
+    asked = sorted(await rt.interrupts(run.id), key=lambda i: i.node)
+    assert [i.value for i in asked] == [{"review": 0}, {"review": 1}]
+    assert {i.response_ref for i in asked} == {f"{__name__}:Approval"}
+    assert all(i.response_schema["properties"] == {"approve": {"title": "Approve", "type": "boolean"}} for i in asked)
