@@ -67,3 +67,16 @@ def test_the_report_of_a_replay_paused_for_an_answer_says_it_waits(seeded: Seede
     assert "The replay is paused, waiting for an answer:" in page
     assert "Some nodes diverged" not in page and "Every node did what the recording did" not in page
     assert f'<a href="/runs/{replay_id}">it is answered</a>' in page
+
+
+def test_the_report_names_the_recorded_answers_the_replay_used_again(seeded: Seeded, client: Client) -> None:
+    [question] = seeded.rt.store.interrupts(seeded.interrupted)
+    answered = client.post(f"/api/runs/{seeded.interrupted}/resume", json={"answers": {question.id: {"approve": True}}})
+    assert answered.status_code == 202, answered.text
+    done = wait_for(seeded.rt, seeded.interrupted, [RunStatus.SUCCEEDED, RunStatus.FAILED])
+    replay = client.post(f"/api/runs/{done.id}/replay", json={})
+    assert replay.status_code == 202, replay.text
+    wait_for(seeded.rt, replay.json()["run_id"], [RunStatus.SUCCEEDED])
+    page = client.get(f"/runs/{replay.json()['run_id']}/report").text
+    reused = page.split('<div class="reused">', 1)[1].split("</div>", 1)[0]
+    assert f'Re-used the recorded answer to <a href="/interrupts/{question.id}">{question.id}</a>' == reused
