@@ -36,6 +36,8 @@ from .recorder import Recorder
 from .scope import AttemptScope
 
 log = logging.getLogger(__name__)
+#: decimals a run's cost is kept to: far below any currency's unit, above floating-point noise
+COST_DIGITS = 12
 
 
 class CompensationRegistry:
@@ -264,9 +266,10 @@ class RunHost:
         usage = self.rec.usage
         with self.rec.usage_lock:
             scope.tokens += tokens
-            scope.cost += cost
+            # rounded to 12 decimals: ten costs of 0.01 add up to 0.1, not 0.09999999999999999
+            scope.cost = round(scope.cost + cost, COST_DIGITS)
             usage["tokens"] += tokens
-            usage["cost"] += cost
+            usage["cost"] = round(usage["cost"] + cost, COST_DIGITS)
             over = budget_exceeded(self.rec.run.limits, usage)
             if over and self.over_budget is None:
                 # the run ends even if node code catches the error

@@ -152,6 +152,20 @@ async def test_costs_that_add_up_to_the_budget_exactly_stay_within_it(rt: Runtim
     assert "cost 0.4 > max_cost 0.3" in over.error["message"]
 
 
+async def test_a_runs_cost_is_the_sum_of_its_costs_without_floating_point_noise(rt: Runtime):
+    g = Graph("cents", state=S)
+
+    @g.node()
+    def spend(state: S, ctx: NodeContext) -> dict[str, Any]:
+        for _ in range(10):
+            ctx.usage(cost=0.01)
+        return {}
+
+    run = await rt.start(g, {})
+    assert run.usage["cost"] == 0.1   # not 0.09999999999999999
+    assert [e.data["cost"] for e in await rt.events(run.id) if e.type == "usage"] == [0.1]
+
+
 # --------------------------------------------------------------------------- effect usage
 
 async def test_effect_usage_served_from_the_journal_on_retry_is_counted_once(rt: Runtime):
