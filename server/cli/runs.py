@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime import InvalidAnswer, Run, RunStatus, Runtime, StreamEvent, resolve_ref
+from runtime import InvalidAnswer, Run, RunKind, RunStatus, Runtime, StreamEvent, resolve_ref
 from runtime.engine.compensation import left_to_undo
 from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import event_line, run_line
@@ -48,7 +48,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             # a Ctrl-C before the first event was read: the run may exist all the same
             run_id = run_id or next(iter(stream.run_ids), None)
             if run_id is not None:
-                print(f"harness: run {run_id} cancelled; continue it with  harness resume {run_id}",
+                print(f"harness: run {run_id} cancelled; continue it with: harness resume {run_id}",
                       file=sys.stderr, flush=True)
             raise
         assert run_id is not None   # a start that creates no run raises instead
@@ -111,9 +111,16 @@ async def cmd_thread(args: argparse.Namespace) -> int:
         if not runs:
             raise exits.UsageError(f"no thread {args.thread!r}")
         state = (await rt.thread_state(args.thread)).model_dump(mode="json")
-    text = "\n".join([*map(run_line, runs), "state: " + json.dumps(state)])
+    text = "\n".join([*map(turn_line, runs), "state: " + json.dumps(state)])
     emit(args, {"thread_id": args.thread, "runs": runs, "state": state}, text)
     return exits.OK
+
+
+def turn_line(run: Run) -> str:
+    """A thread's run: a turn with its number (the first run is turn 1); a continuation,
+    fork or replay says which run it came from (``run_line``)."""
+    turn = f"turn {int(run.options.get('turn') or 1)}" if run.kind == RunKind.MAIN else ""
+    return f"{turn:<10}{run_line(run)}"
 
 
 #: the type of the line ``watch --json`` prints for a run that no process drives (not a trace event)
@@ -163,8 +170,8 @@ def _print_orphaned(args: argparse.Namespace, run: Run, seq: int, now: float) ->
     else:   # the owner ran on this host and its PID is gone
         why = f"its owner {owner} has exited (its lease would have run until {_utc(expires)})"
     resume = f"harness resume {run.id}"
-    message = (f"run {run.id} is running but no process is driving it: {why}; "
-               f"continue it with  {resume}  (still watching)")
+    message = (f"run {run.id} is running but no process is driving it: {why}. Still watching; "
+               f"continue it with: {resume}")
     if args.json:
         # shaped like the events around it; ephemeral: it is not in the run's trace
         data = {"message": message, "resume": resume, "lease_owner": run.lease_owner, "lease_expires_at": expires}

@@ -127,7 +127,7 @@ def test_ctrl_c_during_run_names_the_run_it_cancelled(tmp_path: Path) -> None:
             proc.communicate()
     run_id = runs[0].id
     assert proc.returncode == 130
-    assert f"harness: run {run_id} cancelled; continue it with  harness resume {run_id}" in err
+    assert f"harness: run {run_id} cancelled; continue it with: harness resume {run_id}" in err
     assert "Traceback" not in err
     store = SqlStore(f"sqlite:///{db}")
     try:

@@ -60,8 +60,11 @@ def test_turns_of_a_thread_from_the_command_line(chat: str, capsys: pytest.Captu
 
 def test_thread_prints_its_runs_and_state_as_text(chat: str, capsys: pytest.CaptureFixture[str]):
     harness(capsys, "run", chat, "--input", '{"messages": ["hi"]}', "--thread", "c2")
+    harness(capsys, "run", chat, "--input", '{"messages": ["again"]}', "--thread", "c2")
     code, out, _ = harness(capsys, "thread", "c2")
-    assert code == 0 and out.splitlines()[-1] == 'state: {"messages": ["hi", "echo hi"]}'
+    lines = out.splitlines()
+    assert code == 0 and lines[-1] == 'state: {"messages": ["hi", "echo hi", "again", "echo again"]}'
+    assert [line.split("run_")[0].strip() for line in lines[:-1]] == ["turn 1", "turn 2"]
 
 
 def test_an_unknown_thread_is_one_line_and_exit_2(chat: str, capsys: pytest.CaptureFixture[str]):
