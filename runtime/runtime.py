@@ -61,8 +61,7 @@ class Runtime:
         check_concurrency(max_concurrency)
         self.store: CheckpointStore = store if store is not None else MemoryStore()
         ids = ids or RandomIds()
-        # more threads than slots: a timed-out sync node keeps its thread until it returns,
-        # and must not starve the attempts that follow (the scheduler bounds concurrency)
+        # more threads than slots: a timed-out sync node keeps its thread until it returns
         self._pool = ThreadPoolExecutor(max_workers=max(32, 4 * max_concurrency), thread_name_prefix="harness-node")
         # the id's random tail: its head is the time, which two Runtimes started together share
         self.env = Environment(clock=clock or SystemClock(), ids=ids, owner=make_owner(ids.new("w")[-8:]),
@@ -118,12 +117,13 @@ class Runtime:
 
     async def start(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None = None,
                     **options: Any) -> Run:
-        """Create a run and execute it here until it ends or pauses."""
+        """Create a run and execute it here until it ends or pauses. ``options``: ``thread_id``
+        (a conversation's next turn), the limits ``deadline`` (seconds from now), ``max_steps``,
+        ``max_tokens`` and ``max_cost``, ``max_concurrency``, ``compensate_on`` (run statuses)."""
         graph = self.register(graph_arg(graph))
         run, head = self._create(graph, input, claim=True, **start_options(options))
         self.graphs.remember_run(run.id, graph)
-        # drive with the caller's graph object: another graph of the same structure
-        # (say, built by a factory with different closures) may share its version
+        # the caller's graph object: a graph of the same structure may share its version
         return await self._driver.drive(run, graph, head)
 
     async def submit(self, graph: Graph | ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None = None,
