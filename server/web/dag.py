@@ -158,6 +158,20 @@ def instance_summary(statuses: Mapping[str, NodeStatus]) -> dict[str, dict[str, 
     return node_summary(statuses, groups)
 
 
+def map_nodes(description: Mapping[str, object]) -> frozenset[str]:
+    """The graph nodes of a stored graph description that map over a list."""
+    raw = description.get("nodes")
+    nodes = [n for n in raw if isinstance(n, dict)] if isinstance(raw, list) else []
+    return frozenset(str(n["name"]) for n in nodes if n.get("map_over"))
+
+
+def map_records(statuses: Mapping[str, NodeStatus], maps: Set[str] = frozenset()) -> frozenset[str]:
+    """The instances of ``statuses`` that are a map's group record: the map itself, never
+    one of its items (a map's instance without an item, and the record any item names)."""
+    return frozenset(i for i in statuses if (n := parse_instance(i)).item is None and n.node in maps) | {
+        group_of(n) for i in statuses if "[" in i and (n := parse_instance(i)).item is not None}
+
+
 def headline(counts: Mapping[str, int]) -> str:
     return next((s for s in PRECEDENCE if counts.get(s)), "pending")
 

@@ -6,6 +6,7 @@ or only the block an htmx request targets (``HX-Target``: ``main``, ``runs``, â€
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -113,7 +114,12 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
     live = p.run.status in (RunStatus.RUNNING, RunStatus.QUEUED)
     # a paused run's page asks now and then whether it moved on (answered or cancelled elsewhere)
     waiting = p.run.status == RunStatus.INTERRUPTED
-    instances, more = services.node_instances(rt, p, p.node, page, status=status) if p.node else ([], False)
+    # a map's drawer lists and counts its items; its group record is the map itself, said apart
+    maps = dag.map_nodes(p.description)
+    records = dag.map_records(p.node_states, maps) if p.node else frozenset()
+    is_map = p.node is not None and p.node in maps
+    skip = records if is_map else frozenset()
+    instances, more = services.node_instances(rt, p, p.node, page, status=status, skip=skip) if p.node else ([], False)
     return {
         "p": p, "svg": svg, "css": dag.status_css(lay, p.node_states, p.node), "legend": LEGEND, "group": group,
         "repeated": repeated,
@@ -125,7 +131,10 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         "changes": p.changes[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url, "at": at,
         "instances": instances, "instance_page": page, "more_instances": more,
-        "instance_status": status, "instance_counts": _instance_counts(p, status),
+        "instance_status": status, "instance_counts": _instance_counts(p, status, skip),
+        "records": records, "is_map": is_map,
+        "map_itself": sorted(((r, p.node_states[r].value) for r in records if base_node(r) == p.node),
+                             key=lambda rs: services.instance_order(rs[0])) if is_map else [],
         "source": services.node_source(rt, p.run, p.node) if p.node else "",
         "live": live, "waiting": waiting, "moved_every": MOVED_EVERY,
         # a run's updated_at moves with its status only: while it goes on, its time so far runs to now
@@ -133,14 +142,16 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
     }
 
 
-def _instance_counts(p: services.RunPage, status: NodeStatus | None) -> dict[NodeStatus, int]:
-    """How many of the drawer node's instances are in each status (the filter's choices, the
-    chosen one even when none is); empty for a node with one instance."""
+def _instance_counts(p: services.RunPage, status: NodeStatus | None, skip: Set[str] = frozenset()
+                     ) -> dict[NodeStatus, int]:
+    """How many of the drawer node's instances (not in ``skip``: a map's own records) are in
+    each status (the filter's choices, the chosen one even when none is); empty for a node
+    with one instance."""
     if p.node is None or base_node(p.node) != p.node:
         return {}
     counts = {st: 0 for st in NodeStatus}
     for inst, st in p.node_states.items():
-        if base_node(inst) == p.node:
+        if base_node(inst) == p.node and inst not in skip:
             counts[st] += 1
     if sum(counts.values()) < 2:
         return {}

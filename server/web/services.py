@@ -11,7 +11,7 @@ exists; the page follows it live.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -236,15 +236,15 @@ def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]
 
 
 def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1, per_page: int = INSTANCES_PER_PAGE,
-                   status: NodeStatus | None = None) -> tuple[list[dict[str, Any]], bool]:
+                   status: NodeStatus | None = None, skip: Set[str] = frozenset()) -> tuple[list[dict[str, Any]], bool]:
     """One page of the instances of a graph node at the selected checkpoint (or the one
-    instance asked for, ``model#12``, ``work[250]``), only those in ``status`` when given, in
-    canonical order, with the attempts, writes and effects each had by then; and whether a
-    later page has more."""
+    instance asked for, ``model#12``, ``work[250]``), only those in ``status`` when given and
+    not in ``skip``, in canonical order, with the attempts, writes and effects each had by
+    then; and whether a later page has more."""
     base = base_node(node)
     one = node if node != base else None
-    mine = sorted((n for n in page.node_states if (n == one if one else base_node(n) == base)
-                   and (status is None or page.node_states[n] == status)), key=_instance_order)
+    mine = sorted((n for n in page.node_states if (n == one if one else base_node(n) == base and n not in skip)
+                   and (status is None or page.node_states[n] == status)), key=instance_order)
     start = (max(1, number) - 1) * per_page
     shown = mine[start:start + per_page]
     # grouped by instance once: a map of thousands of items is not scanned once per item
@@ -268,7 +268,7 @@ def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1, per_p
     return out, len(mine) > start + per_page
 
 
-def _instance_order(name: str) -> tuple[tuple[int, ...], int, int]:
+def instance_order(name: str) -> tuple[tuple[int, ...], int, int]:
     """Iteration (of the loops around an inner loop first), then item (a map's group record
     first): the order instances fold in."""
     _, it, item, outer = parse_instance(name)

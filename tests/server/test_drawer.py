@@ -138,16 +138,46 @@ def chips(html: str) -> dict[str, str]:
                                                       nav.group(0))}
 
 
-def test_the_drawer_offers_the_statuses_its_instances_are_in(asked: Asked) -> None:
+def test_the_drawer_offers_the_statuses_its_items_are_in(asked: Asked) -> None:
+    """A map's own record (running until its items end) is no item: the choices count items."""
     base = f"/runs/{asked.run}?node=vote"
     assert chips(asked.client.get(base, headers=HTMX).text) == {
-        base: "all 13", f"{base}&amp;status=running": "running 1", f"{base}&amp;status=interrupted": "interrupted 6",
-        f"{base}&amp;status=succeeded": "succeeded 6"}
+        base: "all 12", f"{base}&amp;status=interrupted": "interrupted 6", f"{base}&amp;status=succeeded": "succeeded 6"}
+
+
+def map_itself(html: str) -> str:
+    """What the drawer says of the map itself, without its markup."""
+    said = re.search(r'<p class="map-itself">(.*?)</p>', drawer(html), re.S)
+    assert said, "the drawer says nothing of the map itself"
+    return " ".join(re.sub(r"<[^>]+>", "", said.group(1)).split())
+
+
+def test_the_drawer_says_apart_what_the_map_itself_is_doing(asked: Asked) -> None:
+    html = asked.client.get(f"/runs/{asked.run}?node=vote", headers=HTMX).text
+    assert map_itself(html) == "The map itself: running"
+    assert "vote" not in instance_names(html)
+
+
+def test_a_wide_map_counts_and_lists_its_items_only(seeded: Seeded, client: Client) -> None:
+    run = asyncio.run(seeded.rt.start(seeded.graphs["map"], {"count": 300}))
+    html = client.get(f"/runs/{run.id}?node=work", headers=HTMX).text
+    base = f"/runs/{run.id}?node=work"
+    assert chips(html) == {base: "all 300", f"{base}&amp;status=succeeded": "succeeded 300"}
+    assert instance_names(html)[:2] == ["work[0]", "work[1]"]
+    assert map_itself(html) == "The map itself: succeeded"
+    # the counts beside the graph speak of the same items
+    assert re.search(r"<strong>work</strong>: 300 items \(300 succeeded\)", html)
+
+
+def test_a_map_before_its_items_are_made_says_so(shared: Seeded, reader: Client) -> None:
+    html = reader.get(f"/runs/{shared.mapped}?cp=1&node=work", headers=HTMX).text
+    assert map_itself(html) == "The map itself: pending"
+    assert instance_names(html) == [] and "This map has no items at this checkpoint." in drawer(html)
 
 
 def test_a_status_shows_only_the_instances_in_it_with_and_without_htmx(asked: Asked) -> None:
     url = f"/runs/{asked.run}?cp={asked.head}&node=vote"
-    assert len(instance_names(asked.client.get(url, headers=HTMX).text)) == 13
+    assert len(instance_names(asked.client.get(url, headers=HTMX).text)) == 12
     for headers in (HTMX, {}):   # a plain GET (no JavaScript) filters the same
         waiting = asked.client.get(url + "&status=interrupted", headers=headers).text
         assert instance_names(waiting) == [f"vote[{i}]" for i in range(0, 12, 2)]
@@ -163,7 +193,7 @@ def test_a_status_shows_only_the_instances_in_it_with_and_without_htmx(asked: As
 def test_a_status_no_instance_is_in_says_so(asked: Asked) -> None:
     html = asked.client.get(f"/runs/{asked.run}?node=vote&status=failed", headers=HTMX).text
     assert instance_names(html) == []
-    assert "No instance of this node has the status failed at this checkpoint." in drawer(html)
+    assert "No item of this map has the status failed at this checkpoint." in drawer(html)
     assert chips(html)[f"/runs/{asked.run}?node=vote&amp;status=failed"] == "failed 0"
 
 
@@ -183,13 +213,65 @@ def test_an_unknown_status_is_refused(asked: Asked) -> None:
 def test_paging_a_filtered_drawer_keeps_the_filter(seeded: Seeded, client: Client) -> None:
     run = asyncio.run(seeded.rt.start(seeded.graphs["map"], {"count": 120}))
     first = client.get(f"/runs/{run.id}?node=work&status=succeeded", headers=HTMX).text
-    later = re.search(r'<a href="([^"]+)"[^>]*>later instances', first)
+    later = re.search(r'<a href="([^"]+)"[^>]*>later items', first)
     assert later and later.group(1) == f"/runs/{run.id}?node=work&amp;status=succeeded&amp;page=2"
     second = client.get(later.group(1).replace("&amp;", "&"), headers=HTMX).text
-    earlier = re.search(r'<a href="([^"]+)"[^>]*>← earlier instances', second)
+    earlier = re.search(r'<a href="([^"]+)"[^>]*>← earlier items', second)
     assert earlier and earlier.group(1) == f"/runs/{run.id}?node=work&amp;status=succeeded"
 
 
 def test_a_node_with_one_instance_has_no_filter(shared: Seeded, reader: Client) -> None:
     html = reader.get(f"/runs/{shared.failed}?node=second", headers=HTMX).text
     assert 'class="chips"' not in drawer(html)
+
+
+# ------------------------------------------------------------------ a map inside a loop
+
+class Reading(BaseModel):
+    turns: int = 0
+    sources: list[int] = []
+    notes: Annotated[list[str], append] = []
+
+
+def reading_graph() -> Graph:
+    """A loop of two turns whose map reads 2, then 3 sources: two records of the map itself."""
+    g = Graph("drawer_reading", state=Reading)
+
+    @g.node(after=["check"], max_iterations=5)
+    def model(s: Reading) -> dict[str, Any]:
+        return {"turns": s.turns + 1, "sources": list(range(s.turns + 2))}
+
+    @g.node(after=["model"], map_over="sources")
+    def read(s: Reading, item: int) -> dict[str, Any]:
+        return {"notes": [f"read {item}"]}
+
+    @g.node(after=["read"], when=lambda s: s.turns < 2)
+    def check(s: Reading) -> dict[str, Any]:
+        return {}
+
+    return g
+
+
+@pytest.fixture(scope="module")
+def reading(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, str]]:
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path_factory.mktemp('reading') / 'h.db'}"), max_concurrency=4)
+    run = asyncio.run(rt.start(reading_graph(), {}))
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    with TestClient(app_over(rt)) as c:
+        yield c, run.id
+    rt.close()
+
+
+def test_a_map_in_a_loop_counts_the_items_of_every_iteration_and_says_each_record_apart(
+        reading: tuple[Client, str]) -> None:
+    client, run_id = reading
+    html = client.get(f"/runs/{run_id}?node=read", headers=HTMX).text
+    assert instance_names(html) == ["read[0]", "read[1]", "read#1[0]", "read#1[1]", "read#1[2]"]
+    assert chips(html)[f"/runs/{run_id}?node=read"] == "all 5"
+    assert map_itself(html) == "The map itself, per iteration: read succeeded · read#1 succeeded"
+
+
+def test_one_record_of_a_map_opened_alone_is_named_as_the_map_itself(reading: tuple[Client, str]) -> None:
+    client, run_id = reading
+    html = drawer(client.get(f"/runs/{run_id}?node=read%231", headers=HTMX).text)
+    assert re.search(r'<summary>read#1 <span class="muted">\(the map itself\)</span> <span class="badge', html)

@@ -348,7 +348,7 @@ def test_node_drawer_shows_instances_attempts_effects_and_source(shared: Seeded,
         html = reader.get(f"/runs/{run_id}", params={"node": node}, headers=HTMX).text
         return re.findall(r'<details class="instance" open><summary>([^ <]+) ', html)
 
-    assert instances(shared.mapped, "work") == ["work", "work[0]", "work[1]", "work[2]"]
+    assert instances(shared.mapped, "work") == ["work[0]", "work[1]", "work[2]"]   # the map itself is said apart
     assert instances(shared.mapped, "work[1]") == ["work[1]"]
     assert instances(shared.looped, "model") == ["model", "model#1"]
     assert instances(shared.looped, "model#1") == ["model#1"]
@@ -399,7 +399,7 @@ def test_the_node_table_counts_a_maps_items_and_a_loops_iterations(seeded: Seede
     assert iterations > 1 and f"succeeded</span>×{iterations} " in node_row(loop, "model")
 
 
-def test_node_drawer_of_a_wide_map_shows_its_instances_a_page_at_a_time(extra: Extra, other: Client) -> None:
+def test_node_drawer_of_a_wide_map_shows_its_items_a_page_at_a_time(extra: Extra, other: Client) -> None:
     per = services.INSTANCES_PER_PAGE
     url = f"/runs/{extra.big}?cp={extra.big_head}&node=work"
 
@@ -407,11 +407,11 @@ def test_node_drawer_of_a_wide_map_shows_its_instances_a_page_at_a_time(extra: E
         return re.findall(r'<details class="instance" open><summary>([^ <]+) ', html)
 
     first, second = other.get(url, headers=HTMX).text, other.get(url + "&page=2", headers=HTMX).text
-    assert instances(first) == ["work"] + [f"work[{i}]" for i in range(per - 1)]
-    assert instances(second) == [f"work[{i}]" for i in range(per - 1, 60)]
+    assert instances(first) == [f"work[{i}]" for i in range(per)]   # the map's own record is no item
+    assert instances(second) == [f"work[{i}]" for i in range(per, 60)]
     assert f'hx-get="/runs/{extra.big}?cp={extra.big_head}&amp;node=work&amp;page=2"' in first
-    assert "← earlier instances" not in first
-    assert "← earlier instances" in second and "later instances →" not in second
+    assert "← earlier items" not in first
+    assert "← earlier items" in second and "later items →" not in second
 
 
 def test_a_checkpoint_where_a_wide_map_is_due_lists_a_bounded_part_of_it(seeded: Seeded, client: Client) -> None:
