@@ -176,9 +176,9 @@ def test_answer_questions_of_different_shapes_together(page: Page, release: Any,
     problems = page.locator("#answers .problems li")
     expect(problems).to_have_count(3)
     expect(problems.filter(has_text=asked["approve"])).to_contain_text(
-        "field approve: required: choose Yes or No for Approve")
+        "field approve: Approve is required: choose Yes or No")
     expect(problems.filter(has_text=asked["comment"])).to_contain_text("is not valid JSON")
-    expect(problems.filter(has_text=asked["label"])).to_contain_text("field name: must be at least 2 characters")
+    expect(problems.filter(has_text=asked["label"])).to_contain_text("field name: Name must be at least 2 characters")
     expect(page.locator(f'#answers [data-field="{asked["label"]}:f.name"] .field-error')).to_contain_text("2 characters")
     # what was typed is kept, for every question
     expect(page.locator(f"#answers #{asked['approve']}-f-approve").get_by_role("radio", checked=True)).to_have_count(0)

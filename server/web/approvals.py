@@ -247,7 +247,7 @@ def check_answer(rt: Runtime, i: Interrupt, form: AnswerForm, data: Mapping[str,
         action, result = form.fields
         if value.get("action") in WITH_RESULT:
             if "result" not in value and result.error is None:
-                result.error = f"required when the decision is {value['action']!r} (null for no result)"
+                result.error = f"{result.label} is required when the decision is {value['action']!r} (null for no result)"
         else:   # the result box is ignored for live, retry and abort
             result.error = None
             value.pop("result", None)

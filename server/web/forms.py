@@ -9,8 +9,9 @@ too: a one-line input would drop its line breaks before the person saw it, and b
 send a textarea's line breaks as CRLF, read back as the LF they stand for.
 Reading a post back checks what a form can check — required fields, types, choices,
 bounds, JSON syntax — and keeps what the person typed, so the page shows it again
-next to the error. Validation against the model itself (custom validators) happens
-after, and its errors land on the same fields (``form_errors``).
+next to the error; each error names the field by its label and says what it expects.
+Validation against the model itself (custom validators) happens after, and its errors
+land on the same fields, worded the same way (``form_errors``).
 """
 
 from __future__ import annotations
@@ -324,7 +325,8 @@ def _read_one(f: FormField, form: Mapping[str, str]) -> JSON | _Missing:
         if f.required and f.nullable:
             return None
         if f.required:
-            f.error = f"required: choose Yes or No for {f.label}" if f.values == YES_NO else "required"
+            # worded as the model's errors are (``wording``): the field's label, then what it expects
+            f.error = f"{f.label} is required" + (": choose Yes or No" if f.values == YES_NO else "")
         return MISSING
     try:
         if f.kind in ("select", "radio"):
@@ -337,7 +339,7 @@ def _read_one(f: FormField, form: Mapping[str, str]) -> JSON | _Missing:
             return _text(f, f.text)
         return _json(f, f.text)
     except ValueError as e:
-        f.error = str(e)
+        f.error = f"{f.label} {e}"
         return MISSING
 
 

@@ -173,7 +173,7 @@ def test_an_approval_left_unanswered_is_refused_naming_it_not_taken_for_no(rt: R
     del fields[field(asked["approve"], "approve")]
     reply = post_all(client, run_id, fields, htmx=True)
     assert reply.status_code == 422 and "HX-Redirect" not in reply.headers
-    message = "required: choose Yes or No for Approve"
+    message = "Approve is required: choose Yes or No"
     assert error_of(reply.text, f"{asked['approve'].id}-f-approve") == message
     summary = reply.text[reply.text.index('class="problems"'):].split("</ul>")[0]
     assert asked["approve"].id in summary and "approve" in summary and message in summary
@@ -192,10 +192,10 @@ def test_an_approval_answered_yes_or_no_is_that_answer(rt: Runtime, client: Test
 
 
 @pytest.mark.parametrize(("node", "name", "typed", "message"), [
-    ("label", "name", "v", "at least 2 characters"),          # the model's own bound
-    ("amount", "answer", "lots", "must be a number"),         # a bare number
-    ("comment", "answer", "{calm", "is not valid JSON"),      # any JSON, but JSON
-    ("label", "name", "", "required"),
+    ("label", "name", "v", "Name must be at least 2 characters"),   # the model's own bound
+    ("amount", "answer", "lots", "Answer must be a number"),        # a bare number
+    ("comment", "answer", "{calm", "Answer (JSON) is not valid JSON"),   # any JSON, but JSON
+    ("label", "name", "", "Name is required"),
 ])
 def test_a_bad_answer_among_good_ones_is_refused_naming_its_question_and_field(
         rt: Runtime, client: TestClient[Any], node: str, name: str, typed: str, message: str):
@@ -225,7 +225,7 @@ def test_every_bad_answer_is_named_at_once(rt: Runtime, client: TestClient[Any])
                                       field(asked["amount"], "answer"): "", })
     assert reply.status_code == 422
     assert "2 answers" in reply.text
-    assert error_of(reply.text, f"{asked['amount'].id}-f-answer") == "required"
+    assert error_of(reply.text, f"{asked['amount'].id}-f-answer") == "Answer is required"
     assert "at least 2 characters" in error_of(reply.text, f"{asked['label'].id}-f-name")
     # over htmx only the form comes back, to be swapped in place
     reply = post_all(client, run_id, {**good(asked), field(asked["amount"], "answer"): "x"}, htmx=True)
@@ -283,7 +283,7 @@ def test_a_bare_number_question_gets_a_number_input_on_its_own_page_too(rt: Runt
     token = c["_csrf_token"]["value"]
     reply = client.post(f"/interrupts/{q.id}/answer", data={"_csrf_token": token, "f.answer": "lots"},
                         follow_redirects=False)
-    assert reply.status_code == 422 and error_of(reply.text, "f-answer") == "must be a number"
+    assert reply.status_code == 422 and error_of(reply.text, "f-answer") == "Answer must be a number"
     reply = client.post(f"/interrupts/{q.id}/answer", data={"_csrf_token": token, "f.answer": "7"},
                         follow_redirects=False)
     assert reply.status_code == 303

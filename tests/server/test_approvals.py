@@ -401,13 +401,13 @@ def test_a_required_yes_or_no_left_unanswered_is_refused_naming_it_and_the_run_s
     before = snapshot(rt, run_id)
     reply = post_answer(client, q.id, {"f.args.query": "dogs", "f.args.limit": "7"})
     assert reply.status_code == 422
-    assert re.search(r'id="f-approve-error">required: choose Yes or No for Approve<', reply.text)
+    assert re.search(r'id="f-approve-error">Approve is required: choose Yes or No<', reply.text)
     assert controls(reply.text).controls["f.args.query"]["value"] == "dogs"   # what was typed is kept
     settle(client)
     assert snapshot(rt, run_id) == before and before[0] == RunStatus.INTERRUPTED
     # an answer the form cannot read as yes or no is refused too, never taken for no
     reply = post_answer(client, q.id, {"f.approve": "on", "f.args.query": "dogs", "f.args.limit": "7"})
-    assert reply.status_code == 422 and re.search(r'id="f-approve-error">must be one of: Yes, No<', reply.text)
+    assert reply.status_code == 422 and re.search(r'id="f-approve-error">Approve must be one of: Yes, No<', reply.text)
     settle(client)
     assert snapshot(rt, run_id) == before
 
@@ -453,11 +453,12 @@ def test_an_invalid_answer_shows_errors_by_its_fields_and_keeps_the_run_paused(r
         assert found, fid
         return found.group(1)
 
-    assert error("f-name") == "required"
-    assert error("f-count") == "must be a whole number"
-    assert error("f-level") == "must be one of: low, high"
-    assert error("f-tags").startswith("is not valid JSON")
-    assert error("f-address-zip") == "must be a whole number"
+    # each names its field by its label, as the model's own errors do
+    assert error("f-name") == "Name is required"
+    assert error("f-count") == "Count must be a whole number"
+    assert error("f-level") == "Level must be one of: low, high"
+    assert error("f-tags").startswith("Tags is not valid JSON")
+    assert error("f-address-zip") == "Zip must be a whole number"
     assert 'id="f-ratio-error"' not in html and 'id="f-address-city-error"' not in html
     c = controls(html).controls   # what was typed is kept
     assert c["f.count"]["value"] == "abc" and c["f.ratio"]["value"] == "11" and c["f.address.city"]["value"] == "Oslo"
@@ -467,7 +468,7 @@ def test_an_invalid_answer_shows_errors_by_its_fields_and_keeps_the_run_paused(r
     # bounds, and the model's own validators, land on their fields too
     reply = post_answer(client, q.id, valid_review(**{"f.count": "11", "f.name": "nobody"}))
     assert reply.status_code == 422
-    assert re.search(r'id="f-count-error">must be at most 10<', reply.text)
+    assert re.search(r'id="f-count-error">Count must be at most 10<', reply.text)
     reply = post_answer(client, q.id, valid_review(**{"f.name": "nobody"}))
     assert reply.status_code == 422 and re.search(r'id="f-name-error">[^<]*nobody cannot review<', reply.text)
 
@@ -530,7 +531,7 @@ def test_a_question_without_a_model_takes_any_json(rt: Runtime, client: TestClie
     c = controls(client.get(f"/interrupts/{q.id}").text).controls
     assert c["f.answer"]["tag"] == "textarea" and "required" in c["f.answer"]
     before = snapshot(rt, run_id)
-    for bad, message in (("", "required"), ("{yes}", "is not valid JSON")):
+    for bad, message in (("", r"Answer \(JSON\) is required"), ("{yes}", r"Answer \(JSON\) is not valid JSON")):
         reply = post_answer(client, q.id, {"f.answer": bad})
         assert reply.status_code == 422 and re.search(rf'id="f-answer-error">{message}', reply.text)
     assert snapshot(rt, run_id) == before
@@ -563,9 +564,9 @@ def test_an_unrecorded_effect_is_answered_with_a_mock_result(rt: Runtime, client
 
     before = snapshot(rt, branch_id)
     reply = post_answer(client, q.id, {"f.action": "mock", "f.result": ""})
-    assert reply.status_code == 422 and re.search(r'id="f-result-error">required when the decision is', reply.text)
+    assert reply.status_code == 422 and re.search(r'id="f-result-error">Result \(JSON\) is required when the decision is', reply.text)
     reply = post_answer(client, q.id, {"f.result": '"r"'})
-    assert reply.status_code == 422 and 'id="f-action-error">required<' in reply.text
+    assert reply.status_code == 422 and 'id="f-action-error">Decision is required<' in reply.text
     assert snapshot(rt, branch_id) == before
 
     reply = post_answer(client, q.id, {"f.action": "mock", "f.result": '"rcpt-fake"'})
@@ -652,7 +653,7 @@ def test_a_required_boolean_is_a_yes_or_no_choice_and_an_optional_one_a_box():
     assert one is not None and one.kind == "radio" and one.required
     fields = forms.build(M.model_json_schema())
     value, ok = forms.read(fields, {})
-    assert not ok and fields[0].error == "required: choose Yes or No for Must" and fields[1].error is None
+    assert not ok and fields[0].error == "Must is required: choose Yes or No" and fields[1].error is None
     assert value == {"maybe": None, "nice": False}
     value, ok = forms.read(forms.build(M.model_json_schema()), {"f.must": "false", "f.maybe": "true"})
     assert ok and value == {"must": False, "maybe": True, "nice": False}
@@ -777,7 +778,7 @@ def test_every_wrong_field_is_named_at_once_whether_the_form_or_the_model_refuse
     assert reply.status_code == 422
     errors = dict(re.findall(r'id="f-(\w+)-error">([^<]*)<', reply.text))
     assert set(errors) == {"to", "subject", "cc"}
-    assert errors["subject"] == "required" and "not valid JSON" in errors["cc"]
+    assert errors["subject"] == "Subject is required" and errors["cc"].startswith("Cc is not valid JSON")
     # the model's pattern: the message names the field and what is wrong; the pattern itself is a detail
     assert errors["to"] == "To is not in the expected format"
     detail = re.search(r'id="f-to-error">[^<]*</p><details class="error-detail"><summary>details</summary>'
@@ -816,7 +817,7 @@ def test_a_model_whose_own_code_fails_on_a_partial_answer_leaves_the_forms_error
     reply = post_answer(client, q.id, {"f.name": "", "f.count": "abc"})
     assert reply.status_code == 422
     errors = dict(re.findall(r'id="f-(\w+)-error">([^<]*)<', reply.text))
-    assert errors == {"name": "required", "count": "must be a whole number"}
+    assert errors == {"name": "Name is required", "count": "Count must be a whole number"}
     settle(client)
     assert snapshot(rt, run_id) == before
     reply = post_answer(client, q.id, {"f.name": "  ann ", "f.count": "2"})

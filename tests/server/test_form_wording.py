@@ -74,3 +74,53 @@ def test_a_patch_that_does_not_fit_the_state_is_worded_on_the_fork_page(seeded: 
     detail = re.search(r'<details class="error-detail"><summary>details</summary><code>(.*?)</code>', r.text, re.S)
     assert detail and "Input should be a valid integer" in detail.group(1)
     assert asyncio.run(seeded.rt.get_run(seeded.failed)).status.value == "failed"
+
+
+# ------------------------------------------------------------------ what the form itself refuses
+
+class Search(BaseModel):
+    query: str = Field(min_length=2, title="Search for")
+    limit: int = Field(20, ge=1, le=100)
+    ratio: float = 0.5
+    order: Literal["newest", "oldest"] = "newest"
+    exact: bool
+    filters: dict[str, str] = {}
+
+
+def refused(typed: dict[str, str]) -> dict[str, str | None]:
+    """What the form itself says of each field, read from what was typed."""
+    fields = forms.build(Search.model_json_schema())
+    _, ok = forms.read(fields, {"f.query": "ok", "f.exact": "true", **typed})
+    assert not ok
+    return {f.path[-1]: f.error for f in fields if f.error}
+
+
+def test_a_bound_the_form_checks_names_its_field_by_its_label() -> None:
+    assert refused({"f.limit": "101"}) == {"limit": "Limit must be at most 100"}
+    assert refused({"f.limit": "0"}) == {"limit": "Limit must be at least 1"}
+
+
+@pytest.mark.parametrize(("typed", "said"), [
+    ({"f.query": ""}, {"query": "Search for is required"}),
+    ({"f.query": "a"}, {"query": "Search for must be at least 2 characters"}),
+    ({"f.limit": "many"}, {"limit": "Limit must be a whole number"}),
+    ({"f.ratio": "half"}, {"ratio": "Ratio must be a number"}),
+    ({"f.order": "random"}, {"order": "Order must be one of: newest, oldest"}),
+    ({"f.exact": ""}, {"exact": "Exact is required: choose Yes or No"}),
+    ({"f.filters": "[1]"}, {"filters": 'Filters must be a JSON object, like {"key": "value"}'}),
+])
+def test_every_error_the_form_finds_names_its_field_and_what_it_expects(typed: dict[str, str],
+                                                                      said: dict[str, str]) -> None:
+    assert refused(typed) == said
+
+
+def test_a_nested_fields_error_names_it_by_its_own_label() -> None:
+    class Address(BaseModel):
+        zip_code: int
+
+    class Order(BaseModel):
+        address: Address
+
+    fields = forms.build(Order.model_json_schema())
+    _, ok = forms.read(fields, {"f.address.zip_code": "12.5"})
+    assert not ok and fields[0].children[0].error == "Zip Code must be a whole number"
