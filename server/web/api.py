@@ -4,7 +4,8 @@ Reads go through ``services`` (and the records' own ``to_json``/``plain``), acti
 through ``actions``, exactly as the pages do. Request bodies are parsed here, with the
 rules every JSON a person types follows (``server.inputs``), and checked against the
 models below before any action runs: a malformed body, a wrong type or an unknown field
-is a 422 naming the field, and writes nothing. Actions that drive a run answer 202 with
+is a 422 naming the field and what it expects (the validator's own errors under
+``details``), and writes nothing. Actions that drive a run answer 202 with
 the id of the run that goes on (it continues in the background); compensate answers
 200 with its report and import 201 with the ids of the runs it created.
 """
@@ -31,7 +32,7 @@ from server.inputs import MAX_DEPTH, InputError, kind_of, parse_json
 from server.present import attempt_json, interrupt_question, journal_json, load_run_view, plain
 
 from . import actions, services
-from .bodies import AnswerBody, Body, CancelBody, CompensateBody, ForkBody, ReplayBody, ResumeBody
+from .bodies import AnswerBody, Body, CancelBody, CompensateBody, ForkBody, ReplayBody, ResumeBody, patch_refused, refused
 from .auth import identity
 from .services import complete, in_thread
 from .threads import thread_tree
@@ -57,6 +58,7 @@ M = TypeVar("M", bound=Body)
 class ApiError:
     error: str
     status: int
+    details: list[dict[str, Any]] | None = None   # a refused body: the validator's own errors
 
 
 def _errors(*codes: int) -> dict[int, ResponseSpec]:
@@ -95,10 +97,6 @@ def _act(path: str, status: int, summary: str, body: type[Body] | Json, *errors:
     return post(path, status_code=status, summary=summary, responses=_errors(*errors), operation_class=WithBody)
 
 
-def _field_errors(e: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}" for err in e.errors())
-
-
 async def _json_body(request: Req, depth: int = MAX_DEPTH, empty: JSON = None) -> JSON:
     """The request's JSON body, or ``empty`` when there is none (422 if that is None);
     413 past the size limit."""
@@ -124,7 +122,7 @@ async def _body(request: Req, model: type[M]) -> M:
     try:
         return model.model_validate(value)
     except ValidationError as e:
-        raise InvalidRequest(_field_errors(e)) from None
+        raise refused(e, model) from None
 
 
 def _invalid_parameter(request: Req, exc: ValidationException) -> Response[Json]:
@@ -341,8 +339,12 @@ async def fork(request: Req, checkpoint_id: FromPath[str]) -> Response[Json]:
     """A new branch from the checkpoint with the patch applied (validated against the state's
     schema before anything is written)."""
     body = await _body(request, ForkBody)
-    return _started(await actions.fork(_rt(request), request.app.state.tasks, checkpoint_id, body.patch,
-                                       body.effects, body.mocks, limits=body.limits()))
+    try:
+        run_id = await actions.fork(_rt(request), request.app.state.tasks, checkpoint_id, body.patch,
+                                    body.effects, body.mocks, limits=body.limits())
+    except InvalidRequest as e:
+        raise patch_refused(e) from None
+    return _started(run_id)
 
 
 @_act("/runs/{run_id:str}/replay", 202, "Replay a run", ReplayBody, 404, 422)

@@ -54,7 +54,9 @@ def _status_of(exc: Exception) -> tuple[int, str]:
 def _error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     status, message = _status_of(exc)
     if request.url.path.startswith("/api/"):
-        return Response({"error": message, "status": status}, status_code=status)
+        details = getattr(exc, "details", None)   # a refused body's raw errors, beside the words
+        return Response({"error": message, "status": status, **({"details": details} if details else {})},
+                        status_code=status)
     if is_htmx(request):   # shown where the form was, instead of replacing the page
         return render(request, "error.html", {"status": status, "message": message}, block="message",
                       status=status, headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"})

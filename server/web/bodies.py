@@ -1,12 +1,26 @@
 """The JSON API's request bodies: what each action accepts, with the descriptions the
 OpenAPI document shows. Strict, and closed to unknown fields: a wrong type or an unknown
-field is a 422 naming it before any action runs."""
+field is a 422 naming it before any action runs.
+
+A refusal (``refused``) says, per field, ``max_steps: must be a whole number of at least 1``:
+the field by its JSON name and what it expects, as the answer forms word theirs
+(``wording``); the validator's own errors ride along as ``details``, so a client loses
+nothing it was told before.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from annotated_types import Ge, Gt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+
+from runtime.core.errors import InvalidRequest
+
+from . import wording
 
 
 class Body(BaseModel):
@@ -16,10 +30,10 @@ class Body(BaseModel):
 class _Limits(Body):
     """Limits a resumed or forked run gets instead of the ones it inherits."""
 
-    deadline: float | None = Field(None, description="seconds the run may take from now")
-    max_steps: int | None = Field(None, description="node attempts the run (with its lineage) may start")
-    max_tokens: int | None = Field(None, description="model tokens the run (with its lineage) may use")
-    max_cost: float | None = Field(None, description="cost the run (with its lineage) may spend")
+    deadline: float | None = Field(None, gt=0, description="seconds the run may take from now")
+    max_steps: int | None = Field(None, ge=1, description="node attempts the run (with its lineage) may start")
+    max_tokens: int | None = Field(None, ge=1, description="model tokens the run (with its lineage) may use")
+    max_cost: float | None = Field(None, gt=0, description="cost the run (with its lineage) may spend")
 
     def limits(self) -> dict[str, Any]:
         return {"deadline": self.deadline, "max_steps": self.max_steps, "max_tokens": self.max_tokens,
@@ -51,5 +65,85 @@ class AnswerBody(Body):
 
 class ResumeBody(_Limits):
     answers: dict[str, Any] | None = Field(
-        None, description="{interrupt id: answer} for a run waiting for answers: every one is checked "
+        None, description="{interrupt id: answer} for a run waiting for answers; every one is checked "
                           "before the run moves, and the run goes on with all of them")
+
+
+# ------------------------------------------------------------------ refusals in words
+
+#: a number's type and its bound are one expectation: whichever was missed, both are said
+NUMBER_ERRORS = frozenset({"int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
+                           "finite_number", "greater_than", "greater_than_equal"})
+#: words for JSON where the forms' words speak of inputs (a box ticked, a text typed)
+JSON_WORDS: Mapping[str, str] = {
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "dict_type": "must be a JSON object",
+    "model_type": "must be a JSON object",
+}
+
+
+class BodyRefused(InvalidRequest):
+    """A request body its model refused: ``str()`` in words, the validator's errors as ``details``."""
+
+    def __init__(self, message: str, details: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def _number(field: FieldInfo) -> str | None:
+    """What a number field expects, type and bound together; None for another field."""
+    kinds = set(get_args(field.annotation)) or {field.annotation}
+    noun = "a whole number" if int in kinds else "a number" if float in kinds else None
+    if noun is None:
+        return None
+    bound = next((f" of at least {m.ge}" if isinstance(m, Ge) else f" above {m.gt}"
+                  for m in field.metadata if isinstance(m, (Ge, Gt))), "")
+    return f"must be {noun}{bound}"
+
+
+def expects(err: ErrorDetails) -> str:
+    """What a JSON value must be, in words; the validator's own when there are none (and a
+    model author's own message as written)."""
+    if err["type"] in wording.AUTHORED:
+        return str(err["msg"]).removeprefix(wording.AUTHORED[err["type"]])
+    return JSON_WORDS.get(err["type"]) or wording.expects(err) or f"is not valid: {err['msg']}"
+
+
+def _expects(err: ErrorDetails, model: type[Body]) -> str:
+    kind, loc = err["type"], err["loc"]
+    field = model.model_fields.get(str(loc[0])) if len(loc) == 1 else None
+    if kind == "extra_forbidden":
+        return f"is not a field of this request (it takes: {', '.join(model.model_fields)})"
+    if field is not None and kind in NUMBER_ERRORS and (said := _number(field)):
+        return said
+    if kind == "dict_type" and field is not None and field.description:
+        # what goes in it: "a JSON object (state fields to change at the checkpoint)"
+        return f"{expects(err)} ({field.description.split('; ')[0]})"
+    return expects(err)
+
+
+def raw(errors: list[ErrorDetails], prefix: tuple[str | int, ...] = ()) -> list[dict[str, Any]]:
+    """The validator's own words for each error: where, its type, its message."""
+    return [{"loc": [*prefix, *e["loc"]], "type": e["type"], "msg": e["msg"]} for e in errors]
+
+
+def refused(error: ValidationError, model: type[Body]) -> BodyRefused:
+    """A body's validation errors: each its field and what that expects, the validator's own
+    words kept as details."""
+    errors = error.errors(include_url=False, include_input=False)
+    message = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {_expects(e, model)}" for e in errors)
+    return BodyRefused(message, raw(errors))
+
+
+def patch_refused(error: InvalidRequest) -> InvalidRequest:
+    """A fork's patch the state model refused (the verdict is the exception the runtime was
+    handling), worded as the body's own fields are: ``patch.n: must be a whole number``;
+    any other refusal as it is."""
+    verdict = error.__context__
+    if not isinstance(verdict, ValidationError):
+        return error
+    errors = verdict.errors(include_url=False, include_input=False)
+    message = "; ".join(f"{'.'.join(map(str, ('patch', *e['loc'])))}: {expects(e)}" for e in errors)
+    return BodyRefused(message, raw(errors, ("patch",)))

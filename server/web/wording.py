@@ -58,7 +58,9 @@ EXPECTED: Mapping[str, str] = {
 AUTHORED = {"value_error": "Value error, ", "assertion_error": "Assertion failed, "}
 
 
-def _phrase(err: ErrorDetails) -> str | None:
+def expects(err: ErrorDetails) -> str | None:
+    """What the value must be, in words (``must be at least 2``); None for an error type
+    without words here."""
     kind = err["type"]
     ctx: Mapping[str, Any] = err.get("ctx") or {}
     if kind == "string_too_short":
@@ -80,7 +82,7 @@ def sentence(err: ErrorDetails, name: str) -> tuple[str, str]:
     kind = err["type"]
     if kind in AUTHORED:   # a custom validator's own message: shown as its author wrote it
         return f"{name}: {raw.removeprefix(AUTHORED[kind])}", ""
-    phrase = _phrase(err)
+    phrase = expects(err)
     if phrase is None:
         return f"{name} is not valid", raw
     return f"{name} {phrase}", "" if kind == "missing" else raw

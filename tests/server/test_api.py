@@ -501,6 +501,42 @@ def test_a_bad_limit_is_422_naming_it_and_writes_nothing(seeded: Seeded, client:
     assert store_contents(seeded.rt) == before
 
 
+@pytest.mark.parametrize(("body", "said", "raw"), [
+    ({"max_steps": 0}, "max_steps: must be a whole number of at least 1",
+     {"loc": ["max_steps"], "type": "greater_than_equal", "msg": "Input should be greater than or equal to 1"}),
+    ({"max_steps": 2.5}, "max_steps: must be a whole number of at least 1",
+     {"loc": ["max_steps"], "type": "int_type", "msg": "Input should be a valid integer"}),
+    ({"max_cost": -1}, "max_cost: must be a number above 0",
+     {"loc": ["max_cost"], "type": "greater_than", "msg": "Input should be greater than 0"}),
+    ({"effects": "maybe"}, "effects: must be one of 'mock' or 'live'",
+     {"loc": ["effects"], "type": "literal_error", "msg": "Input should be 'mock' or 'live'"}),
+    ({"patch": [1]}, "patch: must be a JSON object (state fields to change at the checkpoint)",
+     {"loc": ["patch"], "type": "dict_type", "msg": "Input should be a valid dictionary"}),
+    ({"patch": {"n": "two"}}, "patch.n: must be a whole number",
+     {"loc": ["patch", "n"], "type": "int_parsing",
+      "msg": "Input should be a valid integer, unable to parse string as an integer"}),
+])
+def test_a_refused_body_says_what_the_field_expects_with_the_validators_words_as_details(
+        seeded: Seeded, client: Client, body: Any, said: str, raw: dict[str, Any]) -> None:
+    base = checkpoints(client, seeded.failed)[1]
+    before = store_contents(seeded.rt)
+    r = client.post(f"/api/checkpoints/{base['id']}/fork", json=body)
+    assert error(r, 422) == said
+    assert r.json()["details"] == [raw]
+    assert store_contents(seeded.rt) == before
+
+
+def test_an_unknown_field_is_named_with_the_fields_the_route_takes(seeded: Seeded, client: Client) -> None:
+    r = client.post(f"/api/runs/{seeded.succeeded}/replay", json={"graph": "x"})
+    assert error(r, 422) == "graph: is not a field of this request (it takes: version, mocks)"
+    assert r.json()["details"] == [{"loc": ["graph"], "type": "extra_forbidden", "msg": "Extra inputs are not permitted"}]
+
+
+def test_an_error_that_is_no_refused_body_has_no_details(seeded: Seeded, client: Client) -> None:
+    r = client.post(f"/api/runs/{seeded.succeeded}/replay", json={"version": "nope"})
+    assert "nope" in error(r, 422) and "details" not in r.json()
+
+
 def test_cancel_a_running_run_then_it_has_ended(seeded: Seeded, client: Client) -> None:
     start = checkpoints(client, seeded.succeeded)[0]
     r = client.post(f"/api/checkpoints/{start['id']}/fork", json={"patch": {"hold": True}})

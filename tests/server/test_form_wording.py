@@ -124,3 +124,14 @@ def test_a_nested_fields_error_names_it_by_its_own_label() -> None:
     fields = forms.build(Order.model_json_schema())
     _, ok = forms.read(fields, {"f.address.zip_code": "12.5"})
     assert not ok and fields[0].children[0].error == "Zip Code must be a whole number"
+
+
+def test_the_json_api_words_an_error_as_json_and_a_models_own_message_as_written() -> None:
+    from server.web import bodies
+
+    with pytest.raises(ValidationError) as caught:
+        Ticket.model_validate({"ref": "ABC-1", "seats": True, "tags": ["a", "b"], "note": "now!"})
+    said = {e["loc"]: bodies.expects(e) for e in caught.value.errors()}
+    assert said[("note",)] == "no shouting, please"
+    assert bodies.expects({"type": "bool_type", "loc": ("x",), "msg": "Input should be a valid boolean",
+                           "input": 1}) == "must be true or false"
