@@ -24,6 +24,7 @@ from runtime.core.states import RunStatus
 from runtime.engine.answers import validate_answer
 from runtime.engine.compensation import CompensationReport
 
+from . import bodies
 from .background import start_in_background
 from .services import Conflict, complete, in_thread
 
@@ -186,21 +187,33 @@ async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: 
         raise
 
 
-def answer_problems(rt: Runtime, i: Interrupt, value: JSON) -> list[tuple[str, str]]:
-    """What is wrong with ``value`` as the answer to ``i``, as (field, message) pairs (the
-    field is "" for the answer as a whole); none when it would be accepted. Field by field
-    against the node's response model, then the runtime's own check."""
+class AnswersRefused(InvalidAnswer):
+    """Answers refused before anything moved: ``str()`` in words, the response models' own
+    errors as ``details`` (each with the question it is about)."""
+
+    def __init__(self, message: str, details: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def answer_problems(rt: Runtime, i: Interrupt, value: JSON) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """What is wrong with ``value`` as the answer to ``i``, as (field, what it expects, the
+    validator's own words) triples (the field is "" for the answer as a whole); none when it
+    would be accepted. Field by field against the node's response model, then the runtime's
+    own check (already in words)."""
     ref = i.payload.get("response_ref") if isinstance(i.payload, Mapping) else None
     model = rt.graphs.model(ref) if isinstance(ref, str) and ref else None
     if model is not None:
         try:
             model.model_validate(value)
         except ValidationError as e:
-            return [(".".join(map(str, err["loc"])), str(err["msg"])) for err in e.errors(include_url=False)]
+            errors = e.errors(include_url=False, include_input=False)
+            return [(".".join(map(str, err["loc"])), bodies.expects(err), {"interrupt_id": i.id, **raw})
+                    for err, raw in zip(errors, bodies.raw(errors), strict=True)]
     try:
         validate_answer(rt.graphs, i, value)
     except InvalidAnswer as e:
-        return [("", str(e))]
+        return [("", str(e), None)]
     return []
 
 
@@ -222,10 +235,11 @@ def check_answers(rt: Runtime, run_id: str, answers: Mapping[str, JSON]) -> None
         known = {i.id: i for i in rt.store.interrupts(run_id)} if unknown else {}
         head = "the answer is invalid" if len(answers) == 1 else \
             f"{len(bad) + len(unknown)} of {len(answers)} answers are invalid"
-        raise InvalidAnswer(f"{head}, and none was recorded: " + "; ".join(
-            [problem_text(i, where, message) for i, found in bad.values() for where, message in found]
+        raise AnswersRefused(f"{head}, and none was recorded: " + "; ".join(
+            [problem_text(i, where, message) for i, found in bad.values() for where, message, _ in found]
             + [f"interrupt {k}: already {known[k].status.value}" if k in known
-               else f"interrupt {k}: not a question of run {run_id}" for k in unknown]))
+               else f"interrupt {k}: not a question of run {run_id}" for k in unknown]),
+            [raw for _, found in bad.values() for _, _, raw in found if raw is not None])
 
 
 async def export_thread(rt: Runtime, run_id: str) -> dict[str, JSON]:

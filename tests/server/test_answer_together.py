@@ -321,12 +321,17 @@ def test_the_api_names_every_bad_answer_with_its_question_and_field_and_answers_
     answers = {asked["approve"].id: {"approve": True}, asked["label"].id: {"name": 5},
                asked["amount"].id: "lots", asked["comment"].id: "fine",
                asked["charge"].id: {"action": "mock"}}
-    message = api_error(client.post(f"/api/runs/{branch_id}/resume", json={"answers": answers}), 422)
+    reply = client.post(f"/api/runs/{branch_id}/resume", json={"answers": answers})
+    message = api_error(reply, 422)
     assert "3 of 5 answers" in message
     problems = dict(re.findall(r"interrupt (int_\w+) (\([^)]*\): [^;]+)", message))
     assert set(problems) == {asked["label"].id, asked["amount"].id, asked["charge"].id}
-    assert "field 'name'" in problems[asked["label"].id] and "valid string" in problems[asked["label"].id]
-    assert "valid number" in problems[asked["amount"].id]
+    # what each expects in words; the response models' own words are the details
+    assert problems[asked["label"].id] == "(node 'label', field 'name'): must be a string"
+    assert problems[asked["amount"].id] == "(node 'amount'): must be a number"
+    details = {(d["interrupt_id"], tuple(d["loc"])): d["msg"] for d in reply.json()["details"]}
+    assert details[(asked["label"].id, ("name",))] == "Input should be a valid string"
+    assert "valid number" in details[(asked["amount"].id, ())]
     assert "result" in problems[asked["charge"].id]
     assert f"interrupt {asked['label'].id} (node 'label'" in message
     settle(client)
