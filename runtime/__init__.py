@@ -26,6 +26,7 @@ from .core.errors import (
     PermissionDeniedError,
     Problem,
     SemanticError,
+    StoreUnreachable,
     TransientError,
 )
 from .core.jsonvalues import JSON
@@ -122,6 +123,7 @@ __all__ = [
     "SemanticError",
     "SqlStore",
     "StepStatus",
+    "StoreUnreachable",
     "StreamEvent",
     "SystemClock",
     "TraceEvent",

@@ -152,6 +152,10 @@ class TransientError(NodeError):
     error_class = ErrorClass.TRANSIENT
 
 
+class StoreUnreachable(TransientError):
+    """The store could not record what must be on disk before a node goes on (an effect's start)."""
+
+
 class ConditionFailed(NodeError):
     """A node's ``when=`` raised: the node fails before it starts, saying so, with the class
     of what the condition raised."""

@@ -35,6 +35,7 @@ async def commit_end(rec: Recorder) -> None:
     while True:
         try:
             rec.flush(durable=True)
+            rec.outage.over(rec.now())
             return
         except HarnessError:
             raise
@@ -46,6 +47,11 @@ async def commit_end(rec: Recorder) -> None:
             rec.flushed(rec.batch)
             return
         delay = next(delays, None)
+        if delay is None and rec.outage.since is not None:
+            # the store was away before the end came: giving up now would lose what the run
+            # kept meanwhile (an effect's outcome), so the end waits for it as the steps did
+            retry_at = rec.outage.refused(refused, rec.now(), rec.env.lease_ttl, len(rec.batch.events))
+            delay = None if retry_at is None else max(0.0, retry_at - rec.now())
         if delay is None:
             break
         log.warning("run %s: the store refused to record its end (%r); trying again in %.1fs",

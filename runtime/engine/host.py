@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
-from ..core.errors import ErrorClass, LimitExceeded, NodeInterrupt
+from ..core.errors import ErrorClass, HarnessError, LimitExceeded, NodeInterrupt, StoreUnreachable
 from ..core.jsonvalues import JSON
 from ..core.records import (
     COMPENSATION_STATUSES,
@@ -158,9 +158,15 @@ class RunHost:
         try:
             self.rec.flush_checked(durable=durable)
         except Exception as e:
-            if entry.status == EffectStatus.STARTED:
-                self._not_called(entry, e)
-            raise
+            if entry.status != EffectStatus.STARTED:
+                raise
+            self._not_called(entry, e)
+            if isinstance(e, HarnessError):
+                raise
+            # the store away for a moment (a restart, a blip): transient, so that the node's
+            # retry policy tries the effect again once the store may be back
+            raise StoreUnreachable(f"effect {entry.name!r} was not called: its start could not be recorded "
+                                   f"({type(e).__name__}: {e})") from e
 
     def _not_called(self, started: JournalEntry, error: Exception) -> None:
         """A STARTED entry the store would not take: the effect is not called. The entry

@@ -47,6 +47,7 @@ from ..core.streams import SINK, StreamEvent, merge_stream
 from ..store.base import CheckpointStore
 from .folding import StateFold
 from .instances import Instances
+from .outage import Outage
 from .scope import AttemptScope
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class Recorder:
         self.batch = Batch(run_id=run.id, fence=run.fence)
         self.seq = run.event_seq
         self.last_flush = env.now()
+        self.outage = Outage(run.id)   # the store unreachable for a while (``flush_checked``)
         self._dirty = False
         #: the run's driver stopped (the run ended, was abandoned, or its lease was lost):
         #: an attempt still running in a thread records nothing more
@@ -219,7 +221,7 @@ class Recorder:
         before the commit just runs those pure nodes again."""
         now = self.now()
         lease = self.run.lease_expires_at   # ``lease_due``, inlined: asked at every step
-        if lease is not None and lease - now < self.env.lease_ttl / 2:
+        if lease is not None and lease - now < self.env.lease_ttl / 2 and now >= self.outage.next_at:
             self.flush_checked()  # heartbeat: renew the lease even when nothing else happened
         elif not self.batch.empty() and now - self.last_flush >= self.env.group_commit:
             self.flush_checked()
@@ -245,6 +247,7 @@ class Recorder:
         lasts raises, and the run ends as on any unexpected error."""
         try:
             self.flush(durable)
+            self.outage.over(self.last_flush)
             return
         except HarnessError:
             raise   # refused on purpose (the lease lost): trying again cannot help
@@ -253,9 +256,24 @@ class Recorder:
         if holds(self.stored_run(), self.run):
             log.info("run %s: its commit was recorded though the store reported %r", self.run.id, refused)
             self.flushed(self.batch)
+            self.outage.over(self.last_flush)
             return
-        log.warning("run %s: the store refused a commit (%r); trying it again", self.run.id, refused)
-        self.flush(durable)
+        if self.outage.since is None:
+            log.warning("run %s: the store refused a commit (%r); trying it again", self.run.id, refused)
+        try:
+            self.flush(durable)
+        except HarnessError:
+            raise
+        except Exception as e:
+            if durable:   # it must be on disk before what follows (an effect's call): no waiting
+                raise
+            # kept, and tried again later (``outage``); the group commit's next turn is then
+            retry_at = self.outage.refused(e, self.last_flush, self.env.lease_ttl, len(self.batch.events))
+            if retry_at is None:
+                raise
+            self.last_flush = retry_at - self.env.group_commit
+            return
+        self.outage.over(self.last_flush)
 
     def stored_run(self) -> Run | None:
         """The run's row as the store has it now; None when the store cannot say."""

@@ -10,6 +10,7 @@ its steps ends normally, its effect made once, and the debugger keeps reading.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -268,6 +269,38 @@ async def test_a_run_whose_end_cannot_be_recorded_is_finished_by_a_resume_in_the
         assert store.get_run(run_id).status == RunStatus.SUCCEEDED
         assert [e.status.value for e in store.journal([run_id])] == ["started", "succeeded"]
     finally:
+        rt.close()
+
+
+async def test_a_run_goes_on_while_the_database_restarts_and_records_everything_once_it_is_back(
+        store: SqlStore, killer: Killer) -> None:
+    """Right after the effect's call the database goes away for about 1.5 s (its connections
+    terminated, new ones refused): the run keeps the effect's outcome and its steps until the
+    database is back, then ends normally, the effect made once and nothing written twice."""
+    charges: list[str] = []
+    back: list[threading.Timer] = []
+
+    def restart() -> None:
+        if not back:
+            killer.refuse_connections(True)
+            killer.kill()
+            back.append(threading.Timer(1.5, killer.refuse_connections, (False,)))
+            back[0].start()
+
+    rt = Runtime(store=store)
+    try:
+        run = await rt.start(order_graph(charges, restart, "effect"), {})
+        back[0].join()
+        assert run.status == RunStatus.SUCCEEDED, run.error
+        assert charges == ["charge"]
+        assert [e.status.value for e in store.journal([run.id])] == ["started", "succeeded"]
+        seqs = [e.seq for e in store.events(run.id)]
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert (await rt.state_at((await rt.history(run.id))[-1].id)).model_dump() == \
+            {"receipt": "receipt-1", "sent": True, "done": True}
+    finally:
+        for timer in back:
+            timer.join()
         rt.close()
 
 
