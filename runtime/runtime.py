@@ -177,16 +177,15 @@ class Runtime:
                      answers: Mapping[str, JSON] | None = None,
                      graph: Graph | ExecutableGraph | None = None, deadline: float | None = None,
                      max_steps: int | None = None, max_tokens: int | None = None,
-                     max_cost: float | None = None, answered_by: str | None = None) -> Run:
+                     max_cost: float | None = None, answered_by: str | None = None, queue: bool = False) -> Run:
         """Continue a run: answer its interrupts, continue it after failure or
-        cancellation (as a new continuation run), or recover it after a crash.
+        cancellation (as a new continuation run), or recover it after a crash. ``queue=True``
+        leaves the run (or continuation) QUEUED for a worker and returns at once.
 
         ``answers`` ({interrupt id: answer}) answers several questions at once, instead
         of ``answer``; the two together are refused.
-
         ``graph`` names the graph object to run with (it must have the run's version);
         by default the one the run was started with here, else the registered one.
-
         A continuation starts with its parent's usage and limits, so budgets count
         across the chain; ``deadline``, ``max_steps``, ``max_tokens`` and ``max_cost``
         replace the limits of those names (a continuation's, or the same run's from now
@@ -207,7 +206,7 @@ class Runtime:
             self.graphs.remember_run(run_id, given)
         if answered_by is not None and (not isinstance(answered_by, str) or not answered_by or len(answered_by) > 200):
             raise InvalidRequest(f"answered_by must be a short non-empty string, got {answered_by!r}")
-        return await self._driver.resume(run_id, answer, answers, limits, answered_by)
+        return await self._driver.resume(run_id, answer, answers, limits, answered_by, bool_arg(queue, "queue"))
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0) -> Run:
         """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED. ``reason`` (at

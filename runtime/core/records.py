@@ -101,6 +101,7 @@ class EventType(StrEnum):
     RUN_CLAIM = "run.claim"
     RUN_INTERRUPT = "run.interrupt"
     RUN_RESUME = "run.resume"
+    RUN_QUEUE = "run.queue"
     RUN_RECOVER = "run.recover"
     RUN_SUCCEED = "run.succeed"
     RUN_FAIL = "run.fail"

@@ -27,6 +27,7 @@ class RunEvent(StrEnum):
     CLAIM = "claim"            # a queued run starts executing
     INTERRUPT = "interrupt"    # a node asked a question; the run pauses
     RESUME = "resume"          # answers given; the same run continues
+    QUEUE = "queue"            # answers given; the same run waits for a worker to go on with it
     RECOVER = "recover"        # the owning process died; another takes the run over
     SUCCEED = "succeed"
     FAIL = "fail"
@@ -67,7 +68,7 @@ RUN_TRANSITIONS: MappingProxyType[RunStatus, dict[RunEvent, RunStatus]] = Mappin
         RunEvent.CANCEL: R.CANCELLED,
         RunEvent.RECOVER: R.RUNNING,
     },
-    R.INTERRUPTED: {RunEvent.RESUME: R.RUNNING, RunEvent.CANCEL: R.CANCELLED},
+    R.INTERRUPTED: {RunEvent.RESUME: R.RUNNING, RunEvent.QUEUE: R.QUEUED, RunEvent.CANCEL: R.CANCELLED},
     # Terminal: no way out. Continuing work after these is a new run in the thread.
     R.SUCCEEDED: {},
     R.FAILED: {},

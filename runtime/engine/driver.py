@@ -113,12 +113,15 @@ class Driver:
     # ------------------------------------------------------------------ resume
 
     async def resume(self, run_id: str, answer: JSON = MISSING, answers: Mapping[str, JSON] | None = None,
-                     limits: Mapping[str, JSON] | None = None, by: str | None = None) -> Run:
+                     limits: Mapping[str, JSON] | None = None, by: str | None = None, queue: bool = False) -> Run:
         """``limits`` (validated by the caller): replace the inherited ones of a
-        continuation, or apply to this run from now on."""
+        continuation, or apply to this run from now on. ``queue``: leave what goes on to a
+        worker (``queued``) instead of driving it here."""
         run = self.store.get_run(run_id)
         answering = answer is not MISSING or bool(answers)
         path = RESUME_PATHS[run.status]
+        if queue:
+            return await self.queued(run, path, answering, answer, answers, limits, by)
         if path == ResumePath.RECOVER and answering and self.orphaned(run):
             # Its process died while a question was open: recover it (it pauses again), then
             # answer. The answers are for the questions the caller saw: bound to them and
@@ -168,14 +171,48 @@ class Driver:
         return await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits))
 
     async def answer(self, run: Run, answer: JSON, answers: Mapping[str, JSON] | None,
-                     limits: Mapping[str, JSON] | None = None, by: str | None = None) -> Run:
+                     limits: Mapping[str, JSON] | None = None, by: str | None = None,
+                     event: RunEvent = RunEvent.RESUME) -> Run:
         given = match_answers(run, self.store.interrupts(run.id), answer, answers)
         checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
         try:
-            loop = self.take_lease(run, RunEvent.RESUME, answered=checked, limits=limits, by=by)
+            loop = self.take_lease(run, event, answered=checked, limits=limits, by=by)
         except LeaseLost:
             raise InvalidAnswer(f"run {run.id} was already answered by another caller") from None
+        if event == RunEvent.QUEUE:   # recorded, the run QUEUED without a lease: a worker's now
+            loop.rec.close()
+            return loop.run
         return await self.run_loop(loop)
+
+    async def queued(self, run: Run, path: ResumePath, answering: bool, answer: JSON,
+                     answers: Mapping[str, JSON] | None, limits: Mapping[str, JSON] | None,
+                     by: str | None) -> Run:
+        """``resume(..., queue=True)``: what goes on is a worker's (``harness worker``), and this
+        call returns at once. A paused run's answers are recorded and the run QUEUED again; a
+        failed or cancelled run's continuation is created QUEUED; answers to a run a process
+        drives are left for it in the store. A queued run, or one running without a process
+        (a worker recovers it), is returned as it is."""
+        if path == ResumePath.ANSWER:
+            return await self.answer(run, answer, answers, limits, by, event=RunEvent.QUEUE)
+        if path == ResumePath.CONTINUE and not answering:
+            return self.continuation(run, limits, claim=False)[0]
+        if path == ResumePath.REFUSE:
+            raise InvalidRequest(f"run {run.id} already succeeded; a succeeded run never changes")
+        if answering and run.status == RunStatus.RUNNING and self.held_elsewhere(run):
+            questions = self.store.interrupts(run.id)
+            if limits:
+                raise InvalidRequest(f"run {run.id} is running: new limits are given when it has paused or ended")
+            given = match_answers(run, questions, answer, answers)
+            checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
+            if not self.store.send_answers(run.id, checked, by, self.env.now()):
+                raise InvalidAnswer(f"run {run.id}: interrupt {', '.join(checked)} was already answered, or another "
+                                    f"caller sent an answer to it that the process driving the run has not taken yet")
+            return self.store.get_run(run.id)
+        if answering or limits:
+            raise InvalidRequest(f"run {run.id} is {run.status.value}: queueing it takes answers only when it is "
+                                 f"paused or driven by a live process, and new limits only when it is paused, "
+                                 f"failed or cancelled")
+        return run
 
     async def deliver(self, loop: RunLoop, answer: JSON, answers: Mapping[str, JSON] | None,
                       limits: Mapping[str, JSON] | None, by: str | None) -> Run:
@@ -219,7 +256,7 @@ class Driver:
                     raise
                 # another caller took the run over first: its process takes these from the store
 
-    def continuation(self, parent: Run, limits: Mapping[str, JSON] | None = None
+    def continuation(self, parent: Run, limits: Mapping[str, JSON] | None = None, claim: bool = True
                      ) -> tuple[Run, Checkpoint, ExecutableGraph]:
         """A new run in the thread continuing a failed or cancelled one from its last
         checkpoint, with its parent's usage so far (and limits, unless ``limits`` replace them)."""
@@ -247,7 +284,7 @@ class Driver:
                   options=continued_options(parent))
         graphs.inherit_run_graph(parent.id, run.id, graph)
         run, first = insert_run(self.store, self.env, run, statuses, snapshot=state_json(self.store, graphs, last),
-                                claim=True, source=CheckpointSource.CONTINUATION, inherited=inherited_of(statuses))
+                                claim=claim, source=CheckpointSource.CONTINUATION, inherited=inherited_of(statuses))
         return run, first, graphs.run_graph(run)
 
     def _check_not_continued(self, parent: Run) -> None:

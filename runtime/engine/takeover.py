@@ -37,6 +37,8 @@ class TakeOver(LoopPart):
         self._take_answers(answered, by)
         self.take_sent()
         self.rec.run_event(event, owner=self.env.owner)
+        if event == RunEvent.QUEUE:   # left to a worker: whoever claims it next drives it
+            self.rec.run = self.rec.run.evolve(lease_owner=None, lease_expires_at=None)
         self._grow_inherited()
         self._candidates = set(self.inst.order)
         self._queued = []

@@ -78,16 +78,17 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
         if args.response is not None:
             try:
-                run = await rt.resume(args.run, response, **limit_args(args))
+                run = await rt.resume(args.run, response, queue=args.queue, **limit_args(args))
             except InvalidAnswer as e:
                 if len(await rt.interrupts(args.run)) < 2:
                     raise
                 # several questions wait: say how to answer them from here, not from Python
                 raise InvalidAnswer(f"{e}; from the command line: --answers '{{\"ID\": ANSWER, ...}}'") from None
         else:
-            run = await rt.resume(args.run, answers=answers, **limit_args(args))
+            run = await rt.resume(args.run, answers=answers, queue=args.queue, **limit_args(args))
         await show_run(rt, args, run.id)
-    return exits.for_run(run)
+    # left to a worker: it goes on there (``harness watch RUN`` follows it)
+    return exits.OK if args.queue and run.status in (RunStatus.QUEUED, RunStatus.RUNNING) else exits.for_run(run)
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
@@ -212,6 +213,9 @@ def register(sub: Any) -> None:
             answer.add_argument("--response", help="answer to the pending interrupt (JSON)")
             answer.add_argument("--answers", help='answers by interrupt id: {"int_…": …} (JSON)')
             add_limit_options(c, "replaces the run's from now on, or those a continuation inherits")
+            c.add_argument("--queue", action="store_true",
+                           help="leave what goes on to a worker (harness worker) and return at once: the "
+                                "answered run, or a failed run's continuation, waits QUEUED for one")
         if name == "cancel":
             c.add_argument("--reason", default="cancelled from the command line")
 

@@ -43,12 +43,13 @@ def _free_port(host: str, port: int) -> int:
         return int(s.getsockname()[1])
 
 
-async def _serve(rt: Any, host: str, port: int, token: str | None, also_hosts: Iterable[str] = ()) -> None:
+async def _serve(rt: Any, host: str, port: int, token: str | None, also_hosts: Iterable[str] = (),
+                 workers: bool = False) -> None:
     import uvicorn
 
     from server.web import create_app
 
-    app = create_app(rt, host=host, token=token, also_hosts=also_hosts)
+    app = create_app(rt, host=host, token=token, also_hosts=also_hosts, workers=workers)
     port = _free_port(host, port)
     shown = f"[{host}]" if ":" in host else host
     print(f"Shadow Harness debugger: http://{shown}:{port}/runs", flush=True)
@@ -59,7 +60,7 @@ async def _serve(rt: Any, host: str, port: int, token: str | None, also_hosts: I
 async def cmd_serve(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("HARNESS_TOKEN") or None
     with opened(args, *args.graphs) as rt:
-        await _serve(rt, args.host, args.port, token, args.allow_host)
+        await _serve(rt, args.host, args.port, token, args.allow_host, args.workers)
     return exits.OK
 
 
@@ -94,6 +95,9 @@ def register(sub: Any) -> None:
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs a token)")
     s.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
     s.add_argument("--token", help="required from every client (or $HARNESS_TOKEN); NAME:SECRET names who answers")
+    s.add_argument("--workers", action="store_true",
+                   help="runs are driven by harness worker processes: an answer, or the resume of a failed run, "
+                        "leaves the run QUEUED for them instead of driving it in this server")
     s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="on 127.0.0.1, also answer requests addressed to NAME (a local reverse proxy's); "
                         "others are refused, as a page on another site could make its name resolve here")

@@ -66,7 +66,7 @@ async def replay(rt: Runtime, tasks: Tasks, target_id: str, version: str | None 
 
 
 async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str, JSON] | None = None,
-                 limits: Mapping[str, Any] | None = None, by: str | None = None) -> str:
+                 limits: Mapping[str, Any] | None = None, by: str | None = None, queue: bool = False) -> str:
     """Continue a failed or cancelled run (a new continuation), start a queued one, recover one
     whose process is gone, or answer questions of a paused run (``answers``, all checked before
     the run moves). ``limits`` replace the inherited ones. Returns the id of the run that goes on."""
@@ -84,6 +84,8 @@ async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str
         raise Conflict(f"run {run_id} is {run.status.value}, not waiting for answers: there is nothing to answer")
     if answers:
         await in_thread(check_answers, rt, run_id, answers)
+    if queue or getattr(tasks, "queue", False):
+        return await _left_to_workers(rt, run_id, answers, by, limits)
     if answers and run.status == RunStatus.RUNNING and not rt.orphaned(run):
         if any(v is not None for v in (limits or {}).values()):   # a limit left out is None
             raise Conflict(f"run {run_id} is running: new limits are given when it has paused or ended")
@@ -95,6 +97,20 @@ async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str
         if "already answered" in str(e):
             raise Conflict(str(e)) from None
         raise
+
+
+async def _left_to_workers(rt: Runtime, run_id: str, answers: Mapping[str, JSON] | None, by: str | None,
+                           limits: Mapping[str, Any] | None = None) -> str:
+    """``resume(queue=True)``: answers recorded (or left for the process driving the run), a
+    continuation created, and the run QUEUED for a worker; nothing runs in this server."""
+    try:
+        run = await rt.resume(run_id, answers=answers, answered_by=by if answers else None, queue=True,
+                              **{k: v for k, v in (limits or {}).items() if v is not None})
+    except InvalidAnswer as e:
+        if "already answered" in str(e) or "already has an answer" in str(e):
+            raise Conflict(str(e)) from None
+        raise
+    return run.id
 
 
 async def cancel(rt: Runtime, tasks: Tasks, run_id: str, reason: str) -> str:
@@ -166,7 +182,7 @@ async def pending_interrupt(rt: Runtime, interrupt_id: str) -> Interrupt:
 
 
 async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: str,
-                 also: Sequence[str] = ()) -> str:
+                 also: Sequence[str] = (), queue: bool = False) -> str:
     """Answer one interrupt (and, with the same answer, the questions of the same run in
     ``also``); every answer is validated (against the node's response model when it declared
     one) before the run moves. Returns the run id."""
@@ -176,6 +192,8 @@ async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: 
     run = await _run(rt, found.run_id)
     answers = {interrupt_id: value, **{other: value for other in also}}
     await in_thread(check_answers, rt, found.run_id, answers)
+    if queue or getattr(tasks, "queue", False):
+        return await _left_to_workers(rt, run.id, answers, by)
     if run.status == RunStatus.RUNNING and not rt.orphaned(run):
         return await _answer_running(rt, tasks, run.id, answers, by)
     try:

@@ -316,7 +316,7 @@ async def resume(request: Req, run_id: FromPath[str]) -> Response[Json]:
     limits given replace the inherited ones. Answers with the id of the run that goes on."""
     body = await _body(request, ResumeBody)
     return _started(await actions.resume(_rt(request), request.app.state.tasks, run_id, answers=body.answers,
-                                         limits=body.limits(), by=identity(request.scope)))
+                                         limits=body.limits(), by=identity(request.scope), queue=body.queue))
 
 
 @_act("/runs/{run_id:str}/cancel", 202, "Cancel a run", CancelBody, 404, 409, 422)

@@ -72,9 +72,11 @@ def _not_kept(response: Response[Any]) -> Response[Any]:
 
 
 def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None = None,
-               csrf_secret: str | None = None, also_hosts: Iterable[str] = ()) -> Litestar:
+               csrf_secret: str | None = None, also_hosts: Iterable[str] = (), workers: bool = False) -> Litestar:
     """The debugger over ``runtime``. Off loopback a token is required (``token``); on
-    loopback it answers to this machine's names and ``also_hosts`` only (``origin``)."""
+    loopback it answers to this machine's names and ``also_hosts`` only (``origin``).
+    ``workers``: runs are driven by worker processes, so what an answer or a resume sets
+    going is left QUEUED for them (``Runtime.resume(queue=True)``), not driven here."""
     check_bind(host, token)
     app = Litestar(
         route_handlers=[*pages.HANDLERS, *api.HANDLERS, *approvals.HANDLERS, *questions.HANDLERS,
@@ -90,6 +92,6 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None =
         debug=False,
     )
     app.state.runtime = runtime
-    app.state.tasks = Background()   # runs started by actions, driven in the background
+    app.state.tasks = Background(queue=workers)   # runs started by actions, driven in the background
     app.state.lock = asyncio.Lock()
     return app

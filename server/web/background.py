@@ -39,9 +39,11 @@ class LiveHub:
 class Background(set[asyncio.Task[None]]):
     """The tasks driving runs started by actions, and where their live-only events go."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue: bool = False) -> None:
         super().__init__()
         self.hub = LiveHub()
+        #: what answers and resumes set going is left to worker processes (``harness serve --workers``)
+        self.queue = queue
 
 
 async def start_in_background(rt: Runtime, call: Awaitable[object], tasks: set[asyncio.Task[None]]) -> str:

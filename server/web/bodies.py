@@ -67,6 +67,9 @@ class ResumeBody(_Limits):
     answers: dict[str, Any] | None = Field(
         None, description="{interrupt id: answer} for a run waiting for answers; every one is checked "
                           "before the run moves, and the run goes on with all of them")
+    queue: bool = Field(False, description="leave what goes on to a worker: the answered run, or a failed run's "
+                                           "continuation, waits QUEUED for one (always so on a server started "
+                                           "with --workers)")
 
 
 # ------------------------------------------------------------------ refusals in words

@@ -696,7 +696,7 @@ def test_openapi_lists_every_route_with_its_body_and_statuses(reader: Client) ->
     assert set(fork["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {
         "patch", "effects", "mocks", *limits}
     resume = doc["paths"]["/api/runs/{run_id}/resume"]["post"]
-    assert set(resume["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {"answers", *limits}
+    assert set(resume["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {"answers", "queue", *limits}
     assert set(fork["responses"]) == {"202", "404", "422"}
     assert set(doc["paths"]["/api/import"]["post"]["responses"]) == {"201", "422"}
     assert set(doc["paths"]["/api/runs/{run_id}/compensate"]["post"]["responses"]) == {"200", "404", "409", "422"}

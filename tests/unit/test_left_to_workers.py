@@ -1,0 +1,125 @@
+"""``resume(..., queue=True)``, on every store: what goes on is left to a worker. A paused
+run's answers are recorded and the run QUEUED again, without a lease, and nothing of it
+runs in the answering process; a failed run's continuation is created QUEUED; whoever
+claims it next (a worker: ``resume(run_id)``) drives it, each effect once. Bad requests
+change nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import EffectInfo, Graph, InvalidRequest, NodeContext, Runtime, RunStatus
+from runtime.store.base import CheckpointStore
+
+
+class S(BaseModel):
+    approved: bool = False
+    receipt: str = ""
+
+
+class Approval(BaseModel):
+    approve: bool
+
+
+class World:
+    def __init__(self) -> None:
+        self.charges: list[str] = []
+        self.broken = False
+
+    def charge(self, info: EffectInfo) -> str:
+        self.charges.append(info.key)
+        return f"receipt-{len(self.charges)}"
+
+
+def approve_then_pay(world: World) -> Graph:
+    g = Graph("approve_then_pay", state=S)
+
+    @g.node()
+    async def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+        answer = await ctx.interrupt({"question": "pay?"}, response=Approval)
+        return {"approved": answer.approve}
+
+    @g.node(after=["ask"])
+    async def pay(state: S, ctx: NodeContext) -> dict[str, Any]:
+        if world.broken:
+            raise RuntimeError("the payment service is down")
+        return {"receipt": await ctx.effect("charge", world.charge)}
+
+    return g
+
+
+def runtimes(store: CheckpointStore, world: World) -> tuple[Runtime, Runtime]:
+    """The process that answers, and a worker (another Runtime over the same store)."""
+    g = approve_then_pay(world)
+    return Runtime(store=store, graphs=[g]), Runtime(store=store, graphs=[g])
+
+
+async def test_an_answer_left_to_workers_is_recorded_and_the_run_waits_for_one(store: CheckpointStore) -> None:
+    world = World()
+    person, worker = runtimes(store, world)
+    try:
+        paused = await person.start(approve_then_pay(world), {})
+        assert paused.status == RunStatus.INTERRUPTED
+        queued = await person.resume(paused.id, {"approve": True}, answered_by="ada", queue=True)
+        assert queued.status == RunStatus.QUEUED and queued.lease_owner is None
+        assert world.charges == []   # nothing of it ran in the answering process
+        stored = store.get_run(paused.id)
+        assert stored.status == RunStatus.QUEUED and stored.lease_owner is None
+        types = [e.type for e in store.events(paused.id)]
+        assert types[-3:] == ["interrupt.answered", "node.resume", "run.queue"]
+        [asked] = store.interrupts(paused.id)
+        assert asked.status.value == "answered" and asked.answer == {"approve": True}
+
+        done = await worker.resume(paused.id)   # what a worker does with a queued run
+        assert done.status == RunStatus.SUCCEEDED, done.error
+        assert len(world.charges) == 1 and done.id == paused.id
+        assert (await worker.state_at((await worker.history(done.id))[-1].id)).model_dump() == \
+            {"approved": True, "receipt": "receipt-1"}
+    finally:
+        person.close()
+        worker.close()
+
+
+async def test_a_failed_run_left_to_workers_is_continued_by_one(store: CheckpointStore) -> None:
+    world = World()
+    world.broken = True
+    person, worker = runtimes(store, world)
+    try:
+        paused = await person.start(approve_then_pay(world), {})
+        failed = await person.resume(paused.id, {"approve": True})
+        assert failed.status == RunStatus.FAILED
+        world.broken = False
+        continuation = await person.resume(failed.id, queue=True, max_steps=50)
+        assert continuation.status == RunStatus.QUEUED and continuation.parent_run_id == failed.id
+        assert continuation.limits["max_steps"] == 50 and world.charges == []
+        assert store.get_run(failed.id).status == RunStatus.FAILED
+        done = await worker.resume(continuation.id)
+        assert done.status == RunStatus.SUCCEEDED and len(world.charges) == 1
+    finally:
+        person.close()
+        worker.close()
+
+
+async def test_leaving_to_workers_what_cannot_be_left_changes_nothing(store: CheckpointStore) -> None:
+    world = World()
+    rt = Runtime(store=store)
+    try:
+        paused = await rt.start(approve_then_pay(world), {})
+        before = store.events(paused.id)
+        with pytest.raises(InvalidRequest, match="queue must be True or False"):
+            await rt.resume(paused.id, {"approve": True}, queue="yes")   # type: ignore[arg-type]
+        queued = await rt.resume(paused.id, {"approve": True}, queue=True)
+        after = store.events(paused.id)
+        with pytest.raises(InvalidRequest, match="queueing it takes answers only when"):
+            await rt.resume(queued.id, {"approve": False}, queue=True)
+        assert store.events(paused.id) == after and len(after) > len(before)
+        assert (await rt.resume(queued.id, queue=True)).status == RunStatus.QUEUED   # already a worker's
+        done = await rt.resume(queued.id)   # claimed here: a later resume drives a queued run
+        assert done.status == RunStatus.SUCCEEDED
+        with pytest.raises(InvalidRequest, match="already succeeded"):
+            await rt.resume(done.id, queue=True)
+    finally:
+        rt.close()
