@@ -15,6 +15,7 @@ import sys
 from sqlalchemy.exc import SQLAlchemyError
 
 from runtime import GraphError, GraphNotRegistered, HarnessError, Run, RunStatus
+from runtime.store.sql.urls import without_passwords
 from server.inputs import InputError
 
 __all__ = ["FAILED", "INTERRUPTED", "MISTAKE", "OK", "UsageError", "for_outcome", "for_run", "mistake", "report"]
@@ -39,7 +40,13 @@ def for_outcome(ok: bool) -> int:
 
 def mistake(error: BaseException, db_url: str) -> str | None:
     """The one-line message for an error that is the user's to fix, or None when
-    ``error`` is a bug (let it show its traceback)."""
+    ``error`` is a bug (let it show its traceback). The database URL's password is
+    never in it."""
+    message = _mistake(error, db_url)
+    return None if message is None else without_passwords(message, db_url)
+
+
+def _mistake(error: BaseException, db_url: str) -> str | None:
     if isinstance(error, GraphError):
         return "invalid graph: " + "; ".join(map(str, error.problems))
     if isinstance(error, GraphNotRegistered):   # the runtime's advice is for Python callers

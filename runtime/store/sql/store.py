@@ -46,6 +46,7 @@ from . import nul
 from .migrations import setup
 from .read import Reader, RunKeys
 from .statements import dumps, pg_dumps
+from .urls import masked, normalized, without_passwords
 from .write import Writer
 
 
@@ -55,6 +56,7 @@ class SqlStore:
     durable = True
 
     def __init__(self, url: str = "sqlite:///harness.db", *, echo: bool = False):
+        url = normalized(url)
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self.engine: Engine = _create_engine(url, echo, self.is_sqlite)
@@ -154,7 +156,8 @@ class SqlStore:
 
 
 def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:
-    """The engine for ``url``; ``InvalidRequest`` naming the URL if it cannot be made."""
+    """The engine for ``url``; ``InvalidRequest`` naming the URL (its password masked) if it
+    cannot be made."""
     kwargs: dict[str, Any] = {"echo": echo, "json_serializer": dumps if sqlite else pg_dumps,
                               "json_deserializer": from_json if sqlite else nul.loads}
     if sqlite:
@@ -167,7 +170,10 @@ def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:
         raise InvalidRequest(f"the database driver for {url.split(':', 1)[0]} is not installed "
                              f"(missing module {e.name!r})") from None
     except ArgumentError as e:
-        raise InvalidRequest(f"not a database URL: {url!r} ({e})") from None
+        raise InvalidRequest(f"not a database URL: {masked(url)!r} ({without_passwords(str(e), url)})") from None
+    except ValueError:   # SQLAlchemy's int() of the port, which its error does not name
+        raise InvalidRequest(f"not a database URL: {masked(url)!r} (its port must be a number, as in "
+                             f"host:5432)") from None
     if sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
