@@ -1,4 +1,4 @@
-"""The JSON API: the debugger's reads and actions for programs (OpenAPI at ``/schema``).
+"""The JSON API: the debugger's reads and actions for programs (its OpenAPI document at ``/schema/openapi.json``).
 
 Reads go through ``services`` (and the records' own ``to_json``/``plain``), actions
 through ``actions``, exactly as the pages do. Request bodies are parsed here, with the
