@@ -1,4 +1,4 @@
-"""Driving runs: ``run``, ``runs``, ``show``, ``resume``, ``cancel``, ``thread`` and ``watch``."""
+"""Driving runs: ``run``, ``submit``, ``runs``, ``show``, ``resume``, ``cancel``, ``thread`` and ``watch``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime import InvalidAnswer, Run, RunKind, RunStatus, Runtime, StreamEvent, resolve_ref
+from runtime import ExecutableGraph, InvalidAnswer, Run, RunKind, RunStatus, Runtime, StreamEvent, resolve_ref
 from runtime.engine.compensation import left_to_undo
 from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import event_line, run_line
@@ -32,9 +32,16 @@ INPUT_MEANING = 'input must be an object of state fields, {"field": value}'
 ANSWERS_MEANING = 'answers are an object of {"interrupt id": answer}'
 
 
-async def cmd_run(args: argparse.Namespace) -> int:
+def new_run(args: argparse.Namespace) -> tuple[ExecutableGraph, dict[str, Any]]:
+    """The graph and input of a new run (``run``, ``submit``): both checked before the
+    database is opened, so a mistake leaves nothing behind."""
     graph = resolve_ref(args.graph)
     data = parse_object(args.input, "--input", INPUT_MEANING) if args.input is not None else {}
+    return graph, data
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    graph, data = new_run(args)
     with opened(args) as rt:
         # streamed only to learn the run's id as it is created: a Ctrl-C then names the run
         # it cancelled, which otherwise had to be looked up among all the runs
@@ -55,6 +62,14 @@ async def cmd_run(args: argparse.Namespace) -> int:
         run = await rt.get_run(run_id)
         await show_run(rt, args, run.id)
     return exits.for_run(run)
+
+
+async def cmd_submit(args: argparse.Namespace) -> int:
+    graph, data = new_run(args)
+    with opened(args) as rt:
+        run = await rt.submit(graph, data, thread_id=args.thread, **limit_args(args))
+    emit(args, run, run.id)
+    return exits.OK
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
@@ -187,12 +202,17 @@ def _utc(at: float) -> str:
 
 def register(sub: Any) -> None:
     """Add these commands to the ``harness`` parser."""
-    r = add_command(sub, "run", "run a graph until it ends or pauses")
-    r.add_argument("graph", help="MODULE:GRAPH or a plan .json file")
-    r.add_argument("--input", help="run input as a JSON object")
-    add_limit_options(r)
-    r.add_argument("--thread", help="thread id: a new turn of that conversation when it has runs already")
-    r.set_defaults(fn=cmd_run)
+    for name, fn, text, description in (
+            ("run", cmd_run, "run a graph until it ends or pauses", None),
+            ("submit", cmd_submit, "queue a run for a worker (harness worker) to drive; prints its id",
+             "Creates the run QUEUED and returns at once: a `harness worker` that can import the graph "
+             "drives it (oldest queued first). With --json, prints the run.")):
+        r = add_command(sub, name, text, description)
+        r.add_argument("graph", help="MODULE:GRAPH or a plan .json file")
+        r.add_argument("--input", help="run input as a JSON object")
+        add_limit_options(r)
+        r.add_argument("--thread", help="thread id: a new turn of that conversation when it has runs already")
+        r.set_defaults(fn=fn)
 
     ls = add_command(sub, "runs", "list runs, newest first")
     ls.add_argument("--status", choices=[s.value for s in RunStatus])
