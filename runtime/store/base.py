@@ -57,9 +57,10 @@ class CheckpointStore(Protocol):
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
                   limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
-                  search: str | None = None, offset: int = 0) -> list[Run]:
-        """Newest first; ``search``: runs whose id or thread id contains it; ``offset``:
-        how many matching runs to skip (pages)."""
+                  search: str | None = None, offset: int = 0, oldest_first: bool = False) -> list[Run]:
+        """Newest first (``oldest_first``: in the order they were created, as a queue is
+        served); ``search``: runs whose id or thread id contains it; ``offset``: how many
+        matching runs to skip (pages)."""
 
     def child_runs(self, run_id: str) -> list[Run]:
         """Runs whose parent is ``run_id``, oldest first."""

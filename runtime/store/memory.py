@@ -120,9 +120,9 @@ class MemoryStore:
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
                   limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
-                  search: str | None = None, offset: int = 0) -> list[Run]:
+                  search: str | None = None, offset: int = 0, oldest_first: bool = False) -> list[Run]:
         with self._lock:
-            runs = [self._runs[i] for i in reversed(self._order)]
+            runs = [self._runs[i] for i in (self._order if oldest_first else reversed(self._order))]
         return [r for r in runs if (status is None or r.status == status)
                 and (thread_id is None or r.thread_id == thread_id)
                 and (graph_name is None or r.graph_name == graph_name) and (kind is None or r.kind == kind)

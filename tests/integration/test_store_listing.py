@@ -1,5 +1,6 @@
 """Listing runs, on every store: filters by status, thread, graph and kind, search in
-ids and thread ids (``%`` and ``_`` match themselves), and pages by offset, newest first."""
+ids and thread ids (``%`` and ``_`` match themselves), and pages by offset, newest first
+or, for a queue, oldest first."""
 
 from __future__ import annotations
 
@@ -42,6 +43,21 @@ def test_filters_search_and_pages(store: CheckpointStore) -> None:  # noqa: F811
     assert store.list_runs(search="%") and not store.list_runs(search="x%y")
     assert [r.id for r in store.list_runs(thread_id="t_even", kind=RunKind.MAIN, limit=2, offset=1)] == \
         ["run_06", "run_02"]
+
+
+def test_oldest_first_lists_in_creation_order_whatever_the_backlog(store: CheckpointStore) -> None:  # noqa: F811
+    """A queue served oldest first: the first page of a backlog longer than the page is its
+    oldest runs, after any filter, and pages go on from there."""
+    ids = []
+    for i in range(30):
+        run_id = f"run_{i:02d}"   # created in this order; ids, ages and pks all agree
+        add_run(store, run_id, graph_name="g", status=RunStatus.QUEUED if i % 3 else RunStatus.SUCCEEDED)
+        ids.append(run_id)
+    queued = [r for i, r in enumerate(ids) if i % 3]
+    assert [r.id for r in store.list_runs(RunStatus.QUEUED, limit=5, oldest_first=True)] == queued[:5]
+    assert [r.id for r in store.list_runs(RunStatus.QUEUED, limit=5, offset=5, oldest_first=True)] == queued[5:10]
+    assert [r.id for r in store.list_runs(limit=100, oldest_first=True)] == ids
+    assert [r.id for r in store.list_runs(RunStatus.QUEUED, limit=5)] == list(reversed(queued))[:5]
 
 
 async def test_timeline_pages_and_event_windows(store: CheckpointStore) -> None:  # noqa: F811

@@ -144,8 +144,8 @@ class Reader:
     @read_again
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
                   limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
-                  search: str | None = None, offset: int = 0) -> list[Run]:
-        stmt = select(RUNS).order_by(RUNS.c.pk.desc()).limit(limit).offset(offset)
+                  search: str | None = None, offset: int = 0, oldest_first: bool = False) -> list[Run]:
+        stmt = select(RUNS).order_by(RUNS.c.pk if oldest_first else RUNS.c.pk.desc()).limit(limit).offset(offset)
         if status is not None:
             stmt = stmt.where(RUNS.c.status == status.value)
         if thread_id is not None:
