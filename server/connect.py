@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from runtime import Runtime, SqlStore, resolve_ref
+from runtime.history.creation import check_concurrency
 
 __all__ = ["DEFAULT_DB", "database_url", "open_runtime"]
 
@@ -22,14 +24,19 @@ def database_url(given: str | None) -> str:
 
 
 @contextmanager
-def open_runtime(db_url: str, graph_refs: Iterable[str | None] = ()) -> Iterator[Runtime]:
+def open_runtime(db_url: str, graph_refs: Iterable[str | None] = (), *, max_concurrency: int | None = None,
+                 lease_ttl: float | None = None) -> Iterator[Runtime]:
     """A runtime over ``db_url`` with the graphs ``graph_refs`` (``MODULE:GRAPH`` or plan
-    files; ``None`` is skipped) registered; closed when the block ends.
+    files; ``None`` is skipped) registered; closed when the block ends. ``max_concurrency``
+    and ``lease_ttl`` are the Runtime's (None: its defaults).
 
-    The graphs are resolved before the database is opened, so a wrong reference
-    leaves no database file and no open connection behind."""
+    The graphs are resolved, and the options checked, before the database is opened, so
+    a mistake leaves no database file and no open connection behind."""
     graphs = [resolve_ref(ref) for ref in graph_refs if ref]
-    rt = Runtime(store=SqlStore(db_url))
+    if max_concurrency is not None:
+        check_concurrency(max_concurrency)
+    options: dict[str, Any] = {"max_concurrency": max_concurrency, "lease_ttl": lease_ttl}
+    rt = Runtime(store=SqlStore(db_url), **{k: v for k, v in options.items() if v is not None})
     try:
         for graph in graphs:
             rt.register(graph)

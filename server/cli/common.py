@@ -131,9 +131,10 @@ def db_url(args: argparse.Namespace) -> str:
 
 
 @contextmanager
-def opened(args: argparse.Namespace, *graph_refs: str | None) -> Iterator[Runtime]:
-    """The runtime over this command's database, with these graphs registered."""
-    with open_runtime(db_url(args), graph_refs) as rt:
+def opened(args: argparse.Namespace, *graph_refs: str | None, **options: Any) -> Iterator[Runtime]:
+    """The runtime over this command's database, with these graphs registered; ``options``
+    as ``open_runtime`` takes them."""
+    with open_runtime(db_url(args), graph_refs, **options) as rt:
         yield rt
 
 

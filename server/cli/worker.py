@@ -3,12 +3,21 @@ recover the runs whose process died, until stopped — or, with ``--once``, unti
 is left to take.
 
 Claiming is the runtime's: ``resume`` takes a run's lease with its fencing token, so
-when several workers reach for one run, one drives it and the others move on.
+when several workers reach for one run, one drives it and the others move on. A worker
+that loses a run's lease while driving it (it was frozen, or cut off from the database,
+past its lease, and another worker recovered the run) says so and leaves the run to
+that one.
 
 Stopping a worker (SIGTERM, as a deploy does, or Ctrl-C) must not end the runs it drives:
 they are durable, not its own. It takes no more runs and lets those it drives go on to
 their end or pause. A second signal stops it at once, recording nothing more: as after a
 crash, another worker recovers those runs once their leases expire.
+
+A database that cannot be reached for a while (a restart, a failover, a network cut)
+does not stop it either: it says so once, looks again at growing intervals (up to
+``MAX_BACKOFF`` seconds), and says so again when the database is back. A run it was
+driving when the database went away is recovered once its lease expires, as after a
+crash; a queued run it could not claim is still queued.
 """
 
 from __future__ import annotations
@@ -19,72 +28,163 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
-from runtime import HarnessError, LeaseLost, Run, Runtime, RunStatus
+from runtime import EndNotRecorded, HarnessError, LeaseLost, Run, Runtime, RunStatus
+from runtime.store.sql.availability import outage_cause, unavailable
+from runtime.store.sql.urls import without_passwords
 from server.present import plain, run_line
 
 from . import exits
-from .common import add_command, opened, positive_seconds
+from .common import add_command, db_url, opened, positive_int, positive_seconds
 
-#: the most queued runs one look at the store considers
+#: the most runs of one status one look at the store considers
 BATCH = 1000
+#: the longest wait between two looks at a database that cannot be reached (or the poll, if longer)
+MAX_BACKOFF = 5.0
 
 
-def due(rt: Runtime, seen: list[Run]) -> list[Run]:
-    """The runs a worker may take now: queued ones oldest first, then orphaned ones."""
-    queued = [r for r in reversed(seen) if r.status == RunStatus.QUEUED]
-    return queued + [r for r in seen if r.status == RunStatus.RUNNING and rt.orphaned(r)]
+def lease_seconds(text: str) -> float:
+    """A lease's length: at least a second, as it is renewed about every third of it and
+    each renewal is a write."""
+    value = positive_seconds(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 second, got {text[:40]!r}")
+    return value
 
 
-async def drive(rt: Runtime, run: Run, args: argparse.Namespace) -> bool:
-    """Claim (or recover) the run and drive it until it ends or pauses; False when it
-    was left to someone else: taken by another worker, or refused here (said on stderr)."""
+class Outcome(Enum):
+    """How driving one run ended, for the worker."""
+
+    DONE = "done"                 # ended or paused here, or left to the worker that drives it
+    REFUSED = "refused"           # cannot be driven here (said on stderr): never tried again
+    UNAVAILABLE = "unavailable"   # the database went away: taken again once it is back
+
+
+def due(rt: Runtime) -> list[Run]:
+    """The runs a worker may take now: queued ones oldest first, whatever the backlog, then
+    orphaned ones (oldest first too)."""
+    queued = rt.store.list_runs(RunStatus.QUEUED, limit=BATCH, oldest_first=True)
+    running = rt.store.list_runs(RunStatus.RUNNING, limit=BATCH, oldest_first=True)
+    return queued + [r for r in running if rt.orphaned(r)]
+
+
+class Outage:
+    """Whether the database could be reached at the worker's last look; each change is said
+    once on stderr. While it cannot be reached, the worker looks again after a backoff that
+    doubles with each look in vain, counted in time: runs that fail meanwhile do not make it
+    look sooner, nor later."""
+
+    def __init__(self, poll: float, url: str):
+        self.poll, self.url = poll, url
+        self.cap = max(MAX_BACKOFF, poll)
+        self.since: float | None = None
+        self.backoff = poll
+        self.next_look = 0.0
+
+    @property
+    def down(self) -> bool:
+        return self.since is not None
+
+    def lost(self, error: BaseException, looking: bool = False) -> None:
+        """The database could not be reached: by a look for runs (``looking``) or by a run."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since, self.backoff, self.next_look = now, self.poll, now + self.poll
+            cause_error = outage_cause(error) or error
+            cause = " ".join(str(getattr(cause_error, "orig", None) or cause_error).split())
+            print(f"harness: worker: the database is unreachable ({without_passwords(cause, self.url)[:300]}); "
+                  f"retrying until it is back", file=sys.stderr, flush=True)
+        elif looking:
+            self.backoff = min(self.backoff * 2, self.cap)
+            self.next_look = now + self.backoff
+
+    def back(self) -> None:
+        if self.since is not None:
+            print(f"harness: worker: the database is reachable again after {time.monotonic() - self.since:.1f} s; "
+                  f"going on", file=sys.stderr, flush=True)
+            self.since = None
+
+    def wait(self) -> float:
+        """Seconds until the next look: the poll, or while the database is down, what is
+        left of the backoff (0: look now)."""
+        return self.poll if self.since is None else max(0.0, self.next_look - time.monotonic())
+
+    def may_look(self) -> bool:
+        return self.since is None or time.monotonic() >= self.next_look
+
+
+async def drive(rt: Runtime, run: Run, args: argparse.Namespace, outage: Outage) -> Outcome:
+    """Claim (or recover) the run and drive it until it ends or pauses; not DONE when it
+    cannot be driven here (said on stderr) or the database went away."""
     try:
-        done = await rt.resume(run.id)
-    except LeaseLost:
-        return True   # another worker is taking it, or took it while this one tried: that one drives it
-    except HarnessError as e:
-        now = await rt.get_run(run.id)
-        if now.status != run.status or now.fence != run.fence:
-            return True   # another worker took it first: that one drives it
-        print(f"harness: worker: run {run.id} left as it is: {' '.join(str(e).splitlines())}",
-              file=sys.stderr, flush=True)
-        return False
+        try:
+            done = await rt.resume(run.id)
+        except LeaseLost:
+            now = rt.store.get_run(run.id)
+            # its fence moved on twice since it was listed: taken here, then by another worker
+            if now.fence > run.fence + 1:
+                print(f"harness: worker: run {run.id}: lost its lease to {now.lease_owner or 'another worker'} "
+                      f"while driving it (this worker was held up past its lease); that worker drives it now",
+                      file=sys.stderr, flush=True)
+            return Outcome.DONE   # otherwise another worker took it first: that one drives it
+        except HarnessError as e:
+            if isinstance(e, EndNotRecorded) and unavailable(e):
+                raise
+            now = rt.store.get_run(run.id)
+            if now.status != run.status or now.fence != run.fence:
+                return Outcome.DONE   # another worker took it first: that one drives it
+            print(f"harness: worker: run {run.id} left as it is: {' '.join(str(e).splitlines())}",
+                  file=sys.stderr, flush=True)
+            return Outcome.REFUSED
+    except Exception as e:
+        if not unavailable(e):
+            raise
+        outage.lost(e)
+        return Outcome.UNAVAILABLE
     print(json.dumps(plain(done), default=str) if args.json else run_line(done), flush=True)
-    return True
+    return Outcome.DONE
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
-    with opened(args, *args.graphs) as rt:
+    with opened(args, *args.graphs, max_concurrency=args.max_concurrency, lease_ttl=args.lease_ttl) as rt:
         # at most max_concurrency runs claimed at once: a run claimed here but waiting
         # for a slot would hold its lease while another worker could drive it
         limit = rt.max_concurrency
-        driving: dict[str, asyncio.Task[bool]] = {}
+        driving: dict[str, asyncio.Task[Outcome]] = {}
         refused: set[str] = set()   # tried once, never again: the error would only repeat
         stopping = asyncio.Event()
+        outage = Outage(args.poll, db_url(args))
         with StopSignals(lambda sig: _stop(stopping, len(driving), sig)):
             while True:
-                if not stopping.is_set():
-                    seen = (await rt.runs(status=RunStatus.QUEUED, limit=BATCH)
-                            + await rt.runs(status=RunStatus.RUNNING, limit=BATCH))
-                    for run in due(rt, seen):
-                        if len(driving) >= limit:
-                            break
-                        if run.id not in driving and run.id not in refused:
-                            driving[run.id] = asyncio.create_task(drive(rt, run, args))
+                # while the database is down, only once the backoff has passed
+                if not stopping.is_set() and outage.may_look():
+                    try:
+                        for run in due(rt):
+                            if len(driving) >= limit:
+                                break
+                            if run.id not in driving and run.id not in refused:
+                                driving[run.id] = asyncio.create_task(drive(rt, run, args, outage))
+                        outage.back()
+                    except Exception as e:
+                        if not unavailable(e):
+                            raise
+                        outage.lost(e, looking=True)
                 if not driving:
-                    if args.once or stopping.is_set():
+                    # --once: only once a look found nothing left, not while the database is away
+                    if (args.once and not outage.down) or stopping.is_set():
                         return exits.FAILED if refused else exits.OK
-                    await _sleep_unless(stopping, args.poll)
+                    await _sleep_unless(stopping, outage.wait())
                     continue
-                finished, _ = await asyncio.wait(driving.values(), timeout=args.poll,
+                finished, _ = await asyncio.wait(driving.values(), timeout=outage.wait(),
                                                  return_when=asyncio.FIRST_COMPLETED)
                 for run_id, task in list(driving.items()):
                     if task in finished:
                         del driving[run_id]
-                        if not task.result():
+                        if task.result() == Outcome.REFUSED:
                             refused.add(run_id)
 
 
@@ -138,8 +238,11 @@ def register(sub: Any) -> None:
     """Add this command to the ``harness`` parser."""
     w = add_command(sub, "worker", "drive queued runs and recover runs whose process died",
                     description="Claims queued runs (oldest first) and runs whose process is gone, and drives "
-                                "each until it ends or pauses, at most 8 at a time; prints each as it stops. "
-                                "Several workers may share one database: each run is driven by one of them. "
+                                "each until it ends or pauses, at most --max-concurrency at a time; prints each as "
+                                "it stops. Several workers may share one database: each run is driven by one of "
+                                "them. A run whose worker died is taken over by another about --lease-ttl plus "
+                                "--poll seconds later (at the next poll on the same host, where a dead process is "
+                                "seen at once). While the database cannot be reached it says so and keeps trying. "
                                 "SIGTERM or Ctrl-C stops it taking runs and waits for those it drives to end or "
                                 "pause; a second one stops it at once (another worker recovers those runs once "
                                 "their leases expire).")
@@ -148,6 +251,13 @@ def register(sub: Any) -> None:
                         "started)")
     w.add_argument("--poll", type=positive_seconds, default=0.5,
                    help="seconds between looks for new runs (default: 0.5)")
+    w.add_argument("--max-concurrency", type=positive_int, default=8,
+                   help="node attempts in flight at once across its runs, and the most runs it claims at once "
+                        "(default: 8)")
+    w.add_argument("--lease-ttl", type=lease_seconds, default=None,
+                   help="seconds a run's lease lasts unless renewed (it is renewed every second or so while the "
+                        "worker is alive): how long a run whose worker was cut off waits before another takes it "
+                        "over (default: 30)")
     w.add_argument("--once", action="store_true",
                    help="exit once no run is left to take (1 if one was left as it is)")
     w.set_defaults(fn=cmd_worker)

@@ -125,3 +125,98 @@ async def test_worker_recovers_a_run_whose_process_is_gone(db: str, capsys: pyte
         dead.cancel()
         await asyncio.gather(dead, return_exceptions=True)
         rt.close()
+
+
+def test_due_takes_the_oldest_queued_runs_first_whatever_the_backlog(db: str):
+    from server.cli.worker import BATCH, due
+
+    ids = submitted(db, *({"n": i} for i in range(BATCH + 5)))
+    rt = Runtime(store=SqlStore(f"sqlite:///{db}"))
+    try:
+        assert [r.id for r in due(rt)] == ids[:BATCH]
+    finally:
+        rt.close()
+
+
+#: a lease owner on another host: alive for as long as its lease says
+ELSEWHERE = "another-host:1:taker"
+
+HELD_UNTIL_TOLD = textwrap.dedent('''
+    import asyncio, threading
+    from runtime import Graph
+
+    STARTED, GO = threading.Event(), threading.Event()
+    RUNNING = []
+    graph = Graph("held_until_told")
+
+    @graph.node()
+    async def wait(state, ctx):
+        RUNNING.append(ctx.run_id)
+        STARTED.set()
+        while not GO.is_set():
+            await asyncio.sleep(0.01)
+        return {}
+''')
+
+
+async def test_a_run_whose_lease_another_worker_took_while_driven_here_is_said_once(
+        db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    (tmp_path / "held_graphs.py").write_text(HELD_UNTIL_TOLD)
+    sys.modules.pop("held_graphs", None)
+    rt = Runtime(store=SqlStore(f"sqlite:///{db}"))
+    try:
+        run = await rt.submit(resolve_ref("held_graphs:graph"), {})
+        module = sys.modules["held_graphs"]
+        worker = asyncio.create_task(asyncio.to_thread(main, ["--db", db, "worker", "--once", "--poll", "0.05"]))
+        assert await asyncio.to_thread(module.STARTED.wait, 10), "the worker never started the run"
+        # another worker takes the run over, as after this one was frozen past its lease
+        claimed = rt.store.get_run(run.id)
+        rt.store.acquire_lease(run.id, ELSEWHERE, time.time() + 3600, claimed.fence)
+        module.GO.set()
+        code = await asyncio.wait_for(worker, 10)
+        out, err = capsys.readouterr()
+        assert code == 0 and out == ""
+        assert err.count("\n") == 1 and f"run {run.id}: lost its lease to {ELSEWHERE} while driving it" in err
+        assert rt.store.get_run(run.id).lease_owner == ELSEWHERE
+    finally:
+        rt.close()
+
+
+async def test_max_concurrency_and_lease_ttl_reach_the_runtime(db: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]):
+    (tmp_path / "held_graphs.py").write_text(HELD_UNTIL_TOLD)
+    sys.modules.pop("held_graphs", None)
+    rt = Runtime(store=SqlStore(f"sqlite:///{db}"))
+    try:
+        ids = [(await rt.submit(resolve_ref("held_graphs:graph"), {})).id for _ in range(3)]
+        module = sys.modules["held_graphs"]
+        worker = asyncio.create_task(asyncio.to_thread(
+            main, ["--db", db, "worker", "--once", "--poll", "0.05", "--max-concurrency", "2", "--lease-ttl", "300"]))
+        assert await asyncio.to_thread(module.STARTED.wait, 10), "the worker never started a run"
+        await asyncio.sleep(0.5)   # time for a third claim, were it allowed
+        running = await rt.runs(status=RunStatus.RUNNING)
+        assert sorted(module.RUNNING) == sorted(r.id for r in running) == sorted(ids[:2])
+        # a lease of 300 s, not the default 30 (renewed about every second from now on)
+        assert all(r.lease_expires_at is not None and r.lease_expires_at > time.time() + 200 for r in running)
+        module.GO.set()
+        assert await asyncio.wait_for(worker, 10) == 0
+        assert sorted(line.split()[0] for line in capsys.readouterr().out.splitlines()) == sorted(ids)
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize(("option", "value"), [("--max-concurrency", "0"), ("--max-concurrency", "2.5"),
+                                               ("--lease-ttl", "0.5"), ("--lease-ttl", "nan")])
+def test_a_bad_worker_option_is_one_line_and_opens_no_database(db: str, capsys: pytest.CaptureFixture[str],
+                                                               option: str, value: str):
+    code = main(["--db", db, "worker", "--once", option, value])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and option in err
+    assert not Path(db).exists()
+
+
+def test_a_max_concurrency_the_runtime_refuses_opens_no_database(db: str, capsys: pytest.CaptureFixture[str]):
+    code = main(["--db", db, "worker", "--once", "--max-concurrency", str(2**40)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "max_concurrency" in err
+    assert not Path(db).exists()
