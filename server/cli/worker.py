@@ -48,8 +48,8 @@ MAX_BACKOFF = 5.0
 
 
 def lease_seconds(text: str) -> float:
-    """A lease's length: at least a second, as it is renewed about every third of it and
-    each renewal is a write."""
+    """A lease's length: at least a second, as one shorter than 3 s is renewed every third
+    of it, and each renewal is a write."""
     value = positive_seconds(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 second, got {text[:40]!r}")
