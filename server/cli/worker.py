@@ -60,6 +60,7 @@ class Outcome(Enum):
     """How driving one run ended, for the worker."""
 
     DONE = "done"                 # ended or paused here, or left to the worker that drives it
+    TAKEN = "taken"               # another live process is taking it over: looked at again after a poll
     REFUSED = "refused"           # cannot be driven here (said on stderr): never tried again
     UNAVAILABLE = "unavailable"   # the database went away: taken again once it is back
 
@@ -130,7 +131,9 @@ async def drive(rt: Runtime, run: Run, args: argparse.Namespace, outage: Outage)
                 print(f"harness: worker: run {run.id}: lost its lease to {now.lease_owner or 'another worker'} "
                       f"while driving it (this worker was held up past its lease); that worker drives it now",
                       file=sys.stderr, flush=True)
-            return Outcome.DONE   # otherwise another worker took it first: that one drives it
+            # otherwise another worker took it first: that one drives it, or is still taking it
+            # (its claim not yet recorded): not tried again at once, which would spin
+            return Outcome.TAKEN if now.status == run.status else Outcome.DONE
         except HarnessError as e:
             if isinstance(e, EndNotRecorded) and unavailable(e):
                 raise
@@ -156,6 +159,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         limit = rt.max_concurrency
         driving: dict[str, asyncio.Task[Outcome]] = {}
         refused: set[str] = set()   # tried once, never again: the error would only repeat
+        later: dict[str, float] = {}   # being taken by another process: not before then
         stopping = asyncio.Event()
         outage = Outage(args.poll, db_url(args))
         with StopSignals(lambda sig: _stop(stopping, len(driving), sig)):
@@ -163,10 +167,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                 # while the database is down, only once the backoff has passed
                 if not stopping.is_set() and outage.may_look():
                     try:
+                        now = time.monotonic()
+                        later = {r: t for r, t in later.items() if t > now}
                         for run in due(rt):
                             if len(driving) >= limit:
                                 break
-                            if run.id not in driving and run.id not in refused:
+                            if run.id not in driving and run.id not in refused and run.id not in later:
                                 driving[run.id] = asyncio.create_task(drive(rt, run, args, outage))
                         outage.back()
                     except Exception as e:
@@ -186,6 +192,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                         del driving[run_id]
                         if task.result() == Outcome.REFUSED:
                             refused.add(run_id)
+                        elif task.result() == Outcome.TAKEN:
+                            later[run_id] = time.monotonic() + args.poll
 
 
 def _stop(stopping: asyncio.Event, driven: int, sig: signal.Signals) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime import Runtime, RunStatus, SqlStore, resolve_ref
+from runtime.engine.leases import make_owner
 from server.cli import main
 
 GRAPHS = textwrap.dedent('''
@@ -220,3 +221,34 @@ def test_a_max_concurrency_the_runtime_refuses_opens_no_database(db: str, capsys
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "max_concurrency" in err
     assert not Path(db).exists()
+
+
+def test_a_queued_run_another_live_process_is_taking_is_left_to_it_without_spinning(
+        db: str, capsys: pytest.CaptureFixture[str]):
+    """Another process holds the run's lease but has not recorded its claim yet: the worker
+    leaves the run to it and looks again only after a poll (``--once`` exits at once)."""
+    [run_id] = submitted(db, {"n": 1})
+    store = SqlStore(f"sqlite:///{db}")
+    try:
+        run = store.get_run(run_id)
+        other = make_owner("taking")   # a live process: this one, under another name
+        store.acquire_lease(run_id, other, time.time() + 3600, run.fence)
+    finally:
+        store.close()
+    tries: list[str] = []
+    inner = Runtime.resume
+
+    async def counted(self: Runtime, run_id: str, *args: object, **kwargs: object) -> object:
+        tries.append(run_id)
+        return await inner(self, run_id, *args, **kwargs)   # type: ignore[arg-type]
+
+    Runtime.resume = counted   # type: ignore[assignment, method-assign]
+    try:
+        started = time.monotonic()
+        code = main(["--db", db, "worker", "work_graphs:graph", "--once", "--poll", "0.2"])
+    finally:
+        Runtime.resume = inner   # type: ignore[method-assign]
+    out, err = capsys.readouterr()
+    assert code == 0 and out == "" and err == ""
+    assert tries == [run_id] and time.monotonic() - started < 5
+    assert runs(db)[run_id][0] == RunStatus.QUEUED
