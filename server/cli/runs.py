@@ -91,19 +91,33 @@ async def cmd_resume(args: argparse.Namespace) -> int:
                if args.answers is not None else None)
     response = parse_json(args.response, "--response") if args.response is not None else None
     with opened(args, args.graph) as rt:
-        if args.response is not None:
-            try:
-                run = await rt.resume(args.run, response, queue=args.queue, **limit_args(args))
-            except InvalidAnswer as e:
-                if len(await rt.interrupts(args.run)) < 2:
-                    raise
-                # several questions wait: say how to answer them from here, not from Python
-                raise InvalidAnswer(f"{e}; from the command line: --answers '{{\"ID\": ANSWER, ...}}'") from None
-        else:
-            run = await rt.resume(args.run, answers=answers, queue=args.queue, **limit_args(args))
+        try:
+            if args.response is not None:
+                try:
+                    run = await rt.resume(args.run, response, queue=args.queue, **limit_args(args))
+                except InvalidAnswer as e:
+                    if len(await rt.interrupts(args.run)) < 2:
+                        raise
+                    # several questions wait: say how to answer them from here, not from Python
+                    raise InvalidAnswer(f"{e}; from the command line: --answers '{{\"ID\": ANSWER, ...}}'") from None
+            else:
+                run = await rt.resume(args.run, answers=answers, queue=args.queue, **limit_args(args))
+        except asyncio.CancelledError:
+            # a Ctrl-C while driving it here: the run (or the continuation made for it) is
+            # cancelled as a caller that stops waiting cancels it; say which, and what else to do
+            driven = _driven(rt, args.run)
+            print(f"harness: run {driven} cancelled; continue it with: harness resume {driven} "
+                  f"(--queue leaves it to a worker)", file=sys.stderr, flush=True)
+            raise
         await show_run(rt, args, run.id)
     # left to a worker: it goes on there (``harness watch RUN`` follows it)
     return exits.OK if args.queue and run.status in (RunStatus.QUEUED, RunStatus.RUNNING) else exits.for_run(run)
+
+
+def _driven(rt: Runtime, run_id: str) -> str:
+    """The run a ``resume`` of ``run_id`` drove: a failed or cancelled one's continuation, if it made one."""
+    made = [c for c in rt.store.child_runs(run_id) if c.kind == RunKind.CONTINUATION]
+    return made[-1].id if made else run_id
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@ loopback, clear one-line mistakes, and a real server that answers."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -134,3 +135,59 @@ def test_ctrl_c_during_run_names_the_run_it_cancelled(tmp_path: Path) -> None:
         assert store.get_run(run_id).status == RunStatus.CANCELLED
     finally:
         store.close()
+
+
+ASK_THEN_WAIT = '''
+import asyncio
+from pydantic import BaseModel
+from runtime import Graph
+
+class S(BaseModel):
+    ok: bool = False
+
+async def ask(state, ctx):
+    return {"ok": bool(await ctx.interrupt({"question": "go?"}))}
+
+async def wait(state):
+    await asyncio.sleep(60)
+    return {}
+
+graph = Graph("ask_then_wait", S)
+graph.add_node("ask", ask)
+graph.add_node("wait", wait, after=["ask"])
+'''
+
+
+def test_ctrl_c_during_resume_names_the_run_it_cancelled_and_how_to_leave_it_to_a_worker(tmp_path: Path) -> None:
+    from runtime import RunStatus, SqlStore
+
+    (tmp_path / "askmod.py").write_text(ASK_THEN_WAIT)
+    db = tmp_path / "h.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    made = subprocess.run([sys.executable, "-m", "server.cli", "--json", "run", "askmod:graph", "--db", str(db)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    run_id = json.loads(made.stdout)["run"]["id"]
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "resume", run_id, "--response", "true",
+                             "--db", str(db)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 30
+        while True:   # until the answered run is running in that process
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+            store = SqlStore(f"sqlite:///{db}")
+            try:
+                if store.get_run(run_id).status == RunStatus.RUNNING:
+                    break
+            finally:
+                store.close()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert (f"harness: run {run_id} cancelled; continue it with: harness resume {run_id} "
+            f"(--queue leaves it to a worker)") in err
