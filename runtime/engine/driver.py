@@ -190,8 +190,9 @@ class Driver:
         """``resume(..., queue=True)``: what goes on is a worker's (``harness worker``), and this
         call returns at once. A paused run's answers are recorded and the run QUEUED again; a
         failed or cancelled run's continuation is created QUEUED; answers to a run a process
-        drives are left for it in the store. A queued run, or one running without a process
-        (a worker recovers it), is returned as it is."""
+        drives are left for it in the store, and the call returns once it took them (within
+        its heartbeat). A queued run, or one running without a process (a worker recovers
+        it), is returned as it is."""
         if path == ResumePath.ANSWER:
             return await self.answer(run, answer, answers, limits, by, event=RunEvent.QUEUE)
         if path == ResumePath.CONTINUE and not answering:
@@ -207,7 +208,7 @@ class Driver:
             if not self.store.send_answers(run.id, checked, by, self.env.now()):
                 raise InvalidAnswer(f"run {run.id}: interrupt {', '.join(checked)} was already answered, or another "
                                     f"caller sent an answer to it that the process driving the run has not taken yet")
-            return self.store.get_run(run.id)
+            return await self._until_taken(run.id, checked, by)
         if answering or limits:
             raise InvalidRequest(f"run {run.id} is {run.status.value}: queueing it takes answers only when it is "
                                  f"paused or driven by a live process, and new limits only when it is paused, "
@@ -255,6 +256,24 @@ class Driver:
                 if not self.held_elsewhere(self.store.get_run(run.id)):
                     raise
                 # another caller took the run over first: its process takes these from the store
+
+    async def _until_taken(self, run_id: str, sent: Mapping[str, JSON], by: str | None) -> Run:
+        """Answers left for the process driving a run: wait until it takes them (within its
+        heartbeat). One that paused before it could (the answers came between its last look
+        and its pause) is answered here and left QUEUED, so no answer waits on a paused run."""
+        step = 0.02
+        while True:
+            run = self.store.get_run(run_id)
+            left = {i.id: sent[i.id] for i in self.store.interrupts(run_id)
+                    if i.id in sent and i.status == InterruptStatus.PENDING}
+            if not left or run.status in TERMINAL_RUN:
+                return run
+            if run.status == RunStatus.INTERRUPTED and not self.held_elsewhere(run):
+                return await self.answer(run, MISSING, left, None, by, event=RunEvent.QUEUE)
+            if run.status == RunStatus.RUNNING and not self.held_elsewhere(run):
+                return run   # its process died: whoever recovers it (a worker) takes them
+            await asyncio.sleep(step)
+            step = min(step * 1.25, self.env.heartbeat / 4)
 
     def continuation(self, parent: Run, limits: Mapping[str, JSON] | None = None, claim: bool = True
                      ) -> tuple[Run, Checkpoint, ExecutableGraph]:

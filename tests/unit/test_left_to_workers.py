@@ -6,6 +6,7 @@ change nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -123,3 +124,62 @@ async def test_leaving_to_workers_what_cannot_be_left_changes_nothing(store: Che
             await rt.resume(done.id, queue=True)
     finally:
         rt.close()
+
+
+async def test_answers_left_for_a_run_that_pauses_before_taking_them_are_recorded_and_the_run_queued(
+        tmp_path: Any) -> None:
+    """The process driving the run pauses it just as the answers are left for it (between its
+    last look for them and its pause): the caller answers the paused run and leaves it QUEUED,
+    so the answers never wait on a run nobody drives."""
+    import concurrent.futures
+    import time
+
+    from runtime import SqlStore
+
+    class T(BaseModel):
+        a: str = ""
+        b: str = ""
+
+    g = Graph("pause_as_sent", state=T)
+
+    @g.node()
+    async def ask(state: T, ctx: NodeContext) -> dict[str, Any]:
+        return {"a": str(await ctx.interrupt({"q": "ok?"}))}
+
+    @g.node()
+    async def slow(state: T, ctx: NodeContext) -> dict[str, Any]:
+        await asyncio.sleep(0.5)
+        return {"b": "done"}
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    driver, caller = Runtime(store=SqlStore(url), graphs=[g]), Runtime(store=SqlStore(url), graphs=[g])
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:   # the driving process: an event loop of its own
+        driving = asyncio.wrap_future(pool.submit(lambda: asyncio.run(driver.start(g, {}))))
+        while True:
+            await asyncio.sleep(0.02)
+            found = caller.store.list_runs()
+            if found and caller.store.interrupts(found[0].id) and found[0].status == RunStatus.RUNNING:
+                break
+        run_id = found[0].id
+        [question] = caller.store.interrupts(run_id)
+        send = caller.store.send_answers
+
+        def after_the_pause(*args: Any, **kwargs: Any) -> bool:   # the caller held up for a moment
+            while caller.store.get_run(run_id).status == RunStatus.RUNNING:
+                time.sleep(0.02)
+            return send(*args, **kwargs)
+
+        caller.store.send_answers = after_the_pause   # type: ignore[method-assign]
+        returned = await caller.resume(run_id, answers={question.id: "yes"}, queue=True)
+        assert (await driving).status == RunStatus.INTERRUPTED
+        assert returned.status == RunStatus.QUEUED
+        [answered] = caller.store.interrupts(run_id)
+        assert answered.status.value == "answered" and answered.answer == "yes"
+        assert caller.store.sent_answers(run_id) == {}
+        done = await caller.resume(run_id)   # a worker's claim
+        assert done.status == RunStatus.SUCCEEDED
+    finally:
+        pool.shutdown()
+        driver.close()
+        caller.close()
