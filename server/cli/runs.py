@@ -103,11 +103,15 @@ async def cmd_resume(args: argparse.Namespace) -> int:
             else:
                 run = await rt.resume(args.run, answers=answers, queue=args.queue, **limit_args(args))
         except asyncio.CancelledError:
-            # a Ctrl-C while driving it here: the run (or the continuation made for it) is
-            # cancelled as a caller that stops waiting cancels it; say which, and what else to do
+            # a Ctrl-C: a run driven here (or the continuation made for it) is cancelled as a
+            # caller that stops waiting cancels it; one another process drives goes on there
             driven = _driven(rt, args.run)
-            print(f"harness: run {driven} cancelled; continue it with: harness resume {driven} "
-                  f"(--queue leaves it to a worker)", file=sys.stderr, flush=True)
+            if rt.store.get_run(driven).status == RunStatus.CANCELLED:
+                print(f"harness: run {driven} cancelled; continue it with: harness resume {driven} "
+                      f"(--queue leaves it to a worker)", file=sys.stderr, flush=True)
+            else:
+                print(f"harness: stopped waiting; run {driven} goes on where it is driven "
+                      f"(harness watch {driven} follows it)", file=sys.stderr, flush=True)
             raise
         await show_run(rt, args, run.id)
     # left to a worker: it goes on there (``harness watch RUN`` follows it)

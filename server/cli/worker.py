@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from enum import Enum
 from typing import Any
 
@@ -48,8 +48,8 @@ MAX_BACKOFF = 5.0
 
 
 def lease_seconds(text: str) -> float:
-    """A lease's length: at least a second, as one shorter than 3 s is renewed every third
-    of it, and each renewal is a write."""
+    """A lease's length: at least a second (it is renewed once half of it has passed, checked
+    at least every heartbeat, and each renewal is a write)."""
     value = positive_seconds(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 second, got {text[:40]!r}")
@@ -65,12 +65,14 @@ class Outcome(Enum):
     UNAVAILABLE = "unavailable"   # the database went away: taken again once it is back
 
 
-def due(rt: Runtime) -> list[Run]:
+def due(rt: Runtime, skip: Collection[str] = ()) -> list[Run]:
     """The runs a worker may take now: queued ones oldest first, whatever the backlog, then
-    orphaned ones (oldest first too)."""
-    queued = rt.store.list_runs(RunStatus.QUEUED, limit=BATCH, oldest_first=True)
-    running = rt.store.list_runs(RunStatus.RUNNING, limit=BATCH, oldest_first=True)
-    return queued + [r for r in running if rt.orphaned(r)]
+    orphaned ones (oldest first too); none of ``skip`` (runs it refused, or leaves to another
+    process), which are read past, so that they never hide the runs behind them."""
+    limit = BATCH + len(skip)
+    queued = rt.store.list_runs(RunStatus.QUEUED, limit=limit, oldest_first=True)
+    running = rt.store.list_runs(RunStatus.RUNNING, limit=limit, oldest_first=True)
+    return [r for r in queued if r.id not in skip] + [r for r in running if r.id not in skip and rt.orphaned(r)]
 
 
 class Outage:
@@ -169,7 +171,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                     try:
                         now = time.monotonic()
                         later = {r: t for r, t in later.items() if t > now}
-                        for run in due(rt):
+                        for run in due(rt, refused | later.keys()):
                             if len(driving) >= limit:
                                 break
                             if run.id not in driving and run.id not in refused and run.id not in later:
@@ -263,8 +265,8 @@ def register(sub: Any) -> None:
                    help="node attempts in flight at once across its runs, and the most runs it claims at once "
                         "(default: 8)")
     w.add_argument("--lease-ttl", type=lease_seconds, default=None,
-                   help="seconds a run's lease lasts unless renewed (it is renewed every second or so while the "
-                        "worker is alive): how long a run whose worker was cut off waits before another takes it "
+                   help="seconds a run's lease lasts unless renewed (it is renewed once half of it has passed, "
+                        "while the worker is alive): how long a run whose worker was cut off waits before another takes it "
                         "over (default: 30)")
     w.add_argument("--once", action="store_true",
                    help="exit once no run is left to take (1 if one was left as it is)")

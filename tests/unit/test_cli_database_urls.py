@@ -44,6 +44,14 @@ def test_a_password_given_as_a_query_parameter_is_masked_too(capsys: pytest.Capt
     assert code == 2 and "password=***" in err and "S3cretPw" not in err
 
 
+def test_an_unencoded_at_sign_in_a_password_is_refused_without_showing_any_of_it(
+        capsys: pytest.CaptureFixture[str]):
+    code = main(["runs", "--db", "postgresql://u:s3cr@tpw@127.0.0.1:5432/d"])
+    err = capsys.readouterr().err
+    assert code == 2 and "s3cr" not in err and "tpw" not in err and "%40" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_the_stores_own_refusal_masks_the_password():
     with pytest.raises(InvalidRequest) as caught:
         SqlStore("postgresql://postgres:S3cretPw@127.0.0.1:notaport/x")
@@ -56,6 +64,7 @@ def test_the_stores_own_refusal_masks_the_password():
     ("postgresql://u@h/d", "postgresql://u@h/d"),
     ("postgresql://h/d?user=u&password=pw", "postgresql://h/d?user=u&password=***"),
     ("sqlite:///tmp/a:b@c.db", "sqlite:///tmp/a:b@c.db"),
+    ("postgresql://u:s3cr@tpw@h:5432/d", "postgresql://u:***@h:5432/d"),   # an '@' not written %40
 ])
 def test_masked_hides_only_the_password(url: str, shown: str):
     assert masked(url) == shown

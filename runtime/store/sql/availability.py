@@ -7,7 +7,8 @@ could not be recorded); a long-lived caller such as a worker asks :func:`unavail
 to tell an outage it should wait out from a failure it should report:
 
 - PostgreSQL: an error the driver raised on its side (no SQLSTATE: the connection was
-  refused, timed out or dropped), SQLSTATE class 08 (connection exception), 57P01-57P03
+  refused, timed out or dropped; not a connection the server refused for good, its database
+  or role missing or its password wrong), SQLSTATE class 08 (connection exception), 57P01-57P03
   (the server shutting down, or starting and not yet taking connections) and 53300 (no
   connection slot left);
 - SQLite: the file busy or locked past the busy timeout, an I/O error, the disk full, or
@@ -24,6 +25,10 @@ from sqlalchemy.exc import DBAPIError
 __all__ = ["outage_cause", "unavailable"]
 
 _PG_STATES = {"57P01", "57P02", "57P03", "53300"}
+#: what the server says, at connect time (the driver gives such errors no SQLSTATE), when it
+#: refuses the connection for good: no such database or role, a wrong password, no hba entry
+_PG_REFUSALS = ("does not exist", "password authentication failed", "no pg_hba.conf entry",
+                "authentication failed", "permission denied")
 #: SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (primary codes)
 _SQLITE_CODES = {5, 6, 10, 13, 14}
 
@@ -57,7 +62,9 @@ def _says_unavailable(error: BaseException) -> bool:
         return True
     if _PG_ERRORS and isinstance(error, _PG_ERRORS):
         state = getattr(error, "sqlstate", None)
-        return state is None or state.startswith("08") or state in _PG_STATES
+        if state is None:
+            return not any(refusal in str(error) for refusal in _PG_REFUSALS)
+        return state.startswith("08") or state in _PG_STATES
     if isinstance(error, sqlite3.OperationalError):
         # the extended code's low byte is the primary one (SQLITE_IOERR_SHORT_READ is an IOERR)
         return (getattr(error, "sqlite_errorcode", 0) & 0xFF) in _SQLITE_CODES

@@ -164,6 +164,10 @@ def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     else:
         kwargs["pool_pre_ping"] = True
+    if not sqlite and url.partition("://")[2].split("/", 1)[0].count("@") > 1:
+        # read as a host, the password's tail would show in the driver's error
+        raise InvalidRequest(f"not a database URL: {masked(url)!r} (an '@' in its user or password "
+                             f"must be written %40)")
     try:
         engine = create_engine(url, **kwargs)
     except ModuleNotFoundError as e:

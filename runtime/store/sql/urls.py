@@ -13,8 +13,9 @@ from urllib.parse import unquote
 
 __all__ = ["masked", "normalized", "without_passwords"]
 
-#: scheme://user:password@ — the password as SQLAlchemy's own parser delimits it
-_USERINFO = re.compile(r"^(?P<head>[\w+]+://[^:/]*):(?P<password>[^@]*)@")
+#: scheme://user:password@ — the password up to the authority's last '@' (one written
+#: unencoded, ``s3cr@t``, is masked whole)
+_USERINFO = re.compile(r"^(?P<head>[\w+]+://[^:/@]*):(?P<password>[^/?#]*)@")
 #: a password given as a query parameter (?password=...), as libpq also takes it
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<password>[^&]*)", re.IGNORECASE)
 
