@@ -200,14 +200,7 @@ class Driver:
         if path == ResumePath.REFUSE:
             raise InvalidRequest(f"run {run.id} already succeeded; a succeeded run never changes")
         if answering and run.status == RunStatus.RUNNING and self.held_elsewhere(run):
-            questions = self.store.interrupts(run.id)
-            if limits:
-                raise InvalidRequest(f"run {run.id} is running: new limits are given when it has paused or ended")
-            given = match_answers(run, questions, answer, answers)
-            checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
-            if not self.store.send_answers(run.id, checked, by, self.env.now()):
-                raise InvalidAnswer(f"run {run.id}: interrupt {', '.join(checked)} was already answered, or another "
-                                    f"caller sent an answer to it that the process driving the run has not taken yet")
+            checked = self._leave(run, self.store.interrupts(run.id), answer, answers, limits, by)
             return await self._until_taken(run.id, checked, by)
         if answering or limits:
             raise InvalidRequest(f"run {run.id} is {run.status.value}: queueing it takes answers only when it is "
@@ -235,13 +228,7 @@ class Driver:
         the checked answers are left in the store, and that process takes them within a
         heartbeat, or as it would pause. Returns the run once it next pauses or ends; one that
         paused, or whose process stopped, before taking them is answered here."""
-        if limits:
-            raise InvalidRequest(f"run {run.id} is running: new limits are given when it has paused or ended")
-        given = match_answers(run, questions, answer, answers)
-        checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
-        if not self.store.send_answers(run.id, checked, by, self.env.now()):
-            raise InvalidAnswer(f"run {run.id}: interrupt {', '.join(checked)} was already answered, or another "
-                                f"caller sent an answer to it that the process driving the run has not taken yet")
+        checked = self._leave(run, questions, answer, answers, limits, by)
         while True:
             run = await self.wait_terminal(run.id, float("inf"))
             left = {i.id: checked[i.id] for i in self.store.interrupts(run.id)
@@ -256,6 +243,18 @@ class Driver:
                 if not self.held_elsewhere(self.store.get_run(run.id)):
                     raise
                 # another caller took the run over first: its process takes these from the store
+
+    def _leave(self, run: Run, questions: Sequence[Interrupt], answer: JSON, answers: Mapping[str, JSON] | None,
+               limits: Mapping[str, JSON] | None, by: str | None) -> dict[str, JSON]:
+        """Check answers to a run another process drives and leave them in the store for it."""
+        if limits:
+            raise InvalidRequest(f"run {run.id} is running: new limits are given when it has paused or ended")
+        given = match_answers(run, questions, answer, answers)
+        checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
+        if not self.store.send_answers(run.id, checked, by, self.env.now()):
+            raise InvalidAnswer(f"run {run.id}: interrupt {', '.join(checked)} was already answered, or another "
+                                f"caller sent an answer to it that the process driving the run has not taken yet")
+        return checked
 
     async def _until_taken(self, run_id: str, sent: Mapping[str, JSON], by: str | None) -> Run:
         """Answers left for the process driving a run: wait until it takes them (within its

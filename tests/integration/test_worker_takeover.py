@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -17,28 +16,11 @@ import pytest
 
 from runtime import RunStatus, SqlStore
 
-from test_worker_outage import submit, wait_for
+from test_worker_outage import GRAPHS, submit, wait_for
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-
-GRAPHS = textwrap.dedent('''
-    import asyncio
-    from pydantic import BaseModel
-    from runtime import Graph
-
-    class S(BaseModel):
-        secs: float = 0.0
-        done: bool = False
-
-    graph = Graph("outage_work", state=S)
-
-    @graph.node()
-    async def work(state):
-        await asyncio.sleep(state.secs)
-        return {"done": True}
-''')
 
 
 def worker(folder: Path, url: str) -> subprocess.Popen[str]:
