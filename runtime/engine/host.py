@@ -161,7 +161,7 @@ class RunHost:
             if entry.status != EffectStatus.STARTED:
                 raise
             self._not_called(entry, e)
-            if isinstance(e, HarnessError):
+            if isinstance(e, HarnessError) or not self.rec.store.unreachable(e):
                 raise
             # the store away for a moment (a restart, a blip): transient, so that the node's
             # retry policy tries the effect again once the store may be back

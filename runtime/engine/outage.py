@@ -1,6 +1,7 @@
 """A store that cannot be reached for a while: a database restarting, a network blip.
 
-A run's step commits (pure outcomes, an effect's outcome, a heartbeat) are then kept
+A run's step commits (pure outcomes, an effect's outcome, a heartbeat) that fail with an
+error the store calls unreachable (``CheckpointStore.unreachable``) are then kept
 in memory and tried again, at growing intervals, while the run goes on: nothing in
 them has left the process, and failing the run for a database's few seconds away
 would end work a person or a model call has paid for. Only what must be on disk

@@ -265,7 +265,9 @@ class Recorder:
         except HarnessError:
             raise
         except Exception as e:
-            if durable:   # it must be on disk before what follows (an effect's call): no waiting
+            # a store away for now keeps what was recorded; a refusal (a bug, a constraint) fails
+            # the run, as must what has to be on disk before what follows (an effect's call)
+            if durable or not self.store.unreachable(e):
                 raise
             # kept, and tried again later (``outage``); the group commit's next turn is then
             retry_at = self.outage.refused(e, self.last_flush, self.env.lease_ttl, len(self.batch.events))

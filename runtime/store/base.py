@@ -33,6 +33,11 @@ from ..core.states import RunStatus
 MAX_SEQ = 2**31 - 1
 
 
+def connection_lost(error: BaseException) -> bool:
+    """The errors any store raises when what it talks to cannot be reached: the OS's own."""
+    return isinstance(error, (ConnectionError, TimeoutError))
+
+
 @runtime_checkable
 class CheckpointStore(Protocol):
     #: False for stores that lose everything with the process (MemoryStore)
@@ -124,5 +129,9 @@ class CheckpointStore(Protocol):
     def checkpoint_summaries(self, run_id: str, first_seq: int, last_seq: int) -> list[CheckpointSummary]:
         """The run's checkpoints with ``first_seq <= seq <= last_seq``, oldest first, without
         their node states (a page of a timeline)."""
+
+    def unreachable(self, error: BaseException) -> bool:
+        """Whether ``error`` (raised by this store) says it cannot be reached for now, so that
+        a run keeps what it records and tries again (``engine/outage.py``) rather than fail."""
 
     def close(self) -> None: ...

@@ -26,10 +26,15 @@ from ..core.records import (
     event_type,
 )
 from ..core.states import RunStatus
+from .base import connection_lost
 
 
 class MemoryStore:
     durable = False
+
+    @staticmethod
+    def unreachable(error: BaseException) -> bool:
+        return connection_lost(error)   # nothing to reach; a wrapper of it may raise these
 
     def __init__(self) -> None:
         self._lock = threading.RLock()

@@ -35,3 +35,13 @@ def test_a_missing_database_or_role_is_a_refusal_to_report(pg_server: Server, ch
     error = connect_error(url.render_as_string(hide_password=False))
     assert isinstance(getattr(error, "orig", error), psycopg.OperationalError)
     assert not unavailable(error)
+
+
+def test_what_a_store_calls_unreachable_is_what_a_run_waits_out(pg_server: Server) -> None:
+    from runtime import MemoryStore, SqlStore
+
+    url = make_url(pg_server.admin_url).set(port=1, drivername="postgresql+psycopg")
+    for store in (MemoryStore(), SqlStore):
+        assert store.unreachable(ConnectionRefusedError("connection refused"))
+        assert not store.unreachable(OSError("disk full")) and not store.unreachable(ValueError("a bug"))
+    assert SqlStore.unreachable(connect_error(url.render_as_string(hide_password=False)))

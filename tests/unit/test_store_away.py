@@ -34,7 +34,7 @@ class AwayStore:
     def _check(self) -> None:
         if time.monotonic() < self.back_at:
             self.refused += 1
-            raise OSError("connection refused")
+            raise ConnectionRefusedError("connection refused")
 
     def commit(self, batch: Batch) -> None:
         self._check()

@@ -43,6 +43,8 @@ from ...core.records import (
 )
 from ...core.states import RunStatus
 from . import nul
+from ..base import connection_lost
+from .availability import unavailable
 from .migrations import setup
 from .read import Reader, RunKeys
 from .statements import dumps, pg_dumps
@@ -71,6 +73,10 @@ class SqlStore:
     def close(self) -> None:
         self._writer.close()
         self.engine.dispose()
+
+    @staticmethod
+    def unreachable(error: BaseException) -> bool:
+        return unavailable(error) or connection_lost(error)
 
     # ------------------------------------------------------------------ writes
 
