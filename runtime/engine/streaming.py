@@ -28,9 +28,10 @@ from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from ..core.records import CheckpointSummary, EventType, TraceEvent
+from ..core.records import CheckpointSummary, TraceEvent
 from ..core.states import RunStatus
 from ..core.streams import CHECKPOINT, DROPPED, SINK, StreamEvent, merge_stream
+from ..history.events import succeeded_writes
 from ..store.base import MAX_SEQ, CheckpointStore
 
 log = logging.getLogger(__name__)
@@ -116,9 +117,7 @@ def _read_back(store: CheckpointStore, run_id: str, last_seq: int, last_cp: int,
     # shows), read by node: reading all of the run's on every poll made a poll cost what
     # the run had done. From the run's start all of them are new: one read is cheaper
     # (unless read a page at a time: the run may be far ahead of the page)
-    done = {(e.node, e.attempt) for e in events if e.type == EventType.NODE_SUCCEED and e.node}
-    names = None if last_seq == 0 and window is None else {n for n, _ in done}
-    writes = [w for w in store.pending_writes(run_id, nodes=names) if (w.node, w.attempt) in done] if done else []
+    writes = succeeded_writes(store, run_id, events, every_node=last_seq == 0 and window is None)
     return merge_stream(run_id, events, cps, writes), top, max([c.seq for c in cps], default=last_cp)
 
 
