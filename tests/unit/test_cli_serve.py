@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,22 +96,13 @@ graph.add_node("wait", wait)
 '''
 
 
-def test_ctrl_c_during_run_names_the_run_it_cancelled(tmp_path: Path) -> None:
-    """Ctrl-C ends the run cancelled (as a caller that stops waiting) and says which run,
-    with the command that continues it: there may be many runs in the store."""
+def ctrl_c_once_running(proc: subprocess.Popen[str], db: Path) -> tuple[list[Any], str]:
+    """Ctrl-C to ``proc`` once a run in ``db`` is RUNNING: those runs, and what it said on stderr."""
     from runtime import RunStatus, SqlStore
 
-    (tmp_path / "slowmod.py").write_text(SLOW_GRAPH)
-    db = tmp_path / "h.db"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # a terminal's Ctrl-C, whoever started the tests: a shell's background job (`make test-unit &`)
-    # ignores SIGINT and its children inherit that, so Python would never see the signal
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "run", "slowmod:graph", "--db", str(db)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
-        runs: list = []
+        runs: list[Any] = []
         while not runs:   # until the run is recorded as running
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
@@ -126,6 +118,23 @@ def test_ctrl_c_during_run_names_the_run_it_cancelled(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    return runs, err
+
+
+def test_ctrl_c_during_run_names_the_run_it_cancelled(tmp_path: Path) -> None:
+    """Ctrl-C ends the run cancelled (as a caller that stops waiting) and says which run,
+    with the command that continues it: there may be many runs in the store."""
+    from runtime import RunStatus, SqlStore
+
+    (tmp_path / "slowmod.py").write_text(SLOW_GRAPH)
+    db = tmp_path / "h.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # a terminal's Ctrl-C, whoever started the tests: a shell's background job (`make test-unit &`)
+    # ignores SIGINT and its children inherit that, so Python would never see the signal
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "run", "slowmod:graph", "--db", str(db)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    runs, err = ctrl_c_once_running(proc, db)
     run_id = runs[0].id
     assert proc.returncode == 130
     assert f"harness: run {run_id} cancelled; continue it with: harness resume {run_id}" in err
@@ -171,23 +180,8 @@ def test_ctrl_c_during_resume_names_the_run_it_cancelled_and_how_to_leave_it_to_
                              "--db", str(db)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 30
-        while True:   # until the answered run is running in that process
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
-            store = SqlStore(f"sqlite:///{db}")
-            try:
-                if store.get_run(run_id).status == RunStatus.RUNNING:
-                    break
-            finally:
-                store.close()
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    running, err = ctrl_c_once_running(proc, db)   # the answered run, driven in that process
+    assert [r.id for r in running] == [run_id]
     assert proc.returncode == 130 and "Traceback" not in err
     assert (f"harness: run {run_id} cancelled; continue it with: harness resume {run_id} "
             f"(--queue leaves it to a worker)") in err
