@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -155,47 +156,72 @@ async def drive(rt: Runtime, run: Run, args: argparse.Namespace, outage: Outage)
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
-    with opened(args, *args.graphs, max_concurrency=args.max_concurrency, lease_ttl=args.lease_ttl) as rt:
+    driving: dict[str, asyncio.Task[Outcome]] = {}
+    stopping = asyncio.Event()
+    outage = Outage(args.poll, db_url(args))
+    with StopSignals(lambda sig: _stop(stopping, len(driving), sig)), contextlib.ExitStack() as stack:
+        rt = await _open_once_reachable(args, outage, stopping, stack)
+        if rt is None:
+            return exits.OK   # stopped before the database could be reached: nothing was taken
         # at most max_concurrency runs claimed at once: a run claimed here but waiting
         # for a slot would hold its lease while another worker could drive it
         limit = rt.max_concurrency
-        driving: dict[str, asyncio.Task[Outcome]] = {}
         refused: set[str] = set()   # tried once, never again: the error would only repeat
         later: dict[str, float] = {}   # being taken by another process: not before then
-        stopping = asyncio.Event()
-        outage = Outage(args.poll, db_url(args))
-        with StopSignals(lambda sig: _stop(stopping, len(driving), sig)):
-            while True:
-                # while the database is down, only once the backoff has passed
-                if not stopping.is_set() and outage.may_look():
-                    try:
-                        now = time.monotonic()
-                        later = {r: t for r, t in later.items() if t > now}
-                        for run in due(rt, refused | later.keys()):
-                            if len(driving) >= limit:
-                                break
-                            if run.id not in driving and run.id not in refused and run.id not in later:
-                                driving[run.id] = asyncio.create_task(drive(rt, run, args, outage))
-                        outage.back()
-                    except Exception as e:
-                        if not unavailable(e):
-                            raise
-                        outage.lost(e, looking=True)
-                if not driving:
-                    # --once: only once a look found nothing left, not while the database is away
-                    if (args.once and not outage.down) or stopping.is_set():
-                        return exits.FAILED if refused else exits.OK
-                    await _sleep_unless(stopping, outage.wait())
-                    continue
-                finished, _ = await asyncio.wait(driving.values(), timeout=outage.wait(),
-                                                 return_when=asyncio.FIRST_COMPLETED)
-                for run_id, task in list(driving.items()):
-                    if task in finished:
-                        del driving[run_id]
-                        if task.result() == Outcome.REFUSED:
-                            refused.add(run_id)
-                        elif task.result() == Outcome.TAKEN:
-                            later[run_id] = time.monotonic() + args.poll
+        while True:
+            # while the database is down, only once the backoff has passed
+            if not stopping.is_set() and outage.may_look():
+                try:
+                    now = time.monotonic()
+                    later = {r: t for r, t in later.items() if t > now}
+                    for run in due(rt, refused | later.keys()):
+                        if len(driving) >= limit:
+                            break
+                        if run.id not in driving and run.id not in refused and run.id not in later:
+                            driving[run.id] = asyncio.create_task(drive(rt, run, args, outage))
+                    outage.back()
+                except Exception as e:
+                    if not unavailable(e):
+                        raise
+                    outage.lost(e, looking=True)
+            if not driving:
+                # --once: only once a look found nothing left, not while the database is away
+                if (args.once and not outage.down) or stopping.is_set():
+                    return exits.FAILED if refused else exits.OK
+                await _sleep_unless(stopping, outage.wait())
+                continue
+            finished, _ = await asyncio.wait(driving.values(), timeout=outage.wait(),
+                                             return_when=asyncio.FIRST_COMPLETED)
+            for run_id, task in list(driving.items()):
+                if task in finished:
+                    del driving[run_id]
+                    if task.result() == Outcome.REFUSED:
+                        refused.add(run_id)
+                    elif task.result() == Outcome.TAKEN:
+                        later[run_id] = time.monotonic() + args.poll
+
+
+async def _open_once_reachable(args: argparse.Namespace, outage: Outage, stopping: asyncio.Event,
+                               stack: contextlib.ExitStack) -> Runtime | None:
+    """The runtime over the worker's database, opened once it can be reached: a worker may
+    start while its database server restarts (or before it has started), and waits for it as
+    it would for an outage later on. A refusal (no such database or role, a wrong password)
+    is raised, and so is a SQLite file that cannot be opened. None if the worker was stopped
+    first."""
+    while not stopping.is_set():
+        try:
+            rt = stack.enter_context(opened(args, *args.graphs, max_concurrency=args.max_concurrency,
+                                            lease_ttl=args.lease_ttl))
+        except Exception as e:
+            # a SQLite file that cannot be opened is a wrong path far more often than an outage
+            if not unavailable(e) or db_url(args).startswith("sqlite"):
+                raise
+            outage.lost(e, looking=True)
+            await _sleep_unless(stopping, outage.wait())
+            continue
+        outage.back()
+        return rt
+    return None
 
 
 def _stop(stopping: asyncio.Event, driven: int, sig: signal.Signals) -> None:

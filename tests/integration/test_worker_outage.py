@@ -164,3 +164,47 @@ def test_a_worker_waits_out_a_database_outage_and_goes_on(pg_url: str, proxy: Pr
     assert len([line for line in lines if "the database is unreachable" in line]) == 1, err
     assert len([line for line in lines if "the database is reachable again" in line]) == 1, err
     assert queued in out and cut in out
+
+
+def test_a_worker_started_while_its_database_is_away_waits_for_it(pg_url: str, proxy: Proxy, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    """First a host that takes connections and never answers (bounded by the URL's
+    ``connect_timeout``), then none listening at all: the worker says once that it cannot
+    reach the database, and drives the run queued meanwhile once it can."""
+    (tmp_path / "outage_graphs.py").write_text(GRAPHS)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.delitem(sys.modules, "outage_graphs", raising=False)
+    proxy.stop()
+    silent = socket.socket()
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    silent.bind(("127.0.0.1", proxy.port))
+    silent.listen(16)
+    url = make_url(pg_url).set(port=proxy.port).update_query_dict({"connect_timeout": "2"})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    worker = subprocess.Popen([sys.executable, "-m", "server.cli", "--db", url.render_as_string(hide_password=False),
+                               "worker", "--poll", "0.1", "--once"], cwd=tmp_path, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    store = SqlStore(pg_url)
+    try:
+        queued = submit(pg_url, 0.0)
+        time.sleep(5)   # two connect timeouts
+        assert worker.poll() is None, worker.communicate()
+        silent.close()   # nothing listening now: connections refused
+        time.sleep(1)
+        assert worker.poll() is None, worker.communicate()
+        assert store.get_run(queued).status == RunStatus.QUEUED
+        proxy.start()
+        out, err = worker.communicate(timeout=60)   # --once: it exits once nothing is left
+        assert worker.returncode == 0, err
+        assert store.get_run(queued).status == RunStatus.SUCCEEDED
+    finally:
+        silent.close()
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+        store.close()
+    assert queued in out
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len([line for line in lines if "the database is unreachable" in line]) == 1, err
+    assert len([line for line in lines if "the database is reachable again" in line]) == 1, err

@@ -170,6 +170,7 @@ def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     else:
         kwargs["pool_pre_ping"] = True
+        kwargs["connect_args"] = pg_connect_args(url)
     if not sqlite and url.partition("://")[2].split("/", 1)[0].count("@") > 1:
         # read as a host, the password's tail would show in the driver's error
         raise InvalidRequest(f"not a database URL: {masked(url)!r} (an '@' in its user or password "
@@ -187,6 +188,24 @@ def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:
     if sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+#: PostgreSQL connection settings a URL does not give: how long to wait for a server that
+#: does not answer (a host that drops packets, a half-open network) before saying it cannot
+#: be reached, instead of the minutes the operating system waits. ``connect_timeout`` bounds
+#: a new connection (seconds), ``tcp_user_timeout`` a request the server never acknowledged
+#: (ms), and keepalives a connection idle while the server is gone.
+PG_CONNECT_DEFAULTS: dict[str, int] = {
+    "connect_timeout": 10, "tcp_user_timeout": 30_000,
+    "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+}
+
+
+def pg_connect_args(url: str) -> dict[str, int]:
+    """``PG_CONNECT_DEFAULTS`` but those the URL's query gives (``?connect_timeout=3``)."""
+    query = url.partition("?")[2]
+    given = {part.partition("=")[0].strip().lower() for part in query.split("&") if part}
+    return {k: v for k, v in PG_CONNECT_DEFAULTS.items() if k not in given}
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
