@@ -62,10 +62,13 @@ class CheckpointStore(Protocol):
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
                   limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
-                  search: str | None = None, offset: int = 0, oldest_first: bool = False) -> list[Run]:
+                  search: str | None = None, offset: int = 0, oldest_first: bool = False,
+                  lease_expired_by: float | None = None) -> list[Run]:
         """Newest first (``oldest_first``: in the order they were created, as a queue is
         served); ``search``: runs whose id or thread id contains it; ``offset``: how many
-        matching runs to skip (pages)."""
+        matching runs to skip (pages); ``lease_expired_by``: runs whose lease expired at or
+        before that time, or that hold none (a worker's search for runs whose process is gone,
+        however many others are being driven)."""
 
     def child_runs(self, run_id: str) -> list[Run]:
         """Runs whose parent is ``run_id``, oldest first."""

@@ -125,13 +125,16 @@ class MemoryStore:
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
                   limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
-                  search: str | None = None, offset: int = 0, oldest_first: bool = False) -> list[Run]:
+                  search: str | None = None, offset: int = 0, oldest_first: bool = False,
+                  lease_expired_by: float | None = None) -> list[Run]:
         with self._lock:
             runs = [self._runs[i] for i in (self._order if oldest_first else reversed(self._order))]
         return [r for r in runs if (status is None or r.status == status)
                 and (thread_id is None or r.thread_id == thread_id)
                 and (graph_name is None or r.graph_name == graph_name) and (kind is None or r.kind == kind)
-                and (not search or search in r.id or search in r.thread_id)][offset:offset + limit]
+                and (not search or search in r.id or search in r.thread_id)
+                and (lease_expired_by is None or r.lease_expires_at is None
+                     or r.lease_expires_at <= lease_expired_by)][offset:offset + limit]
 
     def child_runs(self, run_id: str) -> list[Run]:
         with self._lock:

@@ -69,11 +69,18 @@ class Outcome(Enum):
 def due(rt: Runtime, skip: Collection[str] = ()) -> list[Run]:
     """The runs a worker may take now: queued ones oldest first, whatever the backlog, then
     orphaned ones (oldest first too); none of ``skip`` (runs it refused, or leaves to another
-    process), which are read past, so that they never hide the runs behind them."""
+    process), which are read past, so that they never hide the runs behind them.
+
+    Orphans are those whose lease expired, found by the store among any number of running
+    runs, and among the oldest running ones also those whose process is gone from this
+    host (seen before their lease expires)."""
     limit = BATCH + len(skip)
     queued = rt.store.list_runs(RunStatus.QUEUED, limit=limit, oldest_first=True)
     running = rt.store.list_runs(RunStatus.RUNNING, limit=limit, oldest_first=True)
-    return [r for r in queued if r.id not in skip] + [r for r in running if r.id not in skip and rt.orphaned(r)]
+    expired = rt.store.list_runs(RunStatus.RUNNING, limit=limit, oldest_first=True, lease_expired_by=rt.env.now())
+    # oldest first still: an expired run missing from ``running`` is newer than all of it
+    orphans = {r.id: r for r in (*running, *expired) if r.id not in skip and rt.orphaned(r)}
+    return [r for r in queued if r.id not in skip] + list(orphans.values())
 
 
 class Outage:

@@ -93,3 +93,18 @@ async def test_pending_writes_of_one_checkpoint(store: CheckpointStore) -> None:
     for seq in {w.checkpoint_seq for w in every}:
         assert store.pending_writes(run.id, seq) == [w for w in every if w.checkpoint_seq == seq]
     assert store.pending_writes(run.id, 999) == []
+
+
+def test_runs_whose_lease_expired_are_found_however_many_are_held(store: CheckpointStore) -> None:  # noqa: F811
+    """``lease_expired_by``: the runs a worker may recover, found past any number of runs
+    whose leases still hold; a run holding no lease counts as expired."""
+    for i in range(6):
+        add_run(store, f"held_{i}", graph_name="g", lease_owner="elsewhere:1:w", lease_expires_at=1_000.0 + i)
+    add_run(store, "lapsed", graph_name="g", lease_owner="elsewhere:2:w", lease_expires_at=500.0)
+    add_run(store, "unleased", graph_name="g")
+    add_run(store, "queued", graph_name="g", status=RunStatus.QUEUED)
+    found = store.list_runs(RunStatus.RUNNING, limit=10, oldest_first=True, lease_expired_by=900.0)
+    assert [r.id for r in found] == ["lapsed", "unleased"]
+    found = store.list_runs(RunStatus.RUNNING, limit=10, oldest_first=True, lease_expired_by=1_002.0)
+    assert [r.id for r in found] == ["held_0", "held_1", "held_2", "lapsed", "unleased"]
+    assert [r.id for r in store.list_runs(lease_expired_by=900.0, limit=1)] == ["queued"]

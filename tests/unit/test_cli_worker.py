@@ -254,3 +254,28 @@ def test_a_queued_run_another_live_process_is_taking_is_left_to_it_without_spinn
     assert code == 0 and out == "" and err == ""
     assert tries == [run_id] and time.monotonic() - started < 5
     assert runs(db)[run_id][0] == RunStatus.QUEUED
+
+
+def test_due_finds_an_orphan_behind_more_running_runs_than_it_reads(db: str, monkeypatch: pytest.MonkeyPatch):
+    """A run whose lease expired is taken however many runs other workers drive: the
+    oldest running runs are read (BATCH of them), and also those the store finds expired."""
+    from sqlalchemy import text
+
+    from server.cli import worker
+
+    monkeypatch.setattr(worker, "BATCH", 3)
+    *held, lapsed = submitted(db, *({"n": i} for i in range(6)))
+    store = SqlStore(f"sqlite:///{db}")
+    try:
+        with store.engine.begin() as conn:
+            for run_id, expires in [*((r, time.time() + 3600) for r in held), (lapsed, time.time() - 1)]:
+                conn.execute(text("UPDATE runs SET status = 'running', lease_owner = :owner, lease_expires_at = "
+                                  ":expires WHERE id = :id"), {"owner": ELSEWHERE, "expires": expires, "id": run_id})
+    finally:
+        store.close()
+    rt = Runtime(store=SqlStore(f"sqlite:///{db}"))
+    try:
+        assert [r.id for r in worker.due(rt)] == [lapsed]
+        assert worker.due(rt, {lapsed}) == []
+    finally:
+        rt.close()

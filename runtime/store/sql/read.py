@@ -144,7 +144,8 @@ class Reader:
     @read_again
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
                   limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
-                  search: str | None = None, offset: int = 0, oldest_first: bool = False) -> list[Run]:
+                  search: str | None = None, offset: int = 0, oldest_first: bool = False,
+                  lease_expired_by: float | None = None) -> list[Run]:
         stmt = select(RUNS).order_by(RUNS.c.pk if oldest_first else RUNS.c.pk.desc()).limit(limit).offset(offset)
         if status is not None:
             stmt = stmt.where(RUNS.c.status == status.value)
@@ -154,6 +155,8 @@ class Reader:
             stmt = stmt.where(RUNS.c.graph_name == graph_name)
         if kind is not None:
             stmt = stmt.where(RUNS.c.kind == kind.value)
+        if lease_expired_by is not None:
+            stmt = stmt.where(RUNS.c.lease_expires_at.is_(None) | (RUNS.c.lease_expires_at <= lease_expired_by))
         if search:   # an id or a thread id, or part of one: escaped, so % and _ match themselves
             pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             stmt = stmt.where(RUNS.c.id.like(pattern, escape="\\") | RUNS.c.thread_id.like(pattern, escape="\\"))

@@ -117,9 +117,11 @@ class SqlStore:
 
     def list_runs(self, status: RunStatus | None = None, thread_id: str | None = None,
                   limit: int = 100, *, graph_name: str | None = None, kind: RunKind | None = None,
-                  search: str | None = None, offset: int = 0, oldest_first: bool = False) -> list[Run]:
+                  search: str | None = None, offset: int = 0, oldest_first: bool = False,
+                  lease_expired_by: float | None = None) -> list[Run]:
         return self._reader.list_runs(status, thread_id, limit, graph_name=graph_name, kind=kind,
-                                      search=search, offset=offset, oldest_first=oldest_first)
+                                      search=search, offset=offset, oldest_first=oldest_first,
+                                      lease_expired_by=lease_expired_by)
 
     def child_runs(self, run_id: str) -> list[Run]:
         return self._reader.child_runs(run_id)
