@@ -215,7 +215,13 @@ def test_a_fold_is_kept_for_its_tree_on_its_page_only(page: Page, demo: Any, sho
 
 def test_quick_key_presses_each_step_once(page: Page, demo: Any, shot: Any) -> None:
     """Ten presses faster than the pages come back move ten checkpoints, and the page shown
-    at the end is the last one asked for."""
+    at the end is the last one asked for; presses right after a click step on from the
+    checkpoint clicked, whose page is still on its way. No page is asked for while another
+    loads (htmx would abort that one, and report it as an error)."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    aborted: list[str] = []
+    page.on("requestfailed", lambda r: aborted.append(r.url))
     run_id = demo.ids["fan_out"]
     last = demo.api(f"/api/runs/{run_id}")["run"]["head_seq"]
     page.goto(f"/runs/{run_id}?cp={last - 12}")
@@ -225,3 +231,11 @@ def test_quick_key_presses_each_step_once(page: Page, demo: Any, shot: Any) -> N
     selected(page, last - 2)
     page.wait_for_timeout(300)   # nothing older swaps in afterwards
     selected(page, last - 2)
+
+    page.locator(f'.timeline a.cp-link[data-seq="{last - 10}"]').click()
+    for _ in range(5):
+        page.keyboard.press("j")
+    selected(page, last - 5)
+    page.wait_for_timeout(300)
+    selected(page, last - 5)
+    assert errors == [] and aborted == [], (errors, aborted)

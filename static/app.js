@@ -3,26 +3,49 @@
 (function () {
   "use strict";
   // Presses can come faster than pages: each steps on from the checkpoint the last one asked
-  // for (``target``, until its page is shown), not from the one still shown; the link's
-  // hx-sync keeps only the last request (synced on #main, which a swap keeps: the timeline
-  // inside it is replaced, and a request queued on it would outlive its queue).
-  var target = null;
+  // for (``target``), not from the one still shown, and only one page is on its way at a time
+  // (``busy``, from a request for #main until its page has settled, when htmx has made its
+  // links live): then the page of the latest target is asked for, if it is not that
+  // one. A page asked for while another loads would abort that one (the link's hx-sync),
+  // which htmx reports as an error.
+  var target = null, busy = false;
+  function shownSeq() {   // the page's own checkpoint (``selected`` moves ahead with the presses)
+    var shown = document.querySelector(".timeline a.cp-link[aria-current]");
+    return shown ? shown.dataset.seq : null;
+  }
+  function go() {
+    if (busy || target === null) { return; }
+    var link = document.querySelector('.timeline a.cp-link[data-seq="' + target + '"]');
+    if (!link) { target = null; return; }
+    document.querySelectorAll(".timeline a.cp-link").forEach(function (a) { a.classList.toggle("selected", a === link); });
+    link.click();
+  }
   function step(delta) {
     var links = Array.prototype.slice.call(document.querySelectorAll(".timeline a.cp-link"));
-    var at = target === null ? -1 : links.findIndex(function (a) { return a.dataset.seq === target; });
-    if (at < 0) { at = links.findIndex(function (a) { return a.classList.contains("selected"); }); }
+    var from = target !== null ? target : shownSeq();
+    var at = links.findIndex(function (a) { return a.dataset.seq === from; });
     var next = links[at + delta];
-    if (!next) { return; }
+    if (at < 0 || !next) { return; }
     target = next.dataset.seq;
     links.forEach(function (a) { a.classList.toggle("selected", a === next); });
-    next.click();
+    go();
   }
-  document.addEventListener("htmx:afterSettle", function () {
-    var shown = document.querySelector(".timeline a.cp-link.selected");
-    if (shown && shown.dataset.seq === target) { target = null; }
+  function forMain(e) {   // a request for the checkpoint's page (htmx reports it on #main once swapped)
+    var to = e.detail && e.detail.target;
+    return !!(to && to.id === "main");
+  }
+  document.addEventListener("htmx:beforeRequest", function (e) { if (forMain(e)) { busy = true; } });
+  document.addEventListener("htmx:afterRequest", function (e) {
+    if (forMain(e) && !e.detail.successful) { busy = false; target = null; }   // failed: stop there
   });
-  document.addEventListener("click", function (e) {   // a person's own click: from there
-    if (e.isTrusted && e.target && e.target.closest && e.target.closest(".timeline a.cp-link")) { target = null; }
+  document.addEventListener("htmx:afterSettle", function (e) {
+    if (!forMain(e) || !e.target || e.target.id !== "main") { return; }   // once, not per out-of-band part
+    busy = false;
+    if (shownSeq() === target) { target = null; } else { go(); }
+  });
+  document.addEventListener("click", function (e) {   // a person's own click: on from there
+    var link = e.isTrusted && e.target && e.target.closest ? e.target.closest(".timeline a.cp-link") : null;
+    if (link) { target = link.dataset.seq; }
   }, true);
   document.addEventListener("keydown", function (e) {
     var t = e.target;
