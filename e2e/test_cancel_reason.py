@@ -21,8 +21,8 @@ REASON = "ops: stop it, the supplier changed prices"
 
 @pytest.fixture
 def busy(tmp_path: Path) -> Iterator[Demo]:
-    """A run of ``e2e/busy_graphs.py`` driven by ``harness run`` (a checkpoint every few tenths
-    of a second), served by ``harness serve`` over the same store."""
+    """A run of ``e2e/busy_graphs.py`` driven by ``harness run`` (a checkpoint every few hundredths
+    of a second, for a minute), served by ``harness serve`` over the same store."""
     db = f"sqlite:///{tmp_path / 'busy.db'}"
     pythonpath = os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent)])
     env = {**os.environ, "PYTHONPATH": pythonpath}
