@@ -35,12 +35,12 @@ from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import check_concurrency, new_limits
 from .history.events import with_writes
 from .history.new_runs import create_run
-from .history.registry import GraphRegistry, compiled
+from .history.registry import GraphRegistry
 from .history.state import state_json, state_model_at
 from .history.threads import thread_state
 from .store.base import CheckpointStore
 from .store.memory import MemoryStore
-from .travel.branches import new_fork, new_replay
+from .travel.branches import branch_code, new_fork, new_replay
 from .travel.diff import Change, diff
 from .travel.report import ReplayReport
 from .travel.transfer import export_thread, import_thread
@@ -241,20 +241,24 @@ class Runtime:
                    effects: str = "mock", mocks: Mapping[str, JSON] | None = None,
                    graph: Graph | ExecutableGraph | None = None, deadline: float | None = None,
                    max_steps: int | None = None, max_tokens: int | None = None,
-                   max_cost: float | None = None) -> Run:
+                   max_cost: float | None = None, queue: bool = False) -> Run:
         """Branch off at a checkpoint: a new run in the same thread whose input is the
         state there with ``patch`` applied; nodes finished there are not run again.
 
         ``effects="mock"`` serves effects from the source lineage's journal and pauses
         on any it has no record of; ``mocks={name: result}`` answers those up front;
         ``effects="live"`` runs them for real with keys of this branch. The fork copies
-        the source run's limits, except those given here; its usage starts at zero."""
+        the source run's limits, except those given here; its usage starts at zero.
+        ``queue=True`` creates the fork QUEUED for a worker (``harness worker``) and returns
+        it at once: nothing of it runs here (``graph`` must then be importable by reference)."""
+        queue = bool_arg(queue, "queue")
         limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
                             max_cost=max_cost)
         run, graph_used, head = new_fork(self._deps, id_arg(checkpoint_id, "checkpoint_id"), patch, effects, mocks,
-                                         compiled(graph_arg(graph)) if graph is not None else None, limits)
+                                         branch_code(graph_arg(graph) if graph is not None else None, queue),
+                                         limits, claim=not queue)
         self.graphs.remember_run(run.id, graph_used)
-        return await self._driver.drive(run, graph_used, head)
+        return run if queue else await self._driver.drive(run, graph_used, head)
 
     async def replay(self, run_or_checkpoint_id: str, graph: Graph | ExecutableGraph | None = None, *,
                      mocks: Mapping[str, JSON] | None = None) -> ReplayReport:
@@ -262,10 +266,22 @@ class Runtime:
         mocked — with the same code, or ``graph`` (a new version) — and report per node
         what differs from the recording."""
         run, graph_used, head = new_replay(self._deps, id_arg(run_or_checkpoint_id, "run_or_checkpoint_id"),
-                                           compiled(graph_arg(graph)) if graph is not None else None, mocks)
+                                           branch_code(graph_arg(graph) if graph is not None else None), mocks)
         self.graphs.remember_run(run.id, graph_used)
         await self._driver.drive(run, graph_used, head)
         return await self.replay_report(run.id)
+
+    async def submit_replay(self, run_or_checkpoint_id: str, graph: Graph | ExecutableGraph | None = None, *,
+                            mocks: Mapping[str, JSON] | None = None) -> Run:
+        """The replay ``replay`` makes, created QUEUED for a worker (``harness worker``) and
+        returned at once: nothing of it runs here, so there is no report yet;
+        ``replay_report(run.id)`` gives it once the replay has ended (or paused). As ``submit``
+        is to ``start``; ``graph`` must be importable by reference, as the worker runs it."""
+        run, graph_used, _ = new_replay(self._deps, id_arg(run_or_checkpoint_id, "run_or_checkpoint_id"),
+                                        branch_code(graph_arg(graph) if graph is not None else None, True), mocks,
+                                        claim=False)
+        self.graphs.remember_run(run.id, graph_used)
+        return run
 
     async def replay_report(self, replay_run_id: str) -> ReplayReport:
         """The report of a replay run (again after resuming one that paused)."""
