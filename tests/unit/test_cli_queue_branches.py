@@ -47,6 +47,15 @@ GRAPHS = textwrap.dedent('''
     async def pay(state, ctx):
         return {"receipt": await ctx.effect("charge", lambda info: charge(state.amount),
                                             request={"amount": state.amount})}
+
+    # a new version: one more node; only the replay given it runs it
+    checkout_v2 = Graph("queued_checkout", state=Order)
+    checkout_v2.node()(price)
+    checkout_v2.node(after=["price"])(pay)
+
+    @checkout_v2.node(after=["pay"])
+    def thank(state):
+        return {}
 ''')
 
 
@@ -152,6 +161,21 @@ def test_a_queued_replay_is_driven_by_a_worker_process_and_its_report_read_after
     assert main(["--db", db, "--json", "replay", replay_id, "--report"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["status"] == "succeeded" and report["same"] is True
+    assert calls(folder) == ["10"]
+
+
+def test_a_queued_replay_of_new_code_is_run_by_a_worker_that_imports_it_by_reference(
+        folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, run_id, _ = recorded(folder, capsys)
+    assert main(["--db", db, "--json", "replay", run_id, "--graph", "queued_graphs:checkout_v2", "--queue"]) == 0
+    replay_id = json.loads(capsys.readouterr().out)["run"]["id"]
+
+    code, _, err = worker(folder, db)   # started with the recorded version only
+    assert code == 0, err
+    assert main(["--db", db, "--json", "replay", replay_id, "--report"]) == 1   # it differs: a new node
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "succeeded"
+    assert {n["node"]: n["verdict"] for n in report["nodes"]} == {"price": "same", "pay": "same", "thank": "new"}
     assert calls(folder) == ["10"]
 
 
