@@ -21,9 +21,8 @@ from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
 from .core.jsonvalues import JSON
-from .core.records import (Checkpoint, CheckpointSource, Interrupt, InterruptStatus, NodeAttempt, PendingWrite, Run,
-                           RunKind, TraceEvent)
-from .core.states import NodeStatus, RunStatus
+from .core.records import Checkpoint, Interrupt, InterruptStatus, NodeAttempt, PendingWrite, Run, TraceEvent
+from .core.states import RunStatus
 from .engine.answers import MISSING
 from .engine.compensation import CompensationReport, compensate
 from .engine.deps import EngineDeps
@@ -33,14 +32,15 @@ from .engine.leases import make_owner
 from .engine.slots import Slots
 from .engine.streaming import DEFAULT_BUFFER, RunStream, follow, stream_call
 from .graph import AnyState, ExecutableGraph, Graph
-from .history.creation import check_concurrency, insert_run, new_limits, validate_input
+from .history.creation import check_concurrency, new_limits
 from .history.events import with_writes
-from .history.registry import GraphRegistry, compiled
-from .history.state import DROPPED_FIELDS, state_json, state_model_at
-from .history.threads import given_fields, known_fields, next_turn, thread_state, turn_base, turn_state
+from .history.new_runs import create_run
+from .history.registry import GraphRegistry
+from .history.state import state_json, state_model_at
+from .history.threads import thread_state
 from .store.base import CheckpointStore
 from .store.memory import MemoryStore
-from .travel.branches import new_fork, new_replay
+from .travel.branches import branch_code, new_fork, new_replay
 from .travel.diff import Change, diff
 from .travel.report import ReplayReport
 from .travel.transfer import export_thread, import_thread
@@ -132,46 +132,10 @@ class Runtime:
         return self._create(self.register(graph_arg(graph)), input, claim=False, **start_options(options))[0]
 
     def _create(self, graph: ExecutableGraph, input: Mapping[str, JSON] | BaseModel | None, *,
-                claim: bool, thread_id: str | None = None, deadline: float | None = None,
-                max_steps: int | None = None, max_tokens: int | None = None,
-                max_cost: float | None = None, max_concurrency: int | None = None,
-                compensate_on: Iterable[str] = ()) -> tuple[Run, Checkpoint]:
-        if thread_id is not None:
-            check_thread_id(thread_id)
-        follows = turn_base(self.store, self.graphs, thread_id) if thread_id is not None else None
-        if follows is not None and follows[0].graph_name != graph.name:
-            raise InvalidRequest(f"thread {thread_id} runs graph {follows[0].graph_name!r}; a turn must run "
-                                 f"that graph (a new version of it is fine), not {graph.name!r}")
-        # a turn's input is applied to the thread's state: what it leaves out is there already
-        before, dropped = (known_fields(graph, state_json(self.store, self.graphs, follows[1]))
-                           if follows is not None else (None, []))
-        state = validate_input(graph, input, before)
-        if isinstance(compensate_on, str) or not isinstance(compensate_on, Iterable):
-            raise InvalidRequest(f"compensate_on takes a list of 'failed' and/or 'cancelled', got {compensate_on!r}")
-        policy = sorted(set(compensate_on))
-        if [s for s in policy if s not in (RunStatus.FAILED.value, RunStatus.CANCELLED.value)]:
-            raise InvalidRequest(f"compensate_on takes a list of 'failed' and/or 'cancelled', got {compensate_on!r}")
-        now = self.env.now()
-        limits = new_limits(now, deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
-                            max_cost=max_cost, max_concurrency=max_concurrency)
-        run_id = self.env.ids.new("run")
-        options: dict[str, JSON] = {"compensate_on": policy} if policy else {}
-        run = Run(id=run_id, thread_id=thread_id or run_id, graph_name=graph.name,
-                  graph_version=graph.version, status=RunStatus.QUEUED, kind=RunKind.MAIN,
-                  input=state, created_at=now, updated_at=now, limits=limits,
-                  max_concurrency=max_concurrency or self.max_concurrency, options=options)
-        statuses = {n: NodeStatus.PENDING for n in graph.order}
-        if follows is None:
-            return insert_run(self.store, self.env, run, statuses, snapshot=state, claim=claim,
-                              source=CheckpointSource.INPUT)
-        previous, base = follows
-        turn_input, _ = turn_state(graph, before or {}, given_fields(input), state)
-        run = run.evolve(input=turn_input, parent_run_id=previous.id, base_checkpoint_id=base.id,
-                         options={**options, "turn": next_turn(self.store, previous),
-                                  **({DROPPED_FIELDS: dropped} if dropped else {})})
-        # the state is rebuilt from the previous turn's: only the input is stored
-        return insert_run(self.store, self.env, run, statuses, snapshot=None, claim=claim,
-                          source=CheckpointSource.TURN)
+                claim: bool, **options: Any) -> tuple[Run, Checkpoint]:
+        if options.get("thread_id") is not None:
+            check_thread_id(options["thread_id"])
+        return create_run(self.store, self.graphs, self.env, graph, input, claim=claim, **options)
 
     async def resume(self, run_id: str, answer: JSON = MISSING, *,
                      answers: Mapping[str, JSON] | None = None,
@@ -277,20 +241,24 @@ class Runtime:
                    effects: str = "mock", mocks: Mapping[str, JSON] | None = None,
                    graph: Graph | ExecutableGraph | None = None, deadline: float | None = None,
                    max_steps: int | None = None, max_tokens: int | None = None,
-                   max_cost: float | None = None) -> Run:
+                   max_cost: float | None = None, queue: bool = False) -> Run:
         """Branch off at a checkpoint: a new run in the same thread whose input is the
         state there with ``patch`` applied; nodes finished there are not run again.
 
         ``effects="mock"`` serves effects from the source lineage's journal and pauses
         on any it has no record of; ``mocks={name: result}`` answers those up front;
         ``effects="live"`` runs them for real with keys of this branch. The fork copies
-        the source run's limits, except those given here; its usage starts at zero."""
+        the source run's limits, except those given here; its usage starts at zero.
+        ``queue=True`` creates the fork QUEUED for a worker (``harness worker``) and returns
+        it at once: nothing of it runs here (``graph`` must then be importable by reference)."""
+        queue = bool_arg(queue, "queue")
         limits = new_limits(self.env.now(), deadline=deadline, max_steps=max_steps, max_tokens=max_tokens,
                             max_cost=max_cost)
         run, graph_used, head = new_fork(self._deps, id_arg(checkpoint_id, "checkpoint_id"), patch, effects, mocks,
-                                         compiled(graph_arg(graph)) if graph is not None else None, limits)
+                                         branch_code(graph_arg(graph) if graph is not None else None, queue),
+                                         limits, claim=not queue)
         self.graphs.remember_run(run.id, graph_used)
-        return await self._driver.drive(run, graph_used, head)
+        return run if queue else await self._driver.drive(run, graph_used, head)
 
     async def replay(self, run_or_checkpoint_id: str, graph: Graph | ExecutableGraph | None = None, *,
                      mocks: Mapping[str, JSON] | None = None) -> ReplayReport:
@@ -298,10 +266,22 @@ class Runtime:
         mocked — with the same code, or ``graph`` (a new version) — and report per node
         what differs from the recording."""
         run, graph_used, head = new_replay(self._deps, id_arg(run_or_checkpoint_id, "run_or_checkpoint_id"),
-                                           compiled(graph_arg(graph)) if graph is not None else None, mocks)
+                                           branch_code(graph_arg(graph) if graph is not None else None), mocks)
         self.graphs.remember_run(run.id, graph_used)
         await self._driver.drive(run, graph_used, head)
         return await self.replay_report(run.id)
+
+    async def submit_replay(self, run_or_checkpoint_id: str, graph: Graph | ExecutableGraph | None = None, *,
+                            mocks: Mapping[str, JSON] | None = None) -> Run:
+        """The replay ``replay`` makes, created QUEUED for a worker (``harness worker``) and
+        returned at once: nothing of it runs here, so there is no report yet;
+        ``replay_report(run.id)`` gives it once the replay has ended (or paused). As ``submit``
+        is to ``start``; ``graph`` must be importable by reference, as the worker runs it."""
+        run, graph_used, _ = new_replay(self._deps, id_arg(run_or_checkpoint_id, "run_or_checkpoint_id"),
+                                        branch_code(graph_arg(graph) if graph is not None else None, True), mocks,
+                                        claim=False)
+        self.graphs.remember_run(run.id, graph_used)
+        return run
 
     async def replay_report(self, replay_run_id: str) -> ReplayReport:
         """The report of a replay run (again after resuming one that paused)."""

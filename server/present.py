@@ -28,6 +28,7 @@ from runtime import (
     NodeReport,
     ReplayReport,
     Run,
+    RunKind,
     RunStatus,
     Runtime,
     StreamEvent,
@@ -127,6 +128,8 @@ class RunView:
                  *map(checkpoint_line, self.checkpoints), f"state: {json.dumps(self.state)}"]
         if self.orphaned:
             lines.append(f"its process is gone: recover it with  harness resume {self.run.id}")
+        if self.run.status == RunStatus.QUEUED:
+            lines += queued_lines(self.run)
         lines += waiting_lines(self.run.id, self.interrupts, self.sent)
         if self.unused_mocks:
             names = ", ".join(map(repr, self.unused_mocks))
@@ -134,6 +137,15 @@ class RunView:
                          f"the effects the run calls)")
         lines += [f"{_FOLLOWED[c.kind.value]}: {c.id} ({c.status.value})" for c in self.children]
         return lines
+
+
+def queued_lines(run: Run) -> list[str]:
+    """Who drives a queued run, and how to follow it from here (and read a replay's report)."""
+    lines = [f"queued: the next harness worker that can import its graph drives it; "
+             f"follow it with: harness watch {run.id}"]
+    if run.kind == RunKind.REPLAY:
+        lines.append(f"  its report, once it has ended: harness replay {run.id} --report")
+    return lines
 
 
 #: how ``show`` names the runs that came from a run, by their kind (a thread's next turn is "main")

@@ -32,12 +32,12 @@ from ..core.records import SERVED_STATUSES, Checkpoint, CheckpointSource, Effect
 from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..engine.decisions import with_limits
 from ..engine.deps import EngineDeps
-from ..graph import ExecutableGraph
+from ..graph import ExecutableGraph, Graph
 from ..graph.instances import base_node, group_of, loop_paths, parse_instance
 from ..graph.reducers import fold
 from ..history.creation import branch_statuses, inherited_of, insert_run, refuse_unknown_fields, renew_limits
 from ..history.lineage import branch_sources, continued_chain, writes_lineage
-from ..history.registry import RUN_GRAPH_REF
+from ..history.registry import RUN_GRAPH_REF, compiled, found_ref
 from ..history.state import base_state, state_json
 from ..store.base import CheckpointStore
 from .diff import json_equal
@@ -101,9 +101,11 @@ def effects_mode(effects: Any) -> EffectsMode:
 
 def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | None, effects: str,
              mocks: Mapping[str, JSON] | None, graph: ExecutableGraph | None,
-             limits: Mapping[str, JSON] | None = None) -> tuple[Run, ExecutableGraph, Checkpoint]:
-    """A fork run, created (claimed, not yet driven): the run, its graph, its head.
-    ``limits`` (validated by the caller) replace those copied from the source run."""
+             limits: Mapping[str, JSON] | None = None, *, claim: bool = True
+             ) -> tuple[Run, ExecutableGraph, Checkpoint]:
+    """A fork run, created (claimed, not yet driven; QUEUED for a worker unless ``claim``):
+    the run, its graph, its head. ``limits`` (validated by the caller) replace those copied
+    from the source run."""
     if patch is not None and not isinstance(patch, Mapping):
         raise InvalidRequest(f"a patch is an object of state fields, got {type(patch).__name__}")
     mode = effects_mode(effects)
@@ -145,17 +147,18 @@ def new_fork(deps: EngineDeps, checkpoint_id: str, patch: Mapping[str, JSON] | N
     if patched is not None:
         patch = {k: patched[k] for k in patch}  # type: ignore[union-attr]  # as the model coerced them
     deps.graphs.register(compiled, current=False)
-    run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=base, claim=True,
+    run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=base, claim=claim,
                            source=CheckpointSource.FORK, inherited=inherited_of(statuses),
                            patch=patch if patched is not None else None)
     return run, compiled, head
 
 
 def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
-               mocks: Mapping[str, JSON] | None) -> tuple[Run, ExecutableGraph, Checkpoint]:
+               mocks: Mapping[str, JSON] | None, *, claim: bool = True) -> tuple[Run, ExecutableGraph, Checkpoint]:
     """A replay of a run (from its lineage's first checkpoint) or of a checkpoint onwards.
 
-    Returns the replay run (created, not yet driven), its graph and its head."""
+    Returns the replay run (created, not yet driven; QUEUED for a worker unless ``claim``),
+    its graph and its head."""
     mocks_json = check_mocks(mocks)
     source, cp = _replay_base(deps, target_id)
     compiled = graph if graph is not None else deps.graphs.run_graph(source)
@@ -185,9 +188,27 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
             if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
     snapshot = fold(recorded_input, kept, compiled.reducers)
     deps.graphs.register(compiled, current=False)
-    run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=snapshot, claim=True,
+    run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=snapshot, claim=claim,
                            source=CheckpointSource.REPLAY, inherited=inherited_of(statuses))
     return run, compiled, head
+
+
+def branch_code(given: Graph | ExecutableGraph | None, queued: bool = False) -> ExecutableGraph | None:
+    """The code given to a fork or replay, compiled. A queued branch is driven by a worker,
+    another process, which finds that code again by its reference (``RUN_GRAPH_REF``): code
+    nothing can import (built by a factory, or in a script run as ``__main__``) is refused
+    before anything is written, rather than the worker running other code of that version."""
+    if given is None:
+        return None
+    done = compiled(given)
+    if queued and not done.ref:
+        ref = found_ref(given, done)
+        if ref is None:
+            raise InvalidRequest(f"a queued branch is driven by a worker, which must import its code: graph "
+                                 f"{done.name!r} given here is bound to no module-level name it can import "
+                                 f"(define it at module level, or load it with resolve_ref('module:attr'))")
+        done.ref = ref
+    return done
 
 
 def _replay_base(deps: EngineDeps, target_id: str) -> tuple[Run, Checkpoint]:

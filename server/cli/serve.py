@@ -96,8 +96,8 @@ def register(sub: Any) -> None:
     s.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
     s.add_argument("--token", help="required from every client (or $HARNESS_TOKEN); NAME:SECRET names who answers")
     s.add_argument("--workers", action="store_true",
-                   help="runs are driven by harness worker processes: an answer, or the resume of a failed run, "
-                        "leaves the run QUEUED for them instead of driving it in this server")
+                   help="runs are driven by harness worker processes: an answer, the resume of a failed run, "
+                        "a fork or a replay leaves the run QUEUED for them instead of driving it in this server")
     s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="on 127.0.0.1, also answer requests addressed to NAME (a local reverse proxy's); "
                         "others are refused, as a page on another site could make its name resolve here")

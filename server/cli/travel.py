@@ -63,17 +63,24 @@ async def cmd_fork(args: argparse.Namespace) -> int:
     graph = resolve_ref(args.graph) if args.graph else None
     with opened(args) as rt:
         run = await rt.fork(args.checkpoint, patch, effects=args.effects, mocks=mocks, graph=graph,
-                            **limit_args(args))
+                            queue=args.queue, **limit_args(args))
         await show_run(rt, args, run.id)
-    return exits.for_run(run)
+    # left to a worker: it goes on there (``harness watch RUN`` follows it)
+    return exits.OK if args.queue else exits.for_run(run)
 
 
 async def cmd_replay(args: argparse.Namespace) -> int:
     mocks = mocks_arg(args.mock)
     if args.report and mocks is not None:
         raise InputError("--report shows an existing replay; it takes no --mock")
+    if args.report and args.queue:
+        raise InputError("--report shows an existing replay; --queue makes a new one")
     graph = resolve_ref(args.graph) if args.graph else None
     with opened(args) as rt:
+        if args.queue:   # nothing has run yet, so no report: the run, and how to follow it
+            run = await rt.submit_replay(args.run, graph, mocks=mocks)
+            await show_run(rt, args, run.id)
+            return exits.OK
         if args.report:
             if graph is not None:   # the replay's code, for it alone (its version keeps its own)
                 rt.graphs.register(graph, current=False)
@@ -111,7 +118,8 @@ def register(sub: Any) -> None:
 
     f = add_command(sub, "fork", "branch off at a checkpoint (optionally patching its state)",
                     "Start a new run from the state at CHECKPOINT, with --patch applied; nodes "
-                    "finished there are not run again. Exit 0 when it succeeded or paused, else 1.")
+                    "finished there are not run again. Exit 0 when it succeeded or paused (or, with "
+                    "--queue, once it is queued), else 1.")
     f.add_argument("checkpoint", help="checkpoint id")
     f.add_argument("--patch", help='state fields to replace: {"field": value} (a JSON object)')
     f.add_argument("--effects", choices=["mock", "live"], default="mock",
@@ -120,18 +128,24 @@ def register(sub: Any) -> None:
     f.add_argument("--mock", action="append", metavar="NAME=JSON", help=MOCK_HELP)
     f.add_argument("--graph", help="MODULE:GRAPH of the run's own graph version (a fork continues that code)")
     add_limit_options(f, "the fork's (by default the source run's)")
+    f.add_argument("--queue", action="store_true",
+                   help="leave the fork to a worker (harness worker) and return at once: it waits QUEUED for one")
     f.set_defaults(fn=cmd_fork)
 
     r = add_command(sub, "replay", "re-execute a recorded run with effects mocked; compare",
                     "Re-execute a run (or everything after a checkpoint) with every effect "
                     "mocked, and report per node what differs from the recording. Like a test "
-                    "runner: exit 0 when the replay matches the recording, 1 when it differs.")
+                    "runner: exit 0 when the replay matches the recording, 1 when it differs (with "
+                    "--queue: 0 once it is queued).")
     r.add_argument("run", metavar="RUN", help="run id (replayed whole) or checkpoint id (replayed from there)")
     r.add_argument("--graph", help="MODULE:GRAPH of the new code to run against the recording "
                                    "(with --report: the replay's own graph, if it cannot be imported)")
     r.add_argument("--mock", action="append", metavar="NAME=JSON", help=MOCK_HELP)
     r.add_argument("--report", action="store_true",
                    help="show the report of an existing replay run RUN again (say, after resuming it)")
+    r.add_argument("--queue", action="store_true",
+                   help="leave the replay to a worker (harness worker) and return at once with its run id; "
+                        "its report, once it has ended: harness replay REPLAY_RUN --report")
     r.set_defaults(fn=cmd_replay)
 
     c = add_command(sub, "compensate", "undo a run's live effects, newest first, each once",

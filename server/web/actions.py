@@ -3,7 +3,8 @@
 Every action checks the run's state first (a conflict is ``Conflict``, HTTP 409),
 lets the Runtime validate the request before it writes anything (``InvalidRequest``,
 HTTP 422), and — for actions that drive a run — returns as soon as the run exists,
-driving it in the background so the page can follow it live.
+driving it in the background so the page can follow it live, or, on a server for workers
+(``harness serve --workers``) or when asked to, leaving it QUEUED for a worker process.
 """
 
 from __future__ import annotations
@@ -42,26 +43,34 @@ async def _run(rt: Runtime, run_id: str) -> Run:
 
 async def fork(rt: Runtime, tasks: Tasks, checkpoint_id: str, patch: Mapping[str, JSON] | None,
                effects: str = "mock", mocks: Mapping[str, JSON] | None = None,
-               limits: Mapping[str, Any] | None = None) -> str:
-    """A new branch from a checkpoint; the patch, mocks and limits are validated before anything is written."""
+               limits: Mapping[str, Any] | None = None, queue: bool = False) -> str:
+    """A new branch from a checkpoint; the patch, mocks and limits are validated before anything
+    is written. ``queue`` (always, on a server for workers): created QUEUED for a worker, and
+    nothing of it runs here."""
     if effects not in ("mock", "live"):
         raise InvalidRequest(f"effects must be 'mock' or 'live', got {effects!r}")
     if patch is not None and not isinstance(patch, Mapping):
         raise InvalidRequest(f"patch must be an object of state fields, got {type(patch).__name__}")
     await in_thread(rt.store.get_checkpoint, checkpoint_id)   # NotFound before anything else
+    if queue or getattr(tasks, "queue", False):
+        run = await rt.fork(checkpoint_id, patch, effects=effects, mocks=mocks, queue=True, **(limits or {}))
+        return run.id
     return await start_in_background(rt, rt.fork(checkpoint_id, patch, effects=effects, mocks=mocks,
                                                  **(limits or {})), tasks)
 
 
 async def replay(rt: Runtime, tasks: Tasks, target_id: str, version: str | None = None,
-                 mocks: Mapping[str, JSON] | None = None) -> str:
+                 mocks: Mapping[str, JSON] | None = None, queue: bool = False) -> str:
     """Re-execute a run (or from a checkpoint) with effects mocked, under the same or another
-    registered version of its graph; the report compares it node by node."""
+    registered version of its graph; the report compares it node by node. ``queue`` (always,
+    on a server for workers): created QUEUED for a worker, and nothing of it runs here."""
     graph = None
     if version:
         graph = rt.graphs.registered(version)
         if graph is None:
             raise InvalidRequest(f"graph version {version!r} is not registered with this server")
+    if queue or getattr(tasks, "queue", False):
+        return (await rt.submit_replay(target_id, graph, mocks=mocks)).id
     return await start_in_background(rt, rt.replay(target_id, graph, mocks=mocks), tasks)
 
 

@@ -337,11 +337,11 @@ async def compensate(request: Req, run_id: FromPath[str]) -> Json:
 @_act("/checkpoints/{checkpoint_id:str}/fork", 202, "Fork at a checkpoint", ForkBody, 404, 422)
 async def fork(request: Req, checkpoint_id: FromPath[str]) -> Response[Json]:
     """A new branch from the checkpoint with the patch applied (validated against the state's
-    schema before anything is written)."""
+    schema before anything is written); ``queue``: left QUEUED for a worker."""
     body = await _body(request, ForkBody)
     try:
         run_id = await actions.fork(_rt(request), request.app.state.tasks, checkpoint_id, body.patch,
-                                    body.effects, body.mocks, limits=body.limits())
+                                    body.effects, body.mocks, limits=body.limits(), queue=body.queue)
     except InvalidRequest as e:
         raise patch_refused(e) from None
     return _started(run_id)
@@ -349,9 +349,11 @@ async def fork(request: Req, checkpoint_id: FromPath[str]) -> Response[Json]:
 
 @_act("/runs/{run_id:str}/replay", 202, "Replay a run", ReplayBody, 404, 422)
 async def replay(request: Req, run_id: FromPath[str]) -> Response[Json]:
-    """Re-execute the run with effects mocked; its report is GET /api/runs/{new run id}/report."""
+    """Re-execute the run with effects mocked (``queue``: left QUEUED for a worker); its report is
+    GET /api/runs/{new run id}/report."""
     body = await _body(request, ReplayBody)
-    return _started(await actions.replay(_rt(request), request.app.state.tasks, run_id, body.version, body.mocks))
+    return _started(await actions.replay(_rt(request), request.app.state.tasks, run_id, body.version, body.mocks,
+                                         queue=body.queue))
 
 
 @_act("/import", 201, "Import an exported thread", EXPORTED, 422)

@@ -75,8 +75,9 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None =
                csrf_secret: str | None = None, also_hosts: Iterable[str] = (), workers: bool = False) -> Litestar:
     """The debugger over ``runtime``. Off loopback a token is required (``token``); on
     loopback it answers to this machine's names and ``also_hosts`` only (``origin``).
-    ``workers``: runs are driven by worker processes, so what an answer or a resume sets
-    going is left QUEUED for them (``Runtime.resume(queue=True)``), not driven here."""
+    ``workers``: runs are driven by worker processes, so what an answer, a resume, a fork or a
+    replay sets going is left QUEUED for them (``Runtime.resume(queue=True)``,
+    ``Runtime.fork(queue=True)``, ``Runtime.submit_replay``), not driven here."""
     check_bind(host, token)
     app = Litestar(
         route_handlers=[*pages.HANDLERS, *api.HANDLERS, *approvals.HANDLERS, *questions.HANDLERS,

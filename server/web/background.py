@@ -42,7 +42,8 @@ class Background(set[asyncio.Task[None]]):
     def __init__(self, queue: bool = False) -> None:
         super().__init__()
         self.hub = LiveHub()
-        #: what answers and resumes set going is left to worker processes (``harness serve --workers``)
+        #: what answers, resumes, forks and replays set going is left to worker processes
+        #: (``harness serve --workers``)
         self.queue = queue
 
 

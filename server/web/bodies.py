@@ -44,11 +44,17 @@ class ForkBody(_Limits):
     patch: dict[str, Any] | None = Field(None, description="state fields to change at the checkpoint")
     effects: Literal["mock", "live"] = Field("mock", description="serve effects from the journal, or run them")
     mocks: dict[str, Any] | None = Field(None, description="{effect name: result} for effects with no record")
+    queue: bool = Field(False, description="leave the fork to a worker: it is created QUEUED for one, with its "
+                                           "patch, effects mode, mocks and limits, and nothing of it runs in the "
+                                           "server (always so on a server started with --workers)")
 
 
 class ReplayBody(Body):
     version: str | None = Field(None, description="a registered version of the run's graph (default: its own)")
     mocks: dict[str, Any] | None = Field(None, description="{effect name: result} for effects with no record")
+    queue: bool = Field(False, description="leave the replay to a worker: it is created QUEUED for one, and "
+                                           "nothing of it runs in the server; GET /api/runs/{run_id}/report "
+                                           "once it has ended (always so on a server started with --workers)")
 
 
 class CancelBody(Body):

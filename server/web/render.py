@@ -52,7 +52,9 @@ def render(request: Request[Any, Any, Any], template: str, context: dict[str, An
            block: str | None = None, status: int = 200, headers: dict[str, str] | None = None) -> Response[str]:
     """The full page, or just ``block`` of it when htmx asked for a fragment."""
     tmpl = ENV.get_template(template)
-    ctx = {"request": request, "csrf": csrf_token(request), "path": request.url.path, **context}
+    # ``workers``: this server leaves the runs it sets going to worker processes (``serve --workers``)
+    workers = bool(getattr(getattr(request.app.state, "tasks", None), "queue", False))
+    ctx = {"request": request, "csrf": csrf_token(request), "path": request.url.path, "workers": workers, **context}
     if block is not None and is_htmx(request):
         html = "".join(tmpl.blocks[block](tmpl.new_context(ctx)))
     else:

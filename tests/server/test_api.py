@@ -528,7 +528,7 @@ def test_a_refused_body_says_what_the_field_expects_with_the_validators_words_as
 
 def test_an_unknown_field_is_named_with_the_fields_the_route_takes(seeded: Seeded, client: Client) -> None:
     r = client.post(f"/api/runs/{seeded.succeeded}/replay", json={"graph": "x"})
-    assert error(r, 422) == "graph: is not a field of this request (it takes: version, mocks)"
+    assert error(r, 422) == "graph: is not a field of this request (it takes: version, mocks, queue)"
     assert r.json()["details"] == [{"loc": ["graph"], "type": "extra_forbidden", "msg": "Extra inputs are not permitted"}]
 
 
@@ -694,7 +694,7 @@ def test_openapi_lists_every_route_with_its_body_and_statuses(reader: Client) ->
     fork = doc["paths"]["/api/checkpoints/{checkpoint_id}/fork"]["post"]
     limits = {"deadline", "max_steps", "max_tokens", "max_cost"}
     assert set(fork["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {
-        "patch", "effects", "mocks", *limits}
+        "patch", "effects", "mocks", "queue", *limits}
     resume = doc["paths"]["/api/runs/{run_id}/resume"]["post"]
     assert set(resume["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {"answers", "queue", *limits}
     assert set(fork["responses"]) == {"202", "404", "422"}
