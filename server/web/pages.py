@@ -22,7 +22,7 @@ from runtime.graph.instances import base_node, parse_instance
 from runtime.history.events import with_writes
 from runtime.store.base import MAX_SEQ
 
-from . import dag, services, timeline
+from . import dag, journal, services, timeline
 from .live import MOVED_EVERY
 from .render import is_htmx, render
 
@@ -193,11 +193,14 @@ async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name
     def load() -> dict[str, Any]:
         run = services.complete(rt.get_run(run_id))
         chosen = services.selected_checkpoint(rt, run_id, cp)
-        ctx: dict[str, Any] = {"run": run, "name": name, "cp": chosen, "page": max(1, page), "eq": eq}
+        # at a past checkpoint, what came after it is marked as such (never left out: pages stay the same)
+        until = journal.as_of(run, chosen)
+        ctx: dict[str, Any] = {"run": run, "name": name, "cp": chosen, "page": max(1, page), "eq": eq,
+                               "until": until}
         base = f"/runs/{run_id}/panels/{name}"
         ctx["page_url"] = lambda n: f"{base}?{urlencode({'cp': chosen.seq, 'page': n, **({'eq': eq} if eq else {})})}"
         if name == "journal":
-            rows = services.journal_rows(rt.store.journal([run_id]), run)
+            rows = journal.journal_rows(rt.store.journal([run_id]), run, until, rt.store.interrupts(run_id))
             start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
             ctx["rows"] = rows[start:start + services.ROWS_PER_PAGE]
             ctx["has_next"] = len(rows) > start + services.ROWS_PER_PAGE
@@ -206,6 +209,7 @@ async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name
             start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
             ctx["rows"] = attempts[start:start + services.ROWS_PER_PAGE]
             ctx["bars"] = services.waterfall(attempts, run)[start:start + services.ROWS_PER_PAGE]
+            ctx["mark"] = services.waterfall_mark(attempts, run, until)
             ctx["has_next"] = len(attempts) > start + services.ROWS_PER_PAGE
         elif name == "events":
             ctx["rows"], ctx["has_next"] = services.events_window(rt, run_id, ctx["page"], eq)

@@ -82,7 +82,8 @@ ENV.filters["fmt_time"] = _fmt_time
 ENV.filters["fmt_duration"] = _fmt_duration
 
 _macros: Any = ENV.get_template("_macros.html").module
-ENV.globals.update(badge=_macros.badge, tree=_macros.tree, form_fields=_macros.form_fields)
+ENV.globals.update(badge=_macros.badge, effect_state=_macros.effect_state, tree=_macros.tree,
+                   form_fields=_macros.form_fields)
 
 
 def badge_html(status: str) -> str:

@@ -22,7 +22,6 @@ from runtime.core.records import (
     Checkpoint,
     CheckpointSummary,
     Interrupt,
-    JournalEntry,
     NodeAttempt,
     PendingWrite,
     Run,
@@ -40,6 +39,7 @@ from runtime.store.base import MAX_SEQ
 from runtime.travel.diff import Change, diff
 from runtime.travel.views import CheckpointView
 
+from .journal import EffectRow as EffectRow, as_of, journal_rows as journal_rows
 from .render import as_json
 
 T = TypeVar("T")
@@ -129,6 +129,9 @@ class RunPage:
     compensated: bool = False
     #: an ended run with live effects of its own line that an undo is registered for and not done
     undoable: bool = False
+    #: when the selected checkpoint was taken, if it is a past one: what the store recorded
+    #: later is shown as later (None at the latest checkpoint, which shows the run as it is)
+    as_of: float | None = None
 
 
 def graph_description(rt: Runtime, run: Run) -> Mapping[str, Any]:
@@ -178,7 +181,8 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
         orphaned=rt.orphaned(run), unused_mocks=unused_mocks(rt.store, run),
         compensated=run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and compensated(rt.store, run),
         undoable=(run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
-                  and not run.effects_elsewhere and bool(left_to_undo(rt.store, run))))
+                  and not run.effects_elsewhere and bool(left_to_undo(rt.store, run))),
+        as_of=as_of(run, chosen))
 
 
 def _has_node(states: Mapping[str, NodeStatus], node: str) -> bool:
@@ -221,18 +225,28 @@ def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]
     the time a person took to answer).
     A first attempt's wait is not told: when it became ready is not recorded, and the
     run's start would count its dependencies' time as its own."""
-    t0 = run.created_at
-    span = max([a.ended_at for a in attempts] + [t0 + 1e-6]) - t0
+    t0, span = run.created_at, _span(attempts, run)
     last_end: dict[str, float] = {}
     out = []
     for a in sorted(attempts, key=lambda a: a.started_at):
         before = last_end.get(a.node)
-        out.append({"node": a.node, "attempt": a.attempt, "status": a.status.value,
+        out.append({"node": a.node, "attempt": a.attempt, "status": a.status.value, "started_at": a.started_at,
                     "at_ms": (a.started_at - t0) * 1000, "run_ms": (a.ended_at - a.started_at) * 1000,
                     "wait_ms": None if before is None else max(0.0, (a.started_at - before) * 1000),
                     "left": 100 * (a.started_at - t0) / span, "width": max(0.3, 100 * (a.ended_at - a.started_at) / span)})
         last_end[a.node] = a.ended_at
     return out
+
+
+def _span(attempts: Sequence[NodeAttempt], run: Run) -> float:
+    return max([a.ended_at for a in attempts] + [run.created_at + 1e-6]) - run.created_at
+
+
+def waterfall_mark(attempts: Sequence[NodeAttempt], run: Run, at: float | None) -> float | None:
+    """Where a past checkpoint falls on the waterfall (percent of its width)."""
+    if at is None:
+        return None
+    return max(0.0, min(100.0, 100 * (at - run.created_at) / _span(attempts, run)))
 
 
 def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1, per_page: int = INSTANCES_PER_PAGE,
@@ -255,9 +269,11 @@ def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1, per_p
         if a.node in wanted and a.started_at <= until:
             attempts.setdefault(a.node, []).append(a)
     effects: dict[str, list[EffectRow]] = {}
-    for e in journal_rows([e for e in rt.store.journal([page.run.id]) if e.node in wanted and e.at <= until],
-                          page.run):
-        effects.setdefault(e.node, []).append(e)
+    # labelled as they stood at the checkpoint (one still going is not in doubt), without those begun after it
+    for e in journal_rows([e for e in rt.store.journal([page.run.id]) if e.node in wanted], page.run,
+                          page.as_of, page.interrupts):
+        if not e.after:
+            effects.setdefault(e.node, []).append(e)
     writes: dict[str, list[PendingWrite]] = {}
     for w in rt.store.pending_writes(page.run.id, nodes=sorted(wanted)):   # by the (run, node) index
         if w.checkpoint_seq < page.selected.checkpoint.seq + 1:
@@ -314,51 +330,3 @@ def parse_json_object(text: str, what: str, shape: str) -> dict[str, JSON] | Non
         got = "null" if value is None else type(value).__name__
         raise InvalidRequest(f"{what} must be a JSON object of {shape}, got {got}")
     return value
-
-
-@dataclass(frozen=True, slots=True)
-class EffectRow:
-    """One effect as the journal ends up: LIVE, MOCKED (and from where), IN DOUBT, …"""
-
-    node: str
-    name: str
-    occurrence: int
-    key: str
-    label: str
-    request: JSON
-    result: JSON
-    error: str | None
-    source: str | None
-
-
-def journal_rows(entries: Sequence[JournalEntry], run: Run) -> list[EffectRow]:
-    from runtime.core.records import EffectStatus as E
-
-    last: dict[tuple[str, str, int], list[JournalEntry]] = {}
-    for e in entries:
-        last.setdefault((e.node, e.name, e.occurrence), []).append(e)
-    rows = []
-    for (node, name, occ), es in last.items():
-        statuses = [e.status for e in es]
-        final = es[-1]
-        outcome = next((e for e in reversed(es) if e.status in (E.SUCCEEDED, E.FAILED, E.MOCKED)), None)
-        if E.COMPENSATED in statuses:
-            label = "COMPENSATED"
-        elif E.COMPENSATION_FAILED in statuses:
-            label = "COMPENSATION FAILED"
-        elif E.COMPENSATING in statuses:
-            label = "COMPENSATING"
-        elif outcome is not None and outcome.status == E.MOCKED:
-            label = "MOCKED"
-        elif outcome is not None and outcome.status == E.FAILED:
-            label = "FAILED"
-        elif outcome is not None:
-            label = "LIVE"
-        elif run.status == RunStatus.RUNNING and final.status == E.STARTED:
-            label = "RUNNING"
-        else:
-            label = "IN DOUBT"
-        shown = outcome or final
-        rows.append(EffectRow(node, name, occ, final.key, label, es[0].request, shown.result, shown.error,
-                              shown.source))
-    return rows
