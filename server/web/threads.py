@@ -47,8 +47,10 @@ def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
         parent = r.parent_run_id if r.parent_run_id in by_id else None
         children.setdefault(parent, []).append(r)
     out: list[Branch] = []
-    mains = [r.id for r in sorted(runs, key=lambda r: r.created_at) if r.kind == RunKind.MAIN]
-    turns = {rid: n for n, rid in enumerate(mains, 1)} if len(mains) > 1 else {}
+    # a conversation's turns by the number the store gave each (as ``harness thread`` shows them):
+    # the turn after a fork of turn N is N + 1, so counting runs would number a forked line wrongly
+    mains = [r for r in runs if r.kind == RunKind.MAIN]
+    turns = {r.id: int(r.options.get("turn") or 1) for r in mains} if len(mains) > 1 else {}
 
     # a run's first follower stays at its depth, so 60 turns are one line, not a staircase;
     # its other children are branches one deeper, listed right under it before the line goes on

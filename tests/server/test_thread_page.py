@@ -84,3 +84,47 @@ def test_conversation_turns_are_numbered_and_say_which_turn_they_follow(tmp_path
         assert f'>after #{last.seq} of {first.id}</a>' in page
     finally:
         rt.close()
+
+
+def test_a_turn_after_a_fork_has_the_number_the_store_gives_it(tmp_path) -> None:
+    """Turns are numbered as the store numbers them (``options["turn"]``, as ``harness thread``
+    shows): the turn after a fork of turn N is N + 1, however many turns the thread has."""
+    from pydantic import BaseModel
+
+    from runtime import Graph, Runtime, SqlStore, append
+    from server.web import create_app
+
+    class Chat(BaseModel):
+        messages: Annotated[list[str], append] = []
+
+    g = Graph("chat", state=Chat)
+
+    @g.node()
+    def reply(s: Chat) -> dict:
+        return {"messages": [f"reply to {s.messages[-1]}"]}
+
+    def turn_labels(page: str) -> list[tuple[str, str]]:
+        return re.findall(r'<span class="kind">([\w ]+)</span>\s*<a href="/runs/(run_\w+)">', page)
+
+    rt = Runtime(SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
+    try:
+        async def talk(thread: str, turns: int) -> list[str]:
+            return [(await rt.start(g, {"messages": [f"m{n}"]}, thread_id=thread)).id for n in range(turns)]
+
+        # two turns, a fork of the first, one more turn: that one is turn 2 (of the fork's line)
+        one, two = asyncio.run(talk("conv2", 2))
+        fork = asyncio.run(rt.fork(rt.store.checkpoints(one)[-1].id))
+        [after_fork] = asyncio.run(talk("conv2", 1))
+        assert rt.store.get_run(after_fork).options["turn"] == 2
+        # three turns, a fork of the first, one more: turn 2 again, not turn 4
+        a, b, c = asyncio.run(talk("conv3", 3))
+        fork3 = asyncio.run(rt.fork(rt.store.checkpoints(a)[-1].id))
+        [next3] = asyncio.run(talk("conv3", 1))
+        with TestClient(create_app(rt)) as client:
+            conv2 = turn_labels(client.get("/threads/conv2").text)
+            conv3 = turn_labels(client.get("/threads/conv3").text)
+        # a branch is listed under the run it came from, before that run's line goes on
+        assert conv2 == [("turn 1", one), ("fork", fork.id), ("turn 2", after_fork), ("turn 2", two)]
+        assert conv3 == [("turn 1", a), ("fork", fork3.id), ("turn 2", next3), ("turn 2", b), ("turn 3", c)]
+    finally:
+        rt.close()
