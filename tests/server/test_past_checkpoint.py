@@ -230,11 +230,14 @@ def test_interrupts_say_when_they_were_asked_and_answered(published: Published, 
 def test_the_trace_marks_the_events_after_the_checkpoint(published: Published, web: Client) -> None:
     cp = published.cps[2]
     html = web.get(f"/runs/{published.run_id}/panels/events?cp=2").text
+    assert f"Checkpoint #2 reflects the events up to #{cp.event_seq}" in html
     assert f'<tr id="ev-{cp.event_seq}">' in html
-    after = html.index(f'<tr id="ev-{cp.event_seq + 1}" class="after-cp">')
-    divider = html.index('<tr class="cp-divider">')
-    assert html.index(f'<tr id="ev-{cp.event_seq}">') < divider < after
-    assert html.count('class="cp-divider"') == 1
+    # a line where it was taken, above the first event after it; the later ones greyed
+    assert f'<tr id="ev-{cp.event_seq + 1}" class="after-cp cp-line">' in html
+    assert f'<tr id="ev-{cp.event_seq + 2}" class="after-cp">' in html
+    assert html.count("cp-line") == 1
+    head = web.get(f"/runs/{published.run_id}/panels/events?cp={published.cps[-1].seq}").text
+    assert "after-cp" not in head and "reflects the events" not in head
 
 
 # ------------------------------------------------------------------ the labels, record by record
