@@ -33,14 +33,19 @@ def _port(text: str) -> int:
     return port
 
 
-def _free_port(host: str, port: int) -> int:
-    """``port`` if it is free (0: any free port)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise InputError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-        return int(s.getsockname()[1])
+def _listening(host: str, port: int) -> socket.socket:
+    """A socket bound to ``port`` (0: any free port), handed to the server as it is: a port
+    probed and let go could be taken before the server binds it again."""
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # as the server's own sockets: a restart binds the port its last run's connections still
+    # hold in TIME_WAIT (a port another process listens on is refused all the same)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, port))
+    except OSError as e:
+        s.close()
+        raise InputError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return s
 
 
 async def _serve(rt: Any, host: str, port: int, token: str | None, also_hosts: Iterable[str] = (),
@@ -50,11 +55,12 @@ async def _serve(rt: Any, host: str, port: int, token: str | None, also_hosts: I
     from server.web import create_app
 
     app = create_app(rt, host=host, token=token, also_hosts=also_hosts, workers=workers)
-    port = _free_port(host, port)
-    shown = f"[{host}]" if ":" in host else host
-    print(f"Shadow Harness debugger: http://{shown}:{port}/runs", flush=True)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
-    await uvicorn.Server(config).serve()
+    with _listening(host, port) as sock:
+        port = int(sock.getsockname()[1])
+        shown = f"[{host}]" if ":" in host else host
+        print(f"Shadow Harness debugger: http://{shown}:{port}/runs", flush=True)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        await uvicorn.Server(config).serve(sockets=[sock])
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:

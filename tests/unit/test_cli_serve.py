@@ -3,10 +3,12 @@ loopback, clear one-line mistakes, and a real server that answers."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,6 +80,65 @@ def test_serve_answers_with_the_runs_page_and_requires_its_token(tmp_path: Path)
             if stream is not None:
                 stream.close()
 
+
+
+def _serve(db: Path, port: int) -> tuple[subprocess.Popen[str], int, str]:
+    """``harness serve`` on ``port``: the process, the port it listens on and, when it failed to
+    start (it has ended then, and the port is 0), what it said on stderr."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--db", str(db), "--port", str(port)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/runs", proc.stdout.readline())
+    if not found:
+        _, err = proc.communicate(timeout=20)
+        return proc, 0, err
+    return proc, int(found.group(1)), ""
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C to a server that still runs, until it exits."""
+    if proc.returncode is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+def test_serve_restarts_on_the_port_it_left_while_a_browser_still_held_a_connection(tmp_path: Path) -> None:
+    first, port, err = _serve(tmp_path / "h.db", 0)
+    assert port, err
+    browser = http.client.HTTPConnection("127.0.0.1", port, timeout=10)   # kept alive, as a browser's
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                browser.request("GET", "/runs")
+                browser.getresponse().read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                browser.close()
+                time.sleep(0.1)
+        _stop(first)   # the server closes that connection first: its side of it waits in TIME_WAIT
+        second, again, err = _serve(tmp_path / "h.db", port)
+        _stop(second)
+        assert again == port, err
+    finally:
+        browser.close()
+
+
+def test_serve_on_a_port_another_process_listens_on_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc, port, err = _serve(tmp_path / "h.db", taken.getsockname()[1])
+        _stop(proc)
+    assert port == 0 and proc.returncode != 0
+    assert "cannot listen on 127.0.0.1:" in err and "Address already in use" in err and "Traceback" not in err
 
 SLOW_GRAPH = '''
 import asyncio
