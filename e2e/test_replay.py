@@ -17,10 +17,12 @@ def test_replay_shows_the_divergence_report(page: Page, demo: Any, shot: Any) ->
     page.locator(".actions").get_by_role("link", name="Replay…").click()
     expect(page).to_have_url(re.compile(rf"/runs/{support}/replay$"))
 
-    # the demo registers a second version of the support graph: it is offered beside the run's own
+    # the demo registers a second version of the support graph: it is offered beside the run's own,
+    # each named by the reference it was registered with
     options = page.locator("#version option")
-    expect(options.first).to_contain_text(f"the run's own ({run['graph_version']})")
+    expect(options.first).to_have_text(f"examples.demo_support:graph ({run['graph_version']}) · this run's own version")
     expect(options).to_have_count(2)
+    expect(options.nth(1)).to_contain_text("examples.demo_support:graph_v2 (")
     other = options.nth(1).get_attribute("value")
     assert other and other != run["graph_version"]
     page.locator("#version").select_option(other)

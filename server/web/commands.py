@@ -104,26 +104,63 @@ async def fork_submit(request: Request[Any, Any, Any], checkpoint_id: FromPath[s
 
 # ------------------------------------------------------------------ replay and its report
 
+def _version_label(rt: Runtime, version: str) -> str:
+    """A graph version as people tell them apart: the reference it was registered by
+    (``MODULE:GRAPH``, a plan's file), with its hash."""
+    graph = rt.graphs.registered(version)
+    ref = graph.ref if graph is not None else None
+    if not ref:
+        stored = rt.store.graph_description(version) or {}
+        ref = stored.get("ref") if isinstance(stored.get("ref"), str) else None
+    return f"{ref} ({version})" if ref else version
+
+
+def _replay_context(rt: Runtime, run_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    """The replay form of a run, or of what follows one of its checkpoints: the run's own
+    version and the other registered versions of its graph, each named."""
+    cp = rt.store.get_checkpoint(checkpoint_id) if checkpoint_id else None
+    run = complete(rt.get_run(cp.run_id if cp else run_id))
+    versions = [(g.version, _version_label(rt, g.version)) for g in rt.graphs.versions(run.graph_name)
+                if g.version != run.graph_version]
+    action = f"/checkpoints/{cp.id}/replay" if cp else f"/runs/{run.id}/replay"
+    return {"run": run, "cp": cp, "own": _version_label(rt, run.graph_version), "versions": versions,
+            "action": action, "error": None, "mocks_text": ""}
+
+
+async def _replay(request: Request[Any, Any, Any], target: str, ctx: dict[str, Any],
+                  data: dict[str, str]) -> Response[Any]:
+    """Start (or queue) the replay the form asks for, and go to its report; the form again
+    with the error when it is refused."""
+    rt = _rt(request)
+    try:
+        mocks = services.parse_json_object(data.get("mocks", ""), "mocks", "{effect name: result}")
+        new_id = await actions.replay(rt, request.app.state.tasks, target, data.get("version") or None, mocks)
+    except (InvalidRequest, Conflict, NotFound) as e:
+        return render(request, "replay.html", {**ctx, "error": str(e), "mocks_text": data.get("mocks", "")},
+                      status=_status(e))
+    return _go(request, f"/runs/{new_id}/report")
+
+
 @get("/runs/{run_id:str}/replay", include_in_schema=False)
 async def replay_form(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[str]:
-    rt = _rt(request)
-    run = await in_thread(lambda: complete(rt.get_run(run_id)))
-    versions = [g.version for g in rt.graphs.versions(run.graph_name)]
-    return render(request, "replay.html", {"run": run, "versions": versions, "error": None, "mocks_text": ""})
+    return render(request, "replay.html", await in_thread(_replay_context, _rt(request), run_id))
 
 
 @post("/runs/{run_id:str}/replay", include_in_schema=False)
 async def replay_submit(request: Request[Any, Any, Any], run_id: FromPath[str], data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
-    rt = _rt(request)
-    run = await in_thread(lambda: complete(rt.get_run(run_id)))
-    try:
-        mocks = services.parse_json_object(data.get("mocks", ""), "mocks", "{effect name: result}")
-        new_id = await actions.replay(rt, request.app.state.tasks, run_id, data.get("version") or None, mocks)
-    except (InvalidRequest, Conflict, NotFound) as e:
-        versions = [g.version for g in rt.graphs.versions(run.graph_name)]
-        return render(request, "replay.html", {"run": run, "versions": versions, "error": str(e),
-                                               "mocks_text": data.get("mocks", "")}, status=_status(e))
-    return _go(request, f"/runs/{new_id}/report")
+    return await _replay(request, run_id, await in_thread(_replay_context, _rt(request), run_id), data)
+
+
+@get("/checkpoints/{checkpoint_id:str}/replay", include_in_schema=False)
+async def replay_from_form(request: Request[Any, Any, Any], checkpoint_id: FromPath[str]) -> Response[str]:
+    """Replay what followed a checkpoint (the nodes folded up to it are kept, as a fork keeps them)."""
+    return render(request, "replay.html", await in_thread(_replay_context, _rt(request), "", checkpoint_id))
+
+
+@post("/checkpoints/{checkpoint_id:str}/replay", include_in_schema=False)
+async def replay_from_submit(request: Request[Any, Any, Any], checkpoint_id: FromPath[str], data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
+    ctx = await in_thread(_replay_context, _rt(request), "", checkpoint_id)
+    return await _replay(request, checkpoint_id, ctx, data)
 
 
 @get("/runs/{run_id:str}/report", include_in_schema=False)
@@ -196,5 +233,5 @@ async def import_submit(request: Request[Any, Any, Any], data: Annotated[dict[st
     return render(request, "import.html", {"error": None, "runs": runs}, status=201)
 
 
-HANDLERS = [fork_form, fork_submit, replay_form, replay_submit, report_page, resume_submit, cancel_submit,
+HANDLERS = [fork_form, fork_submit, replay_form, replay_submit, replay_from_form, replay_from_submit, report_page, resume_submit, cancel_submit,
             compensate_submit, export_download, import_form, import_submit]

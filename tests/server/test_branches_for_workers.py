@@ -153,6 +153,22 @@ def test_a_replay_on_a_server_for_workers_is_queued_and_its_report_follows_the_w
     assert setup.calls == [10]
 
 
+
+def test_a_replay_from_a_checkpoint_on_a_server_for_workers_is_queued_from_that_checkpoint(setup: Setup) -> None:
+    with TestClient(create_app(setup.server, workers=True)) as client:
+        url = f"/checkpoints/{setup.cp}/replay"
+        assert "the replay waits QUEUED for one" in client.get(url).text
+        r = client.post(url, data={"_csrf_token": csrf(client, url)}, follow_redirects=False)
+        assert r.status_code == 303, r.text
+        replay_id = r.headers["location"].removeprefix("/runs/").removesuffix("/report")
+        left_to_workers(setup, client, replay_id)
+        assert setup.server.store.get_run(replay_id).base_checkpoint_id == setup.cp
+
+        assert setup.worker(replay_id) == RunStatus.SUCCEEDED
+        assert "Every node did what the recording did." in client.get(r.headers["location"]).text
+        assert not client.app.state.tasks
+    assert setup.calls == [10]
+
 def test_the_api_queues_a_fork_or_a_replay_when_asked(setup: Setup) -> None:
     with TestClient(create_app(setup.server)) as client:
         fork = client.post(f"/api/checkpoints/{setup.cp}/fork", json={"queue": True, "max_steps": 5})
