@@ -1,7 +1,9 @@
-"""A busy run: a map over many items, eight at a time (the default), each a sleep of 1.2 s,
-so that the run records a checkpoint every few hundredths of a second for a minute, however
-fast the machine. The browser test types
-into the run page while its live updates arrive (``harness serve busy_graphs:graph``)."""
+"""Runs that go on while a browser follows them (``harness serve busy_graphs:graph``).
+
+A busy run: a map over many items, eight at a time (the default), each a sleep of 1.2 s, so
+that the run records a checkpoint every few hundredths of a second for a minute, however fast
+the machine; a browser test types into its page while its live updates arrive. A steady run
+(``steady``): five steps in a row, each with events between its checkpoints."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Annotated
 
 from pydantic import BaseModel
 
-from runtime import Graph, append
+from runtime import Graph, NodeContext, append
 
 
 class Busy(BaseModel):
@@ -25,3 +27,46 @@ graph = Graph("busy", state=Busy)
 async def step(state: Busy, item: int) -> dict[str, list[int]]:
     await asyncio.sleep(1.2)
     return {"done": [item]}
+
+
+
+class Steady(BaseModel):
+    log: Annotated[list[str], append] = []
+
+
+#: a run that goes on for about fifteen seconds: five steps one after the other, each saying
+#: how far it got every 0.4 s (recorded events between checkpoints), so that a page following
+#: it sees events arrive both with and without a checkpoint
+steady = Graph("steady", state=Steady)
+
+
+async def _work(name: str, ctx: NodeContext) -> dict[str, list[str]]:
+    for k in range(7):
+        ctx.emit({"step": name, "at": k})
+        await asyncio.sleep(0.4)
+    return {"log": [name]}
+
+
+@steady.node()
+async def fetch(state: Steady, ctx: NodeContext) -> dict[str, list[str]]:
+    return await _work("fetch", ctx)
+
+
+@steady.node(after=["fetch"])
+async def parse(state: Steady, ctx: NodeContext) -> dict[str, list[str]]:
+    return await _work("parse", ctx)
+
+
+@steady.node(after=["parse"])
+async def score(state: Steady, ctx: NodeContext) -> dict[str, list[str]]:
+    return await _work("score", ctx)
+
+
+@steady.node(after=["score"])
+async def rank(state: Steady, ctx: NodeContext) -> dict[str, list[str]]:
+    return await _work("rank", ctx)
+
+
+@steady.node(after=["rank"])
+async def report(state: Steady, ctx: NodeContext) -> dict[str, list[str]]:
+    return await _work("report", ctx)

@@ -97,7 +97,50 @@
     if (elt && elt.hasAttribute && elt.hasAttribute("data-refresh")) {
       e.detail.path = window.location.pathname + window.location.search;
     }
+    // The trace follows the run only once opened, at the page and search it shows.
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-trace")) {
+      var shown = document.querySelector("#events[open] table.events[data-src]");
+      if (!shown) { e.preventDefault(); return; }
+      e.detail.path = atShown(shown.getAttribute("data-src"));
+    }
+    // The trace is kept through swaps of the page (hx-preserve): it is read at the checkpoint shown now.
+    if (elt && elt.id === "events") { e.detail.path = atShown(e.detail.path); }
   });
+  function atShown(path) {   // ``path`` with the checkpoint shown as its ``cp``
+    var seq = shownSeq(), url = new URL(path, window.location.href);
+    if (seq !== null) { url.searchParams.set("cp", seq); }
+    return url.pathname + url.search;
+  }
+  // A step (or a refresh following the head) to another checkpoint reads the kept trace again
+  // there: which of its events came after the checkpoint depends on it.
+  document.addEventListener("htmx:afterSettle", function (e) {
+    if (!e.target || e.target.id !== "main") { return; }
+    var table = document.querySelector("#events[open] table.events[data-src]");
+    if (!table) { return; }
+    var src = table.getAttribute("data-src");
+    if (atShown(src) !== new URL(src, window.location.href).pathname + new URL(src, window.location.href).search) {
+      htmx.ajax("GET", atShown(src), {target: "#events .panel-body", swap: "innerHTML"});
+    }
+  });
+  // A running run's time so far goes on between refreshes: counted here from what the server
+  // last said (no clock of this machine is compared with the server's). A page of a run that
+  // ended or paused has no data-took, so the count stops with the refresh that says so.
+  function duration(s) {   // as the server writes it (render.py _fmt_duration)
+    if (s < 1) { return Math.round(s * 1000) + " ms"; }
+    if (s < 120) { return s.toFixed(1) + " s"; }
+    return (s / 60).toFixed(1) + " min";
+  }
+  function stamp() {   // when the server's figure arrived: the count goes on from there
+    var took = document.querySelector("#run-took[data-took]:not([data-since])");
+    if (took) { took.dataset.since = String(Date.now()); }
+  }
+  window.setInterval(function () {
+    stamp();
+    var took = document.querySelector("#run-took[data-took]");
+    if (!took) { return; }
+    var s = parseFloat(took.dataset.took) + (Date.now() - parseFloat(took.dataset.since)) / 1000;
+    took.textContent = duration(s);
+  }, 500);
   // The timeline is a scrolled box: bring the selected checkpoint into it, moving the box
   // only (scrollIntoView would scroll the page too, away from the panels being stepped).
   function reveal() {
@@ -135,9 +178,9 @@
     focusSelected = !!(e.detail.elt && e.detail.elt.classList && e.detail.elt.classList.contains("cp-link")
                        && document.activeElement === e.detail.elt);
   });
-  document.addEventListener("DOMContentLoaded", function () { restore(document); reveal(); });
+  document.addEventListener("DOMContentLoaded", function () { stamp(); restore(document); reveal(); });
   document.addEventListener("htmx:afterSwap", function (e) {
-    restore(e.target); reveal();
+    stamp(); restore(e.target); reveal();
     var sel = focusSelected && document.querySelector(".timeline a.cp-link.selected");
     if (sel && (document.activeElement === document.body || !document.activeElement)) { sel.focus({preventScroll: true}); }
     focusSelected = false;

@@ -295,7 +295,7 @@ def test_a_refresh_of_a_running_runs_page_brings_its_header_up_to_date(seeded: S
     assert '<dl class="meta" id="run-meta">' in whole   # in place on the page, swapped in by a refresh
 
     def took(html: str) -> str:
-        found = re.search(r"<dt>Started</dt><dd>[^<]* · ([^<]+)</dd>", html)
+        found = re.search(r'<dt>Started</dt><dd>[^<]* · <span id="run-took"[^>]*>([^<]+)</span></dd>', html)
         assert found
         return found.group(1)
 
