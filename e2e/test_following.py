@@ -84,3 +84,9 @@ def test_a_running_runs_trace_and_time_so_far_stay_current_until_it_ends(page: P
     final = started.inner_text()
     page.wait_for_timeout(1200)
     assert started.inner_text() == final and page.locator("#run-took[data-took]").count() == 0
+
+    # a step back keeps the trace open, read again at the checkpoint now shown: later events greyed
+    page.locator(".timeline a.cp-link").nth(1).click()
+    expect(page.locator("#events")).to_have_attribute("open", "")
+    expect(page.locator("#events table.events tr.after-cp").first).to_be_visible()
+    assert "cp=1" in (page.locator("#events table.events").get_attribute("data-src") or "")
