@@ -239,3 +239,28 @@ def test_quick_key_presses_each_step_once(page: Page, demo: Any, shot: Any) -> N
     page.wait_for_timeout(300)
     selected(page, last - 5)
     assert errors == [] and aborted == [], (errors, aborted)
+
+
+def test_panels_opened_or_closed_stay_so_while_stepping(page: Page, demo: Any, shot: Any) -> None:
+    """A panel opened (the effect journal, loaded once opened) or closed (the state) stays so
+    at the next checkpoint, loaded there once; another run's page opens with its defaults."""
+    run_id = demo.ids["research"]
+    page.goto(f"/runs/{run_id}?cp=3")
+    journal, state = page.locator("details[data-panel=journal]"), page.locator("details[data-panel=state]")
+    journal.locator("> summary").click()
+    expect(journal.locator(".panel-body table")).to_be_visible()
+    state.locator("> summary").click()
+    expect(state).not_to_have_attribute("open", "")
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "journal" in r.url else None)
+    page.keyboard.press("j")
+    selected(page, 4)
+    expect(journal).to_have_attribute("open", "")
+    expect(journal.locator(".panel-body table")).to_be_visible()
+    expect(state).not_to_have_attribute("open", "")
+    page.wait_for_timeout(300)
+    assert len(asked) == 1 and asked[0].endswith("/panels/journal?cp=4"), asked
+    other = demo.ids["fan_out"]
+    page.goto(f"/runs/{other}")
+    expect(page.locator("details[data-panel=state]")).to_have_attribute("open", "")
+    expect(page.locator("details[data-panel=journal]")).not_to_have_attribute("open", "")

@@ -63,19 +63,31 @@
     var box = d.parentElement && d.parentElement.closest("[id]");
     return window.location.pathname + "#" + (box ? box.id : "") + ":" + d.dataset.path;
   }
+  // So is a panel opened or closed (the effect journal, say) on one run's page: a live refresh
+  // or a step swaps the panels in again, and a lazy one opened again loads at the new checkpoint.
+  function panelKey(d) { return window.location.pathname + "#panel:" + d.dataset.panel; }
   document.addEventListener("toggle", function (e) {
-    var d = e.target;
-    if (!d.classList || !d.classList.contains("j")) { return; }
-    var f = folded(); f[where(d)] = d.open ? 1 : 0;
+    var d = e.target, key = null;
+    if (d.classList && d.classList.contains("j")) { key = where(d); }
+    if (d.classList && d.classList.contains("panel") && d.dataset.panel) { key = panelKey(d); }
+    if (key === null) { return; }
+    var f = folded(); f[key] = d.open ? 1 : 0;
     try { sessionStorage.setItem(KEY, JSON.stringify(f)); } catch (err) { /* full: folds are a convenience */ }
   }, true);
-  function restore(root) {
+  function apply(d, was) { if (was === 1) { d.open = true; } else if (was === 0) { d.open = false; } }
+  function restore(root) {   // as the new content comes in, before its own toggle events
     var f = folded();
-    root.querySelectorAll("details.j[data-path]").forEach(function (d) {
-      var was = f[where(d)];
-      if (was === 1) { d.open = true; } else if (was === 0) { d.open = false; }
-    });
+    root.querySelectorAll("details.j[data-path]").forEach(function (d) { apply(d, f[where(d)]); });
+    root.querySelectorAll("details.panel[data-panel]").forEach(function (d) { apply(d, f[panelKey(d)]); });
   }
+  // A lazy panel opened by ``restore`` may have toggled before htmx made it live: asked to
+  // load once htmx has (its trigger is "toggle once": never loaded twice).
+  document.addEventListener("htmx:load", function (e) {
+    var root = e.target, sel = "details.panel.lazy[open]";
+    var found = Array.prototype.slice.call(root.querySelectorAll ? root.querySelectorAll(sel) : []);
+    if (root.matches && root.matches(sel)) { found.push(root); }
+    found.forEach(function (d) { if (d.id !== "events") { htmx.trigger(d, "toggle"); } });
+  });
   // A node clicked in the graph drawing opens at the checkpoint picked: the drawing is laid
   // out once per graph version and stays put while htmx swaps the checkpoint below it. A page
   // that picked none follows the head of a run going on, and goes on following it.
