@@ -170,7 +170,9 @@ async def report_page(request: Request[Any, Any, Any], run_id: FromPath[str]) ->
     if not run.options.get("compare"):
         raise NotFound(f"run {run_id} is not a replay: it has no divergence report")
     report = await in_thread(lambda: complete(rt.replay_report(run_id)))
-    return render(request, "report.html", {"run": run, "report": report}, block="report")
+    # where it started: the run's start, or a checkpoint whose folded nodes it kept
+    base = await in_thread(rt.store.get_checkpoint, report.base_checkpoint_id)
+    return render(request, "report.html", {"run": run, "report": report, "base": base}, block="report")
 
 
 # ------------------------------------------------------------------ resume, cancel, compensate

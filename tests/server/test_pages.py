@@ -857,6 +857,7 @@ def test_replay_form_offers_other_versions_and_its_report_lists_verdicts(seeded:
     verdicts = dict(re.findall(r'<tr class="verdict-\w+"><td>(\w+)</td><td><strong>(\w+)</strong>', report.text))
     assert verdicts == {"price": "different", "charge": "different"}
     assert "Some nodes diverged." in report.text and f"with graph v{v2.version}" in report.text
+    assert "</a> from its start (graph v" in report.text                  # the whole run, not from a checkpoint
     assert "<code>70</code> → <code>77</code>" in report.text           # price's write, recorded → replayed
     assert seeded.world.charges == ["7"]                                  # nothing outside was called
     assert f'href="/runs/{replay_id}/report"' in client.get(f"/runs/{replay_id}").text

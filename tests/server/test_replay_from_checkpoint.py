@@ -76,6 +76,7 @@ def test_replaying_from_a_checkpoint_keeps_what_it_folded_and_lands_on_the_repor
     assert replay.options["source"] == {"run_id": seeded.succeeded, "checkpoint_id": chosen.id}
     report = client.get(r.headers["location"])
     assert report.status_code == 200 and "Every node did what the recording did." in report.text
+    assert f'from <a href="/runs/{seeded.succeeded}?cp={chosen.seq}">checkpoint #{chosen.seq}</a> on' in report.text
     assert seeded.world.charges == ["7"]                                  # nothing outside was called
 
 
