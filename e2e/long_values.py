@@ -23,5 +23,9 @@ def collect(s: Joined) -> dict[str, Any]:
 
 
 @graph.node(after=["collect"])
-def join(s: Joined) -> dict[str, Any]:
-    return {"summary": ",".join(s.parts) * 3}
+async def join(s: Joined, ctx: Any) -> dict[str, Any]:
+    summary = ",".join(s.parts) * 3
+    # an effect whose name, request, result and key have no space to break at either
+    await ctx.effect("notify.send_the_summary_to_every_subscriber_of_the_list",
+                     lambda info: {"receipt": info.key * 3}, request={"summary": summary})
+    return {"summary": summary}

@@ -43,10 +43,12 @@ def test_fork_with_a_patch(page: Page, demo: Any, shot: Any) -> None:
     expect(page).to_have_url(re.compile(rf"/checkpoints/{cp['id']}/fork$"))
     expect(page.get_by_role("heading", level=1)).to_contain_text(f"checkpoint #{cp['seq']}")
 
+    expect(page.locator("#preview")).to_be_hidden()   # no empty box before there is anything to preview
     page.locator("#patch").fill('{"tier": "platinum"}')
     page.get_by_role("button", name="Preview the patch").click()
     diff_row = page.locator("#preview table.diff tbody tr")
     expect(diff_row).to_have_count(1)
+    expect(page.locator("#preview")).to_be_visible()
     expect(diff_row).to_contain_text("tier")
     expect(diff_row).to_contain_text('"standard"')
     expect(diff_row).to_contain_text('"platinum"')

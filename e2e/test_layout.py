@@ -29,3 +29,8 @@ def test_a_long_value_with_no_space_does_not_widen_the_run_page(page: Page, tmp_
         shot()
         wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         assert wide[0] <= wide[1], f"the page is {wide[0]} px wide in a {wide[1]} px window"
+        # the effect journal too: its effect name, request, result and key
+        page.locator("details[data-panel=journal] > summary").click()
+        expect(page.locator("details[data-panel=journal] table")).to_contain_text("eff_")
+        wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert wide[0] <= wide[1], f"with the journal open the page is {wide[0]} px wide in a {wide[1]} px window"
