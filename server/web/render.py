@@ -83,7 +83,7 @@ ENV.filters["fmt_duration"] = _fmt_duration
 
 _macros: Any = ENV.get_template("_macros.html").module
 ENV.globals.update(badge=_macros.badge, effect_state=_macros.effect_state, tree=_macros.tree,
-                   form_fields=_macros.form_fields)
+                   form_fields=_macros.form_fields, side=_macros.side)
 
 
 def badge_html(status: str) -> str:

@@ -429,6 +429,9 @@ def test_a_checkpoint_where_a_wide_map_is_due_lists_a_bounded_part_of_it(seeded:
         f" and {250 - pages.READY_SHOWN} more"
     rows = re.findall(r'<tr class="op-added"><td class="mono">items\.(\d+)</td>', html)
     assert rows == [str(i) for i in range(pages.CHANGE_ROWS)]
+    # an added item had no value before: said so, not shown as a JSON null
+    first = re.search(r'<tr class="op-added"><td class="mono">items\.0</td><td>added</td><td>(.*?)</td>', html)
+    assert first and "absent" in first.group(1) and "null" not in first.group(1), first
     assert f"… {250 - pages.CHANGE_ROWS} more" in html
     assert f'href="/api/diff?a={previous.id}&amp;b={planned.id}"' in html
     everything = client.get("/api/diff", params={"a": previous.id, "b": planned.id}).json()["changes"]
