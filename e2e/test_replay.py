@@ -36,8 +36,8 @@ def test_replay_shows_the_divergence_report(page: Page, demo: Any, shot: Any) ->
     demo.wait_status(replay_id, "succeeded")
     expect(heading.locator(".badge")).to_have_text("succeeded")
     expect(page.locator("main")).not_to_contain_text("still running")
-    expect(page.locator("main")).to_contain_text(f"Re-executed {support} (graph v{run['graph_version']}) "
-                                                 f"with graph v{other}")
+    expect(page.locator("main")).to_contain_text(f"Re-executed {support} from its start "
+                                                 f"(graph v{run['graph_version']}) with graph v{other}")
     expect(page.locator("main")).to_contain_text("Some nodes diverged.")
 
     # node by node: the new version drafts with another request and routes another way
