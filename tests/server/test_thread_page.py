@@ -13,6 +13,24 @@ from local_client import TestClient
 Client = TestClient[Any]
 
 
+def chat_graph() -> Any:
+    """A conversation: each turn appends its message, and the reply appends one more."""
+    from pydantic import BaseModel
+
+    from runtime import Graph, append
+
+    class Chat(BaseModel):
+        messages: Annotated[list[str], append] = []
+
+    g = Graph("chat", state=Chat)
+
+    @g.node()
+    def reply(s: Chat) -> dict:
+        return {"messages": [f"reply to {s.messages[-1]}"]}
+
+    return g
+
+
 def rows(html: str) -> dict[str, str]:
     """Each run's line on the page, by run id."""
     return {rid: body for rid, body in re.findall(
@@ -58,19 +76,10 @@ def test_a_continuation_says_which_checkpoint_it_goes_on_from(seeded: Seeded, cl
 
 
 def test_conversation_turns_are_numbered_and_say_which_turn_they_follow(tmp_path) -> None:
-    from pydantic import BaseModel
-
-    from runtime import Graph, Runtime, SqlStore, append
+    from runtime import Runtime, SqlStore
     from server.web import create_app
 
-    class Chat(BaseModel):
-        messages: Annotated[list[str], append] = []
-
-    g = Graph("chat", state=Chat)
-
-    @g.node()
-    def reply(s: Chat) -> dict:
-        return {"messages": [f"reply to {s.messages[-1]}"]}
+    g = chat_graph()
 
     rt = Runtime(SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
     try:
@@ -89,19 +98,10 @@ def test_conversation_turns_are_numbered_and_say_which_turn_they_follow(tmp_path
 def test_a_turn_after_a_fork_has_the_number_the_store_gives_it(tmp_path) -> None:
     """Turns are numbered as the store numbers them (``options["turn"]``, as ``harness thread``
     shows): the turn after a fork of turn N is N + 1, however many turns the thread has."""
-    from pydantic import BaseModel
-
-    from runtime import Graph, Runtime, SqlStore, append
+    from runtime import Runtime, SqlStore
     from server.web import create_app
 
-    class Chat(BaseModel):
-        messages: Annotated[list[str], append] = []
-
-    g = Graph("chat", state=Chat)
-
-    @g.node()
-    def reply(s: Chat) -> dict:
-        return {"messages": [f"reply to {s.messages[-1]}"]}
+    g = chat_graph()
 
     def turn_labels(page: str) -> list[tuple[str, str]]:
         return re.findall(r'<span class="kind">([\w ]+)</span>\s*<a href="/runs/(run_\w+)">', page)
