@@ -347,6 +347,16 @@ class SentAnswer:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class CompensationAsk:
+    """A compensation asked of whichever worker (``harness worker``) can run the run's undo
+    functions, by a process that leaves code to workers (``compensate(queue=True)``)."""
+
+    run_id: str
+    retry_in_doubt: bool
+    at: float
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class TraceEvent:

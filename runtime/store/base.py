@@ -16,6 +16,7 @@ from ..core.records import (
     Batch,
     Checkpoint,
     CheckpointSummary,
+    CompensationAsk,
     Interrupt,
     InterruptStatus,
     JournalEntry,
@@ -91,6 +92,16 @@ class CheckpointStore(Protocol):
     def sent_answers(self, run_id: str) -> dict[str, SentAnswer]:
         """Answers left for the run's questions still pending, by interrupt id; one is gone
         once its question is answered (the answer recorded by a ``commit``)."""
+
+    def ask_compensation(self, run_id: str, retry_in_doubt: bool, at: float) -> None:
+        """Leave the ended run's compensation to a worker; a later ask replaces an earlier one.
+        ``NotFound`` for an unknown run."""
+
+    def compensation_asks(self, run_id: str | None = None, limit: int = 100) -> list[CompensationAsk]:
+        """Compensations asked and not yet taken up, oldest first (only the run's, when given)."""
+
+    def drop_compensation_ask(self, run_id: str, at: float) -> None:
+        """A worker took up the ask made at ``at``: forget it, unless it was asked again since."""
 
     def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
         """The run's checkpoints with ``seq >= first_seq``, oldest first, at most ``limit`` of

@@ -13,6 +13,7 @@ from ..core.records import (
     Batch,
     Checkpoint,
     CheckpointSummary,
+    CompensationAsk,
     Interrupt,
     InterruptStatus,
     JournalEntry,
@@ -50,6 +51,7 @@ class MemoryStore:
         self._events: dict[str, list[TraceEvent]] = {}
         self._cancels: dict[str, str] = {}
         self._sent: dict[str, SentAnswer] = {}
+        self._asks: dict[str, CompensationAsk] = {}   # by run id, in the order asked
 
     def save_graph(self, description: Mapping[str, JSON]) -> None:
         with self._lock:
@@ -171,6 +173,22 @@ class MemoryStore:
     def sent_answers(self, run_id: str) -> dict[str, SentAnswer]:
         with self._lock:
             return {iid: s for iid, s in self._sent.items() if self._interrupts[iid].run_id == run_id}
+
+    def ask_compensation(self, run_id: str, retry_in_doubt: bool, at: float) -> None:
+        with self._lock:
+            self._get(run_id)
+            self._asks.pop(run_id, None)   # asked again: served after the asks made before it
+            self._asks[run_id] = CompensationAsk(run_id, bool(retry_in_doubt), at)
+
+    def compensation_asks(self, run_id: str | None = None, limit: int = 100) -> list[CompensationAsk]:
+        with self._lock:
+            found = [a for a in self._asks.values() if run_id is None or a.run_id == run_id]
+        return sorted(found, key=lambda a: a.at)[:limit]
+
+    def drop_compensation_ask(self, run_id: str, at: float) -> None:
+        with self._lock:
+            if (ask := self._asks.get(run_id)) is not None and ask.at == at:
+                del self._asks[run_id]
 
     def checkpoints(self, run_id: str, first_seq: int = 0, limit: int | None = None) -> list[Checkpoint]:
         with self._lock:

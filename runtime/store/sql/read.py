@@ -18,6 +18,7 @@ from ...core.jsonvalues import JSON
 from ...core.records import (
     Checkpoint,
     CheckpointSummary,
+    CompensationAsk,
     EffectStatus,
     Interrupt,
     InterruptKind,
@@ -35,7 +36,7 @@ from ...core.records import (
 from ...core.states import NodeStatus, RunStatus
 from ..base import MAX_SEQ
 from .connection import read_again
-from .schema import ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, RUNS, WRITES
+from .schema import ASKS, ATTEMPTS, CHECKPOINTS, EFFECTS, EVENTS, GRAPHS, INTERRUPTS, RUNS, WRITES
 
 
 #: node names in one ``IN (...)`` (SQLite allows 32766 parameters a statement, older builds 999)
@@ -120,6 +121,16 @@ class Reader:
         with self.engine.connect() as conn:
             reason = conn.exec_driver_sql(self._cancel_sql, (run_id,)).scalar()
         return None if reason is None else self.text(reason)
+
+    @read_again
+    def compensation_asks(self, run_id: str | None = None, limit: int = 100) -> list[CompensationAsk]:
+        query = (select(RUNS.c.id, ASKS.c.retry_in_doubt, ASKS.c.asked_at).join(RUNS, RUNS.c.pk == ASKS.c.run_pk)
+                 .order_by(ASKS.c.asked_at, ASKS.c.run_pk).limit(limit))
+        if run_id is not None:
+            query = query.where(RUNS.c.id == run_id)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [CompensationAsk(r.id, bool(r.retry_in_doubt), r.asked_at) for r in rows]
 
     @read_again
     def sent_answers(self, run_id: str) -> dict[str, SentAnswer]:

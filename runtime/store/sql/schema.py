@@ -3,7 +3,8 @@
 Table rows stay here; the kernel only sees the records in ``runtime.core.records``
 (``read.py`` turns rows into records, ``write.py`` records into rows).
 Rows are appended, never rewritten, except a run's own row (status, heads,
-lease) and an interrupt's answer. Child tables point at ``runs.pk`` (an integer)
+lease) and an interrupt's answer; ``compensation_asks`` is a queue, its rows deleted as
+workers take them up. Child tables point at ``runs.pk`` (an integer)
 rather than repeating the run's text id in every row: it keeps the database small.
 """
 
@@ -163,11 +164,22 @@ class EventRow(SQLModel, table=True):
     data: Any = _json()
 
 
+class CompensationAskRow(SQLModel, table=True):
+    """A compensation left to a worker. A table a database of schema 3 gains when it is opened
+    (``create_all``), with no migration: code that predates it leaves it alone."""
+
+    __tablename__ = "compensation_asks"
+    __table_args__ = (Index("ix_asks_at", "asked_at"),)
+    run_pk: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    retry_in_doubt: bool = False
+    asked_at: float
+
+
 def _table(model: type[SQLModel]) -> Table:
     return model.__table__  # type: ignore[attr-defined, no-any-return]
 
 
 #: the tables as SQLAlchemy Core objects (queries, ``create_all``, the writer's statements)
-VERSIONS, GRAPHS, RUNS, CHECKPOINTS, WRITES, ATTEMPTS, EFFECTS, INTERRUPTS, EVENTS = TABLES = tuple(
+VERSIONS, GRAPHS, RUNS, CHECKPOINTS, WRITES, ATTEMPTS, EFFECTS, INTERRUPTS, EVENTS, ASKS = TABLES = tuple(
     _table(m) for m in (SchemaVersion, GraphRow, RunRow, CheckpointRow, WriteRow, AttemptRow, EffectRow,
-                        InterruptRow, EventRow))
+                        InterruptRow, EventRow, CompensationAskRow))

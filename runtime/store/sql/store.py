@@ -31,6 +31,7 @@ from ...core.records import (
     Batch,
     Checkpoint,
     CheckpointSummary,
+    CompensationAsk,
     Interrupt,
     InterruptStatus,
     JournalEntry,
@@ -105,6 +106,15 @@ class SqlStore:
 
     def cancel_request(self, run_id: str) -> str | None:
         return self._reader.cancel_request(run_id)
+
+    def ask_compensation(self, run_id: str, retry_in_doubt: bool, at: float) -> None:
+        self._writer.ask_compensation(run_id, retry_in_doubt, at)
+
+    def compensation_asks(self, run_id: str | None = None, limit: int = 100) -> list[CompensationAsk]:
+        return self._reader.compensation_asks(run_id, limit)
+
+    def drop_compensation_ask(self, run_id: str, at: float) -> None:
+        self._writer.drop_compensation_ask(run_id, at)
 
     def send_answers(self, run_id: str, answers: Mapping[str, JSON], by: str | None, at: float) -> bool:
         return self._writer.send_answers(run_id, answers, by, at)

@@ -309,6 +309,21 @@ class Writer:
             if cur.rowcount == 0:
                 raise NotFound(f"no run with id {run_id!r}")
 
+    def ask_compensation(self, run_id: str, retry_in_doubt: bool, at: float) -> None:
+        with self._lock, self._db.transaction(True) as cur:
+            cur.execute(self._sql("SELECT pk FROM runs WHERE id = ?"), [run_id])
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound(f"no run with id {run_id!r}")
+            cur.execute(self._sql("DELETE FROM compensation_asks WHERE run_pk = ?"), [row[0]])
+            cur.execute(self._sql("INSERT INTO compensation_asks (run_pk, retry_in_doubt, asked_at) VALUES (?, ?, ?)"),
+                        [row[0], self._flag[bool(retry_in_doubt)], at])
+
+    def drop_compensation_ask(self, run_id: str, at: float) -> None:
+        with self._lock, self._db.transaction(True) as cur:
+            cur.execute(self._sql("DELETE FROM compensation_asks WHERE asked_at = ? AND run_pk = "
+                                  "(SELECT pk FROM runs WHERE id = ?)"), [at, run_id])
+
     def send_answers(self, run_id: str, answers: Mapping[str, JSONValue], by: str | None, at: float) -> bool:
         try:
             with self._lock, self._db.transaction(False) as cur:
