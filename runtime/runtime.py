@@ -24,7 +24,7 @@ from .core.jsonvalues import JSON
 from .core.records import Checkpoint, Interrupt, InterruptStatus, NodeAttempt, PendingWrite, Run, TraceEvent
 from .core.states import RunStatus
 from .engine.answers import MISSING
-from .engine.compensation import CompensationReport, compensate
+from .engine.compensation import CompensationReport, ask_worker, compensate
 from .engine.deps import EngineDeps
 from .engine.driver import Driver
 from .engine.host import CompensationRegistry
@@ -172,12 +172,14 @@ class Runtime:
             raise InvalidRequest(f"answered_by must be a short non-empty string, got {answered_by!r}")
         return await self._driver.resume(run_id, answer, answers, limits, answered_by, bool_arg(queue, "queue"))
 
-    async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0) -> Run:
+    async def cancel(self, run_id: str, reason: str = "cancelled by request", *, wait: float = 10.0,
+                     queue: bool = False) -> Run:
         """Cancel a run: in-flight nodes are cancelled, nothing retries; ends CANCELLED. ``reason`` (at
-        most 500 characters) becomes its error; ``wait``: seconds to wait for a run driven elsewhere."""
+        most 500 characters) becomes its error; ``wait``: seconds to wait for a run driven elsewhere;
+        ``queue``: when the run ends here and its policy compensates a cancel, a worker does it."""
         run_id = id_arg(run_id, "run_id")
         check_cancel(reason, wait)
-        return await self._driver.cancel(run_id, reason, wait)
+        return await self._driver.cancel(run_id, reason, wait, undo_here=not bool_arg(queue, "queue"))
 
     def stream(self, target: Graph | ExecutableGraph | Awaitable[object], input: Mapping[str, JSON] | BaseModel | None = None,
                *, buffer: int = DEFAULT_BUFFER, recorded: bool = True, **options: Any) -> RunStream:
@@ -301,9 +303,13 @@ class Runtime:
               else self.store.get_checkpoint(id_arg(checkpoint_id, "checkpoint_id")))
         return checkpoint_view(self._deps, cp)
 
-    async def compensate(self, run_id: str, *, retry_in_doubt: bool = False) -> CompensationReport:
+    async def compensate(self, run_id: str, *, retry_in_doubt: bool = False, queue: bool = False) -> CompensationReport:
         """Undo the run's live, succeeded effects that registered a ``compensate``,
-        newest first, each once; see ``runtime.engine.compensation``."""
+        newest first, each once; see ``runtime.engine.compensation``. ``queue``: leave it to
+        a worker (``harness worker``), which can import the undo functions; the report says
+        ``queued`` and has no steps: the journal records each undo as the worker makes it."""
+        if bool_arg(queue, "queue"):
+            return ask_worker(self._deps, id_arg(run_id, "run_id"), bool_arg(retry_in_doubt, "retry_in_doubt"))
         return await compensate(self._deps, id_arg(run_id, "run_id"), retry_in_doubt)
 
     async def export_thread(self, run_id: str) -> dict[str, JSON]:

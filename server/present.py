@@ -273,7 +273,11 @@ def compensation_lines(report: CompensationReport) -> list[str]:
                      f"harness compensate {report.run_id} --retry-in-doubt")
         status = "already compensated" if s.status == "already" else s.status
         lines.append(f"  {s.node}  {s.name} #{s.occurrence}  {status}" + (f": {error}" if error else ""))
-    if not report.steps:
+    if report.queued:
+        lines.append(f"compensation of run {report.run_id} left to a worker (harness worker): it undoes each "
+                     f"effect once it takes it up, and prints what it made; the run's journal in the "
+                     f"debugger shows each undo")
+    elif not report.steps:
         lines.append(f"nothing to compensate: run {report.run_id} has no live effect with a compensation")
     elif report.complete:
         lines.append("compensation complete")

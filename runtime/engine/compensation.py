@@ -49,6 +49,10 @@ from .leases import lease_expired
 log = logging.getLogger(__name__)
 
 
+class CompensationBusy(InvalidRequest):
+    """Another caller is compensating the run right now."""
+
+
 class StepStatus(StrEnum):
     """What compensating one effect came to."""
 
@@ -82,11 +86,14 @@ class CompensationStep:
 class CompensationReport:
     run_id: str
     steps: list[CompensationStep] = field(default_factory=list)
+    #: left to a worker (``compensate(queue=True)``): nothing was undone here, so no steps yet;
+    #: the journal records each undo as the worker makes it
+    queued: bool = False
 
     @property
     def complete(self) -> bool:
         """Every compensable effect is compensated (now or before)."""
-        return not self.not_done
+        return not self.queued and not self.not_done
 
     @property
     def not_done(self) -> list[CompensationStep]:
@@ -94,7 +101,8 @@ class CompensationReport:
         return [s for s in self.steps if s.status not in _DONE]
 
     def to_json(self) -> dict[str, JSON]:
-        return {"run_id": self.run_id, "complete": self.complete, "steps": [s.to_json() for s in self.steps]}
+        return {"run_id": self.run_id, "complete": self.complete, "queued": self.queued,
+                "steps": [s.to_json() for s in self.steps]}
 
 
 def compensable(entries: list[JournalEntry]) -> tuple[list[JournalEntry], dict[tuple[str, str, int], JournalEntry]]:
@@ -128,8 +136,8 @@ def left_to_undo(store: CheckpointStore, run: Run) -> list[JournalEntry]:
             or u.status != EffectStatus.COMPENSATED]
 
 
-async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:
-    store, env, busy_runs = deps.store, deps.env, deps.compensations.busy
+def compensable_run(store: CheckpointStore, run_id: str) -> Run:
+    """The run, if it may be compensated at all; else why not (``InvalidRequest``)."""
     run = store.get_run(run_id)
     if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SUCCEEDED):
         raise InvalidRequest(f"run {run_id} is {run.status.value}; only an ended run is compensated "
@@ -141,18 +149,35 @@ async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False
     if continued:
         raise InvalidRequest(f"run {run_id} was continued by {continued[-1]}, which relies on its effects; "
                              f"compensate the last run of the chain")
+    return run
+
+
+def ask_worker(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:
+    """Leave the run's compensation to a worker (``harness worker``), which can import its undo
+    functions; refused, with nothing asked, when the run may not be compensated. Nothing to
+    undo asks nothing: the report is complete at once."""
+    run = compensable_run(deps.store, run_id)
+    if not left_to_undo(deps.store, run):
+        return CompensationReport(run_id)
+    deps.store.ask_compensation(run_id, retry_in_doubt, deps.env.now())
+    return CompensationReport(run_id, queued=True)
+
+
+async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:
+    store, env, busy_runs = deps.store, deps.env, deps.compensations.busy
+    run = compensable_run(store, run_id)
     busy = f"run {run_id} is being compensated by another caller"
     # an unexpired lease of a live holder means someone is compensating it now
     driven = deps.slots.driving(run.id) is not None
     if run.id in busy_runs or (run.lease_owner is not None and not lease_expired(run, env, driven_here=driven)):
-        raise InvalidRequest(busy)
+        raise CompensationBusy(busy)
     busy_runs.add(run.id)
     writer: _Recorder | None = None
     try:
         try:
             run = store.acquire_lease(run.id, env.owner, env.now() + env.lease_ttl, run.fence)
         except LeaseLost:
-            raise InvalidRequest(busy) from None
+            raise CompensationBusy(busy) from None
         writer = _Recorder(deps, run, on_release=lambda: busy_runs.discard(run.id))
         # read after taking the lease: what an earlier caller recorded is all there
         effects, undo = compensable(undoable_here(store, run))

@@ -24,7 +24,7 @@ from ..history.creation import branch_statuses, inherited_of, insert_run, renew_
 from ..history.lineage import compensated, continuations, head
 from ..history.state import state_json
 from .answers import MISSING, match_answers, validate_answer
-from .compensation import compensate
+from .compensation import ask_worker, compensate
 from .decisions import with_limits
 from .deps import EngineDeps
 from .leases import lease_expired, orphaned
@@ -55,9 +55,10 @@ class Driver:
                     fresh: Checkpoint | None = None) -> Run:
         return await self.run_loop(load_loop(self.deps, run, graph, fresh))
 
-    async def run_loop(self, loop: RunLoop) -> Run:
+    async def run_loop(self, loop: RunLoop, undo_here: bool = True) -> Run:
         """Drive a loop; remember the state it stopped at (a thread's next turn starts there),
-        and apply the run's policy for how it ended, however it ended."""
+        and apply the run's policy for how it ended, however it ended (``undo_here`` False:
+        its compensation is left to a worker)."""
         try:
             run = await loop.drive()
         except (LeaseLost, EndNotRecorded):
@@ -69,16 +70,20 @@ class Driver:
             # the run ended CANCELLED or FAILED all the same, and its policy for that end holds;
             # then the cancel or the error goes on (a failing compensation is only logged)
             try:
-                await self.finished(self.store.get_run(loop.run_id))
+                await self.finished(self.store.get_run(loop.run_id), undo_here)
             except Exception:
                 log.exception("run %s: could not compensate it as its policy asks", loop.run_id)
             raise
         self.deps.graphs.remember_state(loop.rec.head.id, loop.state.head_state())
-        return await self.finished(run)
+        return await self.finished(run, undo_here)
 
-    async def finished(self, run: Run) -> Run:
-        """A run's opt-in policy: compensate its effects when it ends failed or cancelled."""
+    async def finished(self, run: Run, undo_here: bool = True) -> Run:
+        """A run's opt-in policy: compensate its effects when it ends failed or cancelled
+        (``undo_here`` False: ask a worker to, where the undo functions are)."""
         if run.status.value in (run.options.get("compensate_on") or ()) and not run.effects_elsewhere:
+            if not undo_here:
+                ask_worker(self.deps, run.id)
+                return run
             report = await compensate(self.deps, run.id)
             run = self.store.get_run(run.id)
             if not report.complete:   # an undo this process cannot import or run: say so, not nothing
@@ -317,7 +322,7 @@ class Driver:
 
     # ------------------------------------------------------------------ cancel
 
-    async def cancel(self, run_id: str, reason: str, wait: float) -> Run:
+    async def cancel(self, run_id: str, reason: str, wait: float, undo_here: bool = True) -> Run:
         run = self.store.get_run(run_id)
         if run.status in TERMINAL_RUN:
             raise InvalidRequest(f"run {run_id} is already {run.status.value}; terminal runs never change")
@@ -338,12 +343,12 @@ class Driver:
                 raise
             # nothing in flight, so no code to run: what ending it writes needs only its records
             self._check_not_being_taken(run)
-            return await self.finished(cancel_waiting(self.deps, run, reason))
+            return await self.finished(cancel_waiting(self.deps, run, reason), undo_here)
         self._check_not_being_taken(run)
         run = self.store.acquire_lease(run.id, self.env.owner, self.env.now() + self.env.lease_ttl, run.fence)
         loop = load_loop(self.deps, run, graph)
         loop.begin_cancel(reason)
-        return await self.run_loop(loop)
+        return await self.run_loop(loop, undo_here)
 
     def held_elsewhere(self, run: Run) -> bool:
         """Another live process drives the run, or is taking it over (claiming, answering)."""

@@ -97,9 +97,9 @@ async def cmd_replay(args: argparse.Namespace) -> int:
 
 async def cmd_compensate(args: argparse.Namespace) -> int:
     with opened(args) as rt:
-        report = await rt.compensate(args.run, retry_in_doubt=args.retry_in_doubt)
+        report = await rt.compensate(args.run, retry_in_doubt=args.retry_in_doubt, queue=args.queue)
     emit(args, report.to_json(), "\n".join(compensation_lines(report)))
-    return exits.for_outcome(report.complete)
+    return exits.for_outcome(report.complete or report.queued)
 
 
 def register(sub: Any) -> None:
@@ -150,8 +150,12 @@ def register(sub: Any) -> None:
 
     c = add_command(sub, "compensate", "undo a run's live effects, newest first, each once",
                     "Undo the ended run's live, succeeded effects that registered a compensation. "
-                    "Exit 0 when every one is compensated (now or before), else 1.")
+                    "Exit 0 when every one is compensated (now or before; with --queue, once it is "
+                    "asked), else 1.")
     c.add_argument("run", help="run id")
     c.add_argument("--retry-in-doubt", action="store_true",
                    help="run again a compensation whose outcome was never recorded (same key)")
+    c.add_argument("--queue", action="store_true",
+                   help="leave it to a worker (harness worker), which imports the undo functions, and "
+                        "return at once; the worker prints what it made")
     c.set_defaults(fn=cmd_compensate)

@@ -35,12 +35,14 @@ from enum import Enum
 from typing import Any
 
 from runtime import EndNotRecorded, HarnessError, LeaseLost, Run, Runtime, RunStatus
+from runtime.core.records import CompensationAsk
 from runtime.store.sql.availability import outage_cause, unavailable
 from runtime.store.sql.urls import without_passwords
 from server.present import plain, run_line
 
 from . import exits
 from .common import add_command, db_url, opened, positive_int, positive_seconds
+from .worker_undo import key, undo
 
 #: the most runs of one status one look at the store considers
 BATCH = 1000
@@ -186,6 +188,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                             break
                         if run.id not in driving and run.id not in refused and run.id not in later:
                             driving[run.id] = asyncio.create_task(drive(rt, run, args, outage))
+                    # then compensations other processes left to workers, oldest first
+                    for ask in rt.store.compensation_asks(limit=BATCH + len(refused)):
+                        if len(driving) >= limit:
+                            break
+                        if (k := key(ask)) not in driving and k not in refused and k not in later:
+                            driving[k] = asyncio.create_task(_undo(rt, ask, args, outage))
                     outage.back()
                 except Exception as e:
                     if not unavailable(e):
@@ -206,6 +214,17 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                         refused.add(run_id)
                     elif task.result() == Outcome.TAKEN:
                         later[run_id] = time.monotonic() + args.poll
+
+
+async def _undo(rt: Runtime, ask: CompensationAsk, args: argparse.Namespace, outage: Outage) -> Outcome:
+    """A compensation left to workers, made here; its outcome as a run's would be."""
+    try:
+        return Outcome((await undo(rt, ask, args)).value)
+    except Exception as e:
+        if not unavailable(e):
+            raise
+        outage.lost(e)
+        return Outcome.UNAVAILABLE
 
 
 async def _open_once_reachable(args: argparse.Namespace, outage: Outage, stopping: asyncio.Event,

@@ -1,0 +1,58 @@
+"""What a worker does with a compensation another process left to it
+(``compensate(queue=True)``, a ``harness serve --workers`` debugger): it runs the undo
+functions, which it can import where that process could not.
+
+An ask is forgotten once a worker has made the compensation, whatever each undo came to
+(the journal keeps that; one that failed or is in doubt waits for a person to ask again).
+An undo function this worker cannot import leaves the ask for a worker that can; this one
+does not try it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from enum import Enum
+
+from runtime import HarnessError, Runtime
+from runtime.core.records import CompensationAsk
+from runtime.engine.compensation import CompensationBusy, StepStatus
+from runtime.store.sql.availability import unavailable
+from server.present import compensation_lines
+
+
+class Undone(Enum):
+    DONE = "done"                 # made (or no longer possible): the ask is gone
+    TAKEN = "taken"               # another caller compensates the run now: looked at again later
+    REFUSED = "refused"           # an undo cannot be imported here: left for another worker
+
+
+def key(ask: CompensationAsk) -> str:
+    """The ask among the runs a worker drives (never a run id: those have no space)."""
+    return f"compensate {ask.run_id}"
+
+
+async def undo(rt: Runtime, ask: CompensationAsk, args: argparse.Namespace) -> Undone:
+    """Make the compensation asked; the store's errors (it went away) go to the caller."""
+    try:
+        report = await rt.compensate(ask.run_id, retry_in_doubt=ask.retry_in_doubt)
+    except CompensationBusy:
+        return Undone.TAKEN
+    except HarnessError as e:   # it may no longer be compensated (continued since, say)
+        if unavailable(e):
+            raise
+        print(f"harness: worker: run {ask.run_id}: its compensation is not made: "
+              f"{' '.join(str(e).splitlines())}", file=sys.stderr, flush=True)
+        rt.store.drop_compensation_ask(ask.run_id, ask.at)
+        return Undone.DONE
+    if any(s.status == StepStatus.NOT_RUNNABLE for s in report.steps):
+        print(f"harness: worker: run {ask.run_id}: its compensation is left to a worker that can import its "
+              f"undo functions: {'; '.join(s.error or '' for s in report.not_done)}", file=sys.stderr, flush=True)
+        return Undone.REFUSED
+    rt.store.drop_compensation_ask(ask.run_id, ask.at)
+    if args.json:
+        print(json.dumps(report.to_json()), flush=True)
+    else:
+        print("\n".join([f"compensated {ask.run_id}:", *compensation_lines(report)]), flush=True)
+    return Undone.DONE
