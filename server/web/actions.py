@@ -129,7 +129,8 @@ async def cancel(rt: Runtime, tasks: Tasks, run_id: str, reason: str) -> str:
     reason = (reason or "").strip() or "cancelled from the debugger"
     if len(reason) > 500:
         raise InvalidRequest("reason must be at most 500 characters")
-    task = asyncio.get_running_loop().create_task(_cancel(rt, run_id, reason))
+    # on a server for workers, a policy's compensation of the cancel is left to one of them
+    task = asyncio.get_running_loop().create_task(_cancel(rt, run_id, reason, getattr(tasks, "queue", False)))
     tasks.add(task)
     task.add_done_callback(tasks.discard)
     await asyncio.sleep(0)   # let the request reach the run before answering
@@ -174,14 +175,19 @@ async def _awaited(call: Awaitable[object]) -> None:
     await call
 
 
-async def _cancel(rt: Runtime, run_id: str, reason: str) -> None:
-    await rt.cancel(run_id, reason)
+async def _cancel(rt: Runtime, run_id: str, reason: str, queue: bool) -> None:
+    await rt.cancel(run_id, reason, queue=queue)
 
 
-async def compensate(rt: Runtime, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:
+async def compensate(rt: Runtime, tasks: Tasks, run_id: str, retry_in_doubt: bool = False,
+                     queue: bool = False) -> CompensationReport:
+    """Undo the run's live effects here, or (``queue``; always, on a server for workers) ask a
+    worker to, where the undo functions can be imported."""
     run = await _run(rt, run_id)
     if run.status not in TERMINAL:
         raise Conflict(f"run {run_id} is {run.status.value}; compensate a run once it has ended")
+    if queue or getattr(tasks, "queue", False):
+        return await rt.compensate(run_id, retry_in_doubt=retry_in_doubt, queue=True)
     return await rt.compensate(run_id, retry_in_doubt=retry_in_doubt)
 
 

@@ -327,11 +327,13 @@ async def cancel(request: Req, run_id: FromPath[str]) -> Response[Json]:
 
 
 @_act("/runs/{run_id:str}/compensate", 200, "Compensate an ended run", CompensateBody, 404, 409, 422)
-async def compensate(request: Req, run_id: FromPath[str]) -> Json:
-    """Undo the run's live effects that registered a compensation, newest first; the report says how each went."""
+async def compensate(request: Req, run_id: FromPath[str]) -> Response[Json]:
+    """Undo the run's live effects that registered a compensation, newest first; the report says how each went
+    (202 and ``queued``: left to a worker)."""
     body = await _body(request, CompensateBody)
-    report = await actions.compensate(_rt(request), run_id, retry_in_doubt=body.retry_in_doubt)
-    return report.to_json()
+    report = await actions.compensate(_rt(request), request.app.state.tasks, run_id,
+                                      retry_in_doubt=body.retry_in_doubt, queue=body.queue)
+    return Response(report.to_json(), status_code=202 if report.queued else 200)
 
 
 @_act("/checkpoints/{checkpoint_id:str}/fork", 202, "Fork at a checkpoint", ForkBody, 404, 422)

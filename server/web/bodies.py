@@ -63,6 +63,9 @@ class CancelBody(Body):
 
 class CompensateBody(Body):
     retry_in_doubt: bool = Field(False, description="call again compensations whose outcome was never recorded")
+    queue: bool = Field(False, description="leave it to a worker, which imports the undo functions: the answer "
+                                           "(202) says queued and has no steps; the run's journal records each "
+                                           "undo as it is made (always so on a server started with --workers)")
 
 
 class AnswerBody(Body):

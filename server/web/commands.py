@@ -197,7 +197,8 @@ async def cancel_submit(request: Request[Any, Any, Any], run_id: FromPath[str], 
 @post("/runs/{run_id:str}/compensate", include_in_schema=False)
 async def compensate_submit(request: Request[Any, Any, Any], run_id: FromPath[str],
                             data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
-    report = await actions.compensate(_rt(request), run_id, retry_in_doubt=data.get("retry_in_doubt") == "on")
+    report = await actions.compensate(_rt(request), request.app.state.tasks, run_id,
+                                      retry_in_doubt=data.get("retry_in_doubt") == "on")
     return render(request, "compensated.html", {"run_id": run_id, "report": report}, block="message")
 
 

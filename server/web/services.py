@@ -129,6 +129,8 @@ class RunPage:
     compensated: bool = False
     #: an ended run with live effects of its own line that an undo is registered for and not done
     undoable: bool = False
+    #: when a compensation of the run was left to a worker that none has taken up yet
+    compensation_asked: float | None = None
     #: when the selected checkpoint was taken, if it is a past one: what the store recorded
     #: later is shown as later (None at the latest checkpoint, which shows the run as it is)
     as_of: float | None = None
@@ -182,6 +184,7 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
         compensated=run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and compensated(rt.store, run),
         undoable=(run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
                   and not run.effects_elsewhere and bool(left_to_undo(rt.store, run))),
+        compensation_asked=next((a.at for a in rt.store.compensation_asks(run_id, limit=1)), None),
         as_of=as_of(run, chosen))
 
 
