@@ -21,6 +21,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointSource",
     "CheckpointSummary",
+    "CompensationAsk",
     "EffectStatus",
     "EffectsMode",
     "EventType",
