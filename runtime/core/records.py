@@ -13,6 +13,7 @@ from typing import Any
 
 from .frozen import fast_init, fast_replace
 from .jsonvalues import JSON
+from .left import CompensationAsk, SentAnswer
 from .states import NodeEvent, NodeStatus, RunEvent, RunStatus
 
 __all__ = [
@@ -40,8 +41,6 @@ __all__ = [
     "WriteKind",
     "thread_id_problem",
 ]
-
-
 
 
 class RunKind(StrEnum):
@@ -335,27 +334,6 @@ class Interrupt:
         """The answer model as ``"module:qualname"`` (None: any JSON answers)."""
         ref = self.payload.get("response_ref") if isinstance(self.payload, Mapping) else None
         return ref if isinstance(ref, str) else None
-
-
-@dataclass(frozen=True, slots=True)
-class SentAnswer:
-    """An answer another process left in the store for a question of a running run: the
-    process driving the run takes it as it polls for cancel requests (ADR 0011)."""
-
-    interrupt_id: str
-    answer: JSON
-    by: str | None
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class CompensationAsk:
-    """A compensation asked of whichever worker (``harness worker``) can run the run's undo
-    functions, by a process that leaves code to workers (``compensate(queue=True)``)."""
-
-    run_id: str
-    retry_in_doubt: bool
-    at: float
 
 
 @fast_init
