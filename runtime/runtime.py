@@ -68,8 +68,10 @@ class Runtime:
                                lease_ttl=lease_ttl, heartbeat=min(heartbeat, lease_ttl / 3),
                                group_commit=group_commit, pool=self._pool, max_concurrency=max_concurrency)
         self.graphs = GraphRegistry(self.store)
-        self._deps = EngineDeps(store=self.store, env=self.env, slots=Slots(max_concurrency),
-                                graphs=self.graphs, compensations=CompensationRegistry())
+        # a store that hears other processes at once (PostgreSQL's) tells the runs driven here
+        slots = Slots(max_concurrency, getattr(self.store, "subscribe", None))
+        self._deps = EngineDeps(store=self.store, env=self.env, slots=slots, graphs=self.graphs,
+                                compensations=CompensationRegistry())
         self._driver = Driver(self._deps)
         for g in graphs:
             self.register(g)

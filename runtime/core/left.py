@@ -1,5 +1,6 @@
 """What one process leaves in the store for another to act on: answers for the process
-driving a run, compensations for a worker that can import the undo functions."""
+driving a run, compensations for a worker that can import the undo functions; and what a
+store that can tell other processes at once (PostgreSQL) tells them it is about."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ class CompensationAsk:
     run_id: str
     retry_in_doubt: bool
     at: float
+
+
+#: a cancel or answers were left for the process driving the run
+REQUEST = "request"
+#: a run was queued, or a compensation asked, for the workers
+QUEUED = "queued"
+#: (as kind and run id) some may have been missed: look at everything
+ANY = ""

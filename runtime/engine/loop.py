@@ -71,10 +71,10 @@ class RunLoop(Outcomes, Growth, TakeOver):
         self._attempt_no: dict[str, int] = dict(attempts)
         self._failures: dict[str, int] = dict(failures)
         self._retry_at: dict[str, float] = {}
-        self._waiter = Waiter()
+        self.waiter = Waiter()
         # the waiter's own method, not the loop's: no reference cycle back to the loop, so a
         # finished run's structures are freed at once rather than by the cyclic collector
-        self._in_flight = InFlight(deps.env.pool, self._waiter.wake)
+        self._in_flight = InFlight(deps.env.pool, self.waiter.wake)
         self._candidates: set[str] = set(self.inst.order)
         #: due and checked (dependencies, when=), waiting for a free slot: not examined again
         self._queued: list[str] = []
@@ -82,7 +82,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
         # a run this process has just created: a cancel asked through the store since then is
         # noticed a heartbeat from now, as one asked at any later moment is (a read saved per run)
         self._next_poll = deps.env.now() + deps.env.heartbeat if created_here else 0.0
-        self.host.wake = self._waiter.wake
+        self.host.wake = self.waiter.wake
         self._starved = False
         self._turn_at = 0.0   # when this loop last gave the event loop a turn for certain (``_wait``)
         #: whether what the inherited statuses imply was created (``_regrow``)
@@ -111,7 +111,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
         return self.rec.statuses
 
     def wake(self) -> None:
-        self._waiter.wake()
+        self.waiter.wake()
 
     def request_cancel(self, reason: str) -> None:
         if supersedes(StopKind.CANCEL, self._stop.kind if self._stop else None):
@@ -168,14 +168,14 @@ class RunLoop(Outcomes, Growth, TakeOver):
             raise
         finally:
             self.rec.close()
-            self._waiter.close()
+            self.waiter.close()
             self.deps.slots.detach(self)
             self.stopped.set()
 
     async def _steps(self, until: float | None = None) -> Run | None:
         """Run the loop until the run ends or pauses (None: ``until`` came first)."""
         while True:
-            self._waiter.looked()
+            self.waiter.looked()
             self._poll_limits()
             self._schedule()
             # a stopping run does not wait out retry backoffs: those nodes end with it
@@ -353,14 +353,14 @@ class RunLoop(Outcomes, Growth, TakeOver):
         deadline = self.run.limits.get("deadline_at")
         if deadline is not None:
             timeouts.append(deadline - now)
-        await self._waiter.wait(timeouts)
+        await self.waiter.wait(timeouts)
 
     def _poll_limits(self) -> None:
         if self._stop is not None and self._stop.kind == StopKind.CANCEL:
             return
         now = self.rec.now()
         reason = None
-        if self.deps.store.durable and now >= self._next_poll:
+        if self.deps.store.durable and (now >= self._next_poll or self.waiter.take_told()):
             # another process may have asked to cancel; poll at heartbeat pace, not every step
             self._next_poll = now + self.env.heartbeat
             reason = self.deps.store.cancel_request(self.run_id)

@@ -7,7 +7,15 @@ run starved by its siblings starts as soon as one finishes.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Protocol
+
+from ..core.left import ANY, REQUEST
+from .waiting import Waiter
+
+#: a store's ``subscribe`` (PostgreSQL's): tells of messages other processes leave for runs
+Subscribe = Callable[[Callable[[str, str], None]], Callable[[], None]]
 
 
 class Driven(Protocol):
@@ -19,22 +27,43 @@ class Driven(Protocol):
     def in_flight(self) -> int: ...
     @property
     def own_bound(self) -> int: ...
+    @property
+    def waiter(self) -> Waiter: ...
     def wake(self) -> None: ...
     def request_cancel(self, reason: str) -> None: ...
 
 
 class Slots:
-    def __init__(self, bound: int):
+    def __init__(self, bound: int, subscribe: Subscribe | None = None):
         self.bound = bound
         self.in_flight = 0
         self._active: dict[str, Driven] = {}
+        # what the store hears is looked up here from its thread
+        self._lock = threading.Lock()
+        self._subscribe = subscribe
+        self.unsubscribe: Callable[[], None] | None = None
 
     def attach(self, loop: Driven) -> None:
-        self._active[loop.run_id] = loop
+        with self._lock:
+            self._active[loop.run_id] = loop
+        if self._subscribe is not None and self.unsubscribe is None:
+            # once this Runtime first drives a run: a process that only reads listens to nothing
+            self.unsubscribe = self._subscribe(self.heard)
 
     def detach(self, loop: Driven) -> None:
-        if self._active.get(loop.run_id) is loop:
-            del self._active[loop.run_id]
+        with self._lock:
+            if self._active.get(loop.run_id) is loop:
+                del self._active[loop.run_id]
+
+    def heard(self, kind: str, run_id: str) -> None:
+        """Another process left a message for a run driven here (called from any thread)."""
+        if kind not in (REQUEST, ANY):
+            return
+        with self._lock:
+            told = list(self._active.values()) if run_id == ANY else [self._active.get(run_id)]
+        for loop in told:
+            if loop is not None:
+                loop.waiter.told()
 
     def driving(self, run_id: str) -> Driven | None:
         """The loop driving ``run_id`` in this process, if any."""

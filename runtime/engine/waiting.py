@@ -20,12 +20,28 @@ class Waiter:
         self._timer: asyncio.TimerHandle | None = None
         #: woken since the loop last looked, while it was not waiting
         self._woken = False
+        #: another process left the run a message (``told``, from any thread) not yet read
+        self._told = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def told(self) -> None:
+        """Another process left the run a message (a cancel, answers): wake the loop from
+        any thread, so it reads the store now rather than at its next heartbeat."""
+        self._told = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.wake)
 
     def wake(self) -> None:
         if self._wake is None:
             self._woken = True
         elif not self._wake.done():
             self._wake.set_result(None)
+
+    def take_told(self) -> bool:
+        """Whether the run was told of a message since it last asked (and forget it)."""
+        told, self._told = self._told, False
+        return told
 
     def looked(self) -> None:
         """The loop is about to look at everything that could have woken it."""
@@ -37,7 +53,7 @@ class Waiter:
         if self._woken:
             self._woken = False
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         due = loop.time() + max(0.0, min(timeouts))
         if self._timer is None or self._timer.when() > due + 1e-4:
             if self._timer is not None:

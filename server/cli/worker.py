@@ -35,6 +35,7 @@ from enum import Enum
 from typing import Any
 
 from runtime import EndNotRecorded, HarnessError, LeaseLost, Run, Runtime, RunStatus
+from runtime.core.left import ANY, QUEUED
 from runtime.core.records import CompensationAsk
 from runtime.store.sql.availability import outage_cause, unavailable
 from runtime.store.sql.urls import without_passwords
@@ -172,6 +173,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         rt = await _open_once_reachable(args, outage, stopping, stack)
         if rt is None:
             return exits.OK   # stopped before the database could be reached: nothing was taken
+        told = listen(rt, stack)
         # at most max_concurrency runs claimed at once: a run claimed here but waiting
         # for a slot would hold its lease while another worker could drive it
         limit = rt.max_concurrency
@@ -180,6 +182,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         while True:
             # while the database is down, only once the backoff has passed
             if not stopping.is_set() and outage.may_look():
+                told.clear()   # what is told from now on is looked at next
                 try:
                     now = time.monotonic()
                     later = {r: t for r, t in later.items() if t > now}
@@ -203,10 +206,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                 # --once: only once a look found nothing left, not while the database is away
                 if (args.once and not outage.down) or stopping.is_set():
                     return exits.FAILED if refused else exits.OK
-                await _sleep_unless(stopping, outage.wait())
+                await _sleep_unless(stopping, outage.wait(), told)
                 continue
-            finished, _ = await asyncio.wait(driving.values(), timeout=outage.wait(),
+            hearing = asyncio.create_task(told.wait())
+            finished, _ = await asyncio.wait([*driving.values(), hearing], timeout=outage.wait(),
                                              return_when=asyncio.FIRST_COMPLETED)
+            hearing.cancel()
             for run_id, task in list(driving.items()):
                 if task in finished:
                     del driving[run_id]
@@ -266,11 +271,28 @@ def _stop(stopping: asyncio.Event, driven: int, sig: signal.Signals) -> None:
           "(signal again to stop at once)", file=sys.stderr, flush=True)
 
 
-async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:
+async def _sleep_unless(stopping: asyncio.Event, seconds: float, told: asyncio.Event | None = None) -> None:
+    """Sleep ``seconds``, or until stopped (or told of new work)."""
+    waits = [asyncio.create_task(e.wait()) for e in (stopping, told) if e is not None]
     try:
-        await asyncio.wait_for(stopping.wait(), seconds)
-    except TimeoutError:
-        pass
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def listen(rt: Runtime, stack: contextlib.ExitStack) -> asyncio.Event:
+    """Set when the store tells of a run queued or a compensation asked (PostgreSQL's can):
+    the worker looks at once rather than at its next poll. Never set by a store that cannot."""
+    told, aio = asyncio.Event(), asyncio.get_running_loop()
+    subscribe = getattr(rt.store, "subscribe", None)
+
+    def heard(kind: str, run_id: str) -> None:
+        if kind in (QUEUED, ANY) and not aio.is_closed():
+            aio.call_soon_threadsafe(told.set)
+    if subscribe is not None:
+        stack.callback(subscribe(heard))
+    return told
 
 
 class StopSignals:

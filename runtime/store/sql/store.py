@@ -18,7 +18,7 @@ same float). U+0000, which JSONB cannot hold, is stored escaped (``nul``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic_core import from_json
@@ -47,6 +47,7 @@ from . import nul
 from ..base import connection_lost
 from .availability import unavailable
 from .migrations import setup
+from .notify import Heard, Listener
 from .read import Reader, RunKeys
 from .statements import dumps, pg_dumps
 from .urls import masked, normalized, without_passwords
@@ -70,10 +71,22 @@ class SqlStore:
             raise
         self._reader = Reader(self.engine, pks=RunKeys(), text=None if self.is_sqlite else nul.unescape)
         self._writer = Writer(self.engine, self._reader)
+        self._listener = None if self.is_sqlite else Listener(self.engine)
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         self._writer.close()
         self.engine.dispose()
+
+    def subscribe(self, callback: Heard) -> Callable[[], None]:
+        """Be told, from another thread, as another process leaves a message for a run or
+        the workers: ``callback(kind, run_id)`` (``notify.REQUEST``, ``notify.QUEUED``; both
+        ``notify.ANY`` when some may have been missed). PostgreSQL only (SQLite has no such
+        channel: nothing is ever called). Returns the call that unsubscribes."""
+        if self._listener is None:
+            return lambda: None
+        return self._listener.subscribe(callback)
 
     @staticmethod
     def unreachable(error: BaseException) -> bool:

@@ -36,9 +36,11 @@ from sqlalchemy.exc import IntegrityError
 
 from ...core.errors import InvalidRequest, LeaseLost, NotFound
 from ...core.jsonvalues import JSON as JSONValue
+from ...core.left import QUEUED, REQUEST
 from ...core.records import Batch, Checkpoint, Run, RunKind
 from ...core.states import NodeStatus, RunStatus
 from .connection import WriteConnection
+from .notify import notify_sql
 from .read import Reader, run_record
 from .schema import TABLES, VERSIONS
 from .statements import NO_INT, NO_TEXT, Statements, dumps, pg_dumps, pg_text, same
@@ -111,6 +113,11 @@ class Writer:
     def close(self) -> None:
         self._db.close()
 
+    def _notify(self, cur: Any, kind: str, run_id: str) -> None:
+        """Tell the processes listening (PostgreSQL) once this transaction commits."""
+        if self.dialect == "postgresql":
+            cur.execute(notify_sql(kind), [run_id])
+
     # ------------------------------------------------------------------ runs and batches
 
     def create_runs(self, batches: Sequence[Batch]) -> None:
@@ -122,6 +129,8 @@ class Writer:
                 with self._db.transaction(any(b.durable for b in batches)) as cur:
                     for batch, run in zip(batches, runs):
                         self._insert_run(cur, run, batch)
+                        if run.status == RunStatus.QUEUED:
+                            self._notify(cur, QUEUED, run.id)
             except self._integrity_errors as e:
                 self._forget(runs)  # rolled back: so must the caches be
                 ids = ", ".join(r.id for r in runs)
@@ -196,6 +205,8 @@ class Writer:
                         cur.execute(stmt, [*params, pk] if batch.fence is None else [*params, pk, batch.fence])
                         if cur.rowcount != 1:
                             raise _stale(batch)
+                        if batch.run.status == RunStatus.QUEUED:   # answered for the workers
+                            self._notify(cur, QUEUED, batch.run_id)
                     elif batch.fence is not None:
                         # locked: a lease taken meanwhile waits until this batch is in
                         cur.execute(self._sql("SELECT fence FROM runs WHERE pk = ?" + self._for_update), [pk])
@@ -308,6 +319,7 @@ class Writer:
             cur.execute(self._sql("UPDATE runs SET cancel_reason = ? WHERE id = ?"), [self._text(reason), run_id])
             if cur.rowcount == 0:
                 raise NotFound(f"no run with id {run_id!r}")
+            self._notify(cur, REQUEST, run_id)
 
     def ask_compensation(self, run_id: str, retry_in_doubt: bool, at: float) -> None:
         with self._lock, self._db.transaction(True) as cur:
@@ -318,6 +330,7 @@ class Writer:
             cur.execute(self._sql("DELETE FROM compensation_asks WHERE run_pk = ?"), [row[0]])
             cur.execute(self._sql("INSERT INTO compensation_asks (run_pk, retry_in_doubt, asked_at) VALUES (?, ?, ?)"),
                         [row[0], self._flag[bool(retry_in_doubt)], at])
+            self._notify(cur, QUEUED, run_id)
 
     def drop_compensation_ask(self, run_id: str, at: float) -> None:
         with self._lock, self._db.transaction(True) as cur:
@@ -335,6 +348,7 @@ class Writer:
                     cur.execute(self._send, [self._dumps({"answer": value, "by": by, "at": at}), interrupt_id, row[0]])
                     if cur.rowcount == 0:
                         raise _Taken   # rolls back what this call left before
+                self._notify(cur, REQUEST, run_id)
         except _Taken:
             return False
         return True

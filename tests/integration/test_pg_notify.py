@@ -1,0 +1,166 @@
+"""On PostgreSQL, a process hears at once what another leaves for it, instead of at its next
+poll: a cancel for a run it drives (it reads cancels at its heartbeat, here 20 s), answers
+to a question of such a run, and — for a worker — a run queued (it polls every 20 s here).
+The message itself is read from the store as before; a notification only says to look."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore
+from runtime.core.left import ANY, QUEUED, REQUEST
+
+ROOT = Path(__file__).resolve().parents[2]
+#: far longer than any wait below: a message found by polling would fail the test
+SLOW = 20.0
+
+
+class S(BaseModel):
+    answer: str = ""
+    done: bool = False
+
+
+def graph() -> Graph:
+    g = Graph("notified", state=S)
+
+    @g.node()
+    def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+        return {"answer": str(ctx.interrupt({"question": "go?"}))}
+
+    @g.node()
+    async def busy(state: S) -> dict[str, Any]:   # keeps the run going while the question waits
+        await asyncio.sleep(SLOW * 2)
+        return {"done": True}
+
+    return g
+
+
+def heard_within(store: SqlStore, run_id: str, status: RunStatus, seconds: float) -> float:
+    start = time.monotonic()
+    while store.get_run(run_id).status != status:
+        assert time.monotonic() - start < seconds, f"run {run_id} still {store.get_run(run_id).status.value}"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+async def driven(url: str) -> tuple[Runtime, asyncio.Task[Any], str]:
+    """A run driven in this Runtime (heartbeat SLOW), its question asked, its other node busy."""
+    rt = Runtime(store=SqlStore(url), lease_ttl=SLOW * 3, heartbeat=SLOW)
+    run = await rt.submit(graph(), {})
+    task = asyncio.create_task(rt.resume(run.id))
+    while not rt.store.interrupts(run.id):
+        await asyncio.sleep(0.02)
+    assert rt.store._listener is not None and rt.store._listener.connected.wait(5)
+    return rt, task, run.id
+
+
+def test_a_cancel_from_another_process_is_heard_at_once(pg_url: str) -> None:
+    async def go() -> float:
+        rt, task, run_id = await driven(pg_url)
+        other = SqlStore(pg_url)
+        try:
+            other.request_cancel(run_id, "stop now")
+            took = await asyncio.to_thread(heard_within, other, run_id, RunStatus.CANCELLED, SLOW / 4)
+            await task
+            return took
+        finally:
+            other.close()
+            rt.close()
+    assert asyncio.run(go()) < SLOW / 4
+
+
+def test_answers_from_another_process_are_taken_at_once(pg_url: str) -> None:
+    async def go() -> None:
+        rt, task, run_id = await driven(pg_url)
+        other = Runtime(store=SqlStore(pg_url))
+        try:
+            [question] = other.store.interrupts(run_id)
+            start = time.monotonic()
+            # the process driving it takes the answer; this call returns once it has
+            await other.resume(run_id, answers={question.id: "yes"}, queue=True)
+            assert time.monotonic() - start < SLOW / 4
+            assert other.store.interrupt(question.id).answer == "yes"
+            await rt.cancel(run_id)
+            await task
+        finally:
+            other.close()
+            rt.close()
+    asyncio.run(go())
+
+
+def test_the_listener_tells_each_kind_and_after_a_lost_connection_tells_every_listener_to_look(pg_url: str) -> None:
+    store, other = SqlStore(pg_url), SqlStore(pg_url)
+    heard: list[tuple[str, str]] = []
+    try:
+        unsubscribe = store.subscribe(lambda kind, run_id: heard.append((kind, run_id)))
+        assert store._listener is not None and store._listener.connected.wait(5)
+        run = asyncio.run(Runtime(store=other).submit(graph(), {}))   # queued: for the workers
+        other.request_cancel(run.id, "no")
+        deadline = time.monotonic() + 5
+        while len(heard) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert heard == [(QUEUED, run.id), (REQUEST, run.id)]
+        # its connection ended by the server: it listens again, and says some may be missed
+        other.engine.dispose()
+        with other.engine.begin() as conn:
+            conn.exec_driver_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%%' "
+                                 "AND datname = current_database() AND pid <> pg_backend_pid()")
+        deadline = time.monotonic() + 10
+        while (ANY, ANY) not in heard and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (ANY, ANY) in heard
+        unsubscribe()
+        heard.clear()
+        other.request_cancel(run.id, "again")
+        time.sleep(0.5)
+        assert heard == []
+    finally:
+        store.close()
+        other.close()
+
+
+WORKER_GRAPH = textwrap.dedent('''
+    from pydantic import BaseModel
+    from runtime import Graph
+
+    class S(BaseModel):
+        n: int = 0
+
+    one = Graph("notified_one", state=S)
+
+    @one.node()
+    def step(state):
+        return {"n": state.n + 1}
+''')
+
+
+def test_a_worker_takes_a_queued_run_at_once_though_it_polls_seldom(pg_url: str, tmp_path: Path) -> None:
+    (tmp_path / "notified_graphs.py").write_text(WORKER_GRAPH)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    worker = subprocess.Popen([sys.executable, "-m", "server.cli", "--db", pg_url, "worker",
+                               "notified_graphs:one", "--poll", str(SLOW)], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import notified_graphs
+        store = SqlStore(pg_url)
+        try:
+            time.sleep(2)   # the worker is up, has looked once and found nothing, and listens
+            run = asyncio.run(Runtime(store=store).submit(notified_graphs.one, {}))
+            assert heard_within(store, run.id, RunStatus.SUCCEEDED, SLOW / 2) < SLOW / 2
+        finally:
+            store.close()
+    finally:
+        sys.path.remove(str(tmp_path))
+        worker.terminate()
+        worker.communicate(timeout=30)
