@@ -22,7 +22,7 @@ from runtime.graph.instances import base_node, parse_instance
 from runtime.history.events import with_writes
 from runtime.store.base import MAX_SEQ
 
-from . import dag, journal, services, timeline
+from . import dag, journal, services, timeline, waterfall
 from .live import MOVED_EVERY
 from .render import is_htmx, render
 
@@ -208,8 +208,9 @@ async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name
             attempts = rt.store.node_attempts(run_id)
             start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
             ctx["rows"] = attempts[start:start + services.ROWS_PER_PAGE]
-            ctx["bars"] = services.waterfall(attempts, run)[start:start + services.ROWS_PER_PAGE]
-            ctx["mark"] = services.waterfall_mark(attempts, run, until)
+            ctx["axis"] = waterfall.axis(attempts, run)
+            ctx["bars"] = waterfall.bars(attempts, run, ctx["axis"])[start:start + services.ROWS_PER_PAGE]
+            ctx["mark"] = waterfall.mark(ctx["axis"], until)
             ctx["has_next"] = len(attempts) > start + services.ROWS_PER_PAGE
         elif name == "events":
             ctx["rows"], ctx["has_next"] = services.events_window(rt, run_id, ctx["page"], eq)
