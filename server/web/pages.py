@@ -24,7 +24,7 @@ from runtime.store.base import MAX_SEQ
 
 from . import dag, journal, services, timeline, waterfall
 from .live import MOVED_EVERY
-from .render import is_htmx, render
+from .render import is_htmx, reading_order, render
 
 LEGEND = ("pending", "running", "retrying", "interrupted", "succeeded", "failed", "skipped", "cancelled")
 
@@ -128,7 +128,7 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         "ready_unknown": p.selected.ready is None,
         # a checkpoint that folded no node says what changed at it instead (failed, skipped, asked)
         "happened": timeline.happened(rt, p.run.id, p.checkpoints),
-        "changes": p.changes[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
+        "changes": reading_order(p.changes)[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url, "at": at,
         "instances": instances, "instance_page": page, "more_instances": more,
         "instance_status": status, "instance_counts": _instance_counts(p, status, skip),

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from conftest import Seeded, app_over, review_graph
 from local_client import TestClient
+from pydantic import BaseModel
+from test_pages import HTMX, csrf
 
-from runtime import Runtime, RunStatus, SqlStore
+from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore
 from runtime.core.records import NodeAttempt
 from runtime.core.states import NodeStatus
 
@@ -82,3 +84,59 @@ def test_the_waterfall_breaks_only_long_idle_stretches_and_marks_checkpoints_ins
         retried = [NodeAttempt(run.id, "b", 1, NodeStatus.FAILED, t0, t0 + ran),
                    NodeAttempt(run.id, "b", 2, NodeStatus.SUCCEEDED, t0 + ran + pause, t0 + 2 * ran + pause)]
         assert axis(retried, run).breaks == ()
+
+
+# ------------------------------------------------------------------ removed list items
+
+
+class Shelf(BaseModel):
+    count: int = 5
+    items: list[int] = []
+    sent: str = ""
+
+
+def shelf_graph(kept: int | None = None) -> Graph:
+    """``stock`` fills ``items`` (and sends them out as an effect's request); with ``kept``,
+    another version of it that keeps only that many."""
+    g = Graph("shelf", Shelf)
+
+    @g.node()
+    async def stock(s: Shelf, ctx: NodeContext) -> dict[str, Any]:
+        items = list(range(s.count if kept is None else kept))
+        sent = await ctx.effect("shelf.send", lambda: "sent", request={"items": items})
+        return {"items": items, "sent": sent}
+
+    return g
+
+
+def removed_paths(html: str) -> list[str]:
+    """The paths of the removed rows of the change tables on a page, in the order shown."""
+    return re.findall(r'class="(?:mono )?op-removed">(?:<td class="mono">|<span class="mono">)?([\w.]+)<', html)
+
+
+REMOVED = ["items.1", "items.2", "items.3", "items.4"]
+
+
+def test_removed_list_items_are_listed_by_ascending_index_wherever_changes_are_shown(
+        seeded: Seeded, client: Client) -> None:
+    rt = seeded.rt
+    run = asyncio.run(rt.start(shelf_graph(), {}))
+    filled = rt.store.checkpoints(run.id)[-1]
+    assert filled.seq > 0 and run.status == RunStatus.SUCCEEDED
+    url = f"/checkpoints/{filled.id}/fork"
+    preview = client.post(url, data={"_csrf_token": csrf(client, url), "action": "preview",
+                                     "patch": '{"items": [0]}'}, headers=HTMX).text
+    assert removed_paths(preview) == REMOVED
+    fork = asyncio.run(rt.fork(filled.id, {"items": [0]}))
+    patched = next(c for c in rt.store.checkpoints(fork.id) if removed_paths(client.get(
+        f"/runs/{fork.id}", params={"cp": c.seq}).text))
+    assert removed_paths(client.get(f"/runs/{fork.id}", params={"cp": patched.seq}).text) == REMOVED
+    assert removed_paths(client.get("/diff", params={"a": filled.id, "b": patched.id}).text) == REMOVED
+    # the runtime's own order is unchanged: from the highest index down
+    assert [c.dotted() for c in asyncio.run(rt.diff(filled.id, patched.id))] == [
+        "items[4]", "items[3]", "items[2]", "items[1]"]
+
+    replay = asyncio.run(rt.replay(run.id, graph=shelf_graph(kept=1))).run_id
+    report = client.get(f"/runs/{replay}/report").text
+    # the node's writes, then its effect's request: each from index 1 up
+    assert removed_paths(report) == REMOVED * 2
