@@ -140,3 +140,23 @@ def test_removed_list_items_are_listed_by_ascending_index_wherever_changes_are_s
     report = client.get(f"/runs/{replay}/report").text
     # the node's writes, then its effect's request: each from index 1 up
     assert removed_paths(report) == REMOVED * 2
+
+
+# ------------------------------------------------------------------ a fork's effects run live
+
+
+def test_the_thread_page_says_how_many_of_a_mocked_forks_effects_ran_live(seeded: Seeded, client: Client) -> None:
+    rt = seeded.rt
+    priced = rt.store.checkpoints(seeded.succeeded)[1]
+    served = asyncio.run(rt.fork(priced.id))                     # the recorded charge, served
+    asked = asyncio.run(rt.fork(priced.id, {"amount": 5}))       # a charge never recorded: asked about
+    assert served.status == RunStatus.SUCCEEDED and asked.status == RunStatus.INTERRUPTED
+    assert asyncio.run(rt.resume(asked.id, {"action": "live"})).status == RunStatus.SUCCEEDED
+    assert seeded.world.charges == ["7", "7"]
+    page = client.get(f"/threads/{seeded.succeeded}").text
+    lines = dict(re.findall(r'<li [^>]*>\s*<span class="kind">\w+</span>\s*<a href="/runs/(run_\w+)">(.*?)</li>', page, re.S))
+    badges = {rid: re.findall(r'<span class="badge ef-mocked">([^<]*)</span>', line) for rid, line in lines.items()}
+    assert badges == {seeded.succeeded: [], served.id: ["effects mocked"], asked.id: ["effects mocked, 1 run live"]}
+    # the run page's journal says the same of it
+    journal = client.get(f"/runs/{asked.id}/panels/journal", headers=HTMX).text
+    assert journal.count(">LIVE<") == 1
