@@ -87,7 +87,9 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         return f"{base}?{urlencode(query)}"
 
     def panel_url(name: FromPath[str], **more: Any) -> str:
-        return f"{base}/panels/{name}?{urlencode({'cp': sel, **more})}"
+        # a page following the head has its panels follow it too (their pages as well)
+        query = urlencode({**({"cp": at} if at is not None else {}), **more})
+        return f"{base}/panels/{name}" + (f"?{query}" if query else "")
 
     # a loop drawn once: how many iterations each member has run; a map: its items by status
     loops = p.description.get("loops")
@@ -137,9 +139,22 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
                              key=lambda rs: services.instance_order(rs[0])) if is_map else [],
         "source": services.node_source(rt, p.run, p.node) if p.node else "",
         "live": live, "waiting": waiting, "moved_every": MOVED_EVERY,
+        "panel_keys": _panel_keys(rt, p, at) if live else {},
         # a run's updated_at moves with its status only: while it goes on, its time so far runs to now
         "took": max(0.0, (rt.clock.time() if live else p.run.updated_at) - p.run.created_at),
     }
+
+
+def _panel_keys(rt: Runtime, p: services.RunPage, at: int | None) -> dict[str, str]:
+    """What a running run's journal and attempts panels show, as a key each: the page keeps
+    an opened one through its refreshes (hx-preserve, by an id holding the key) until what
+    it shows could have changed. Their rows only grow; their labels depend on the run's
+    status, and at a past checkpoint on its time."""
+    where = "head" if at is None else f"cp{at}" + ("-past" if p.as_of is not None else "")
+    now = f"{where}-{p.run.status.value}"
+    journal = len(rt.store.journal([p.run.id]))
+    return {"journal": f"{now}-{journal}-{len(p.interrupts)}",
+            "attempts": f"{now}-{len(rt.store.node_attempts(p.run.id))}"}
 
 
 def _instance_counts(p: services.RunPage, status: NodeStatus | None, skip: Set[str] = frozenset()
@@ -198,7 +213,10 @@ async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name
         ctx: dict[str, Any] = {"run": run, "name": name, "cp": chosen, "page": max(1, page), "eq": eq,
                                "until": until}
         base = f"/runs/{run_id}/panels/{name}"
-        ctx["page_url"] = lambda n: f"{base}?{urlencode({'cp': chosen.seq, 'page': n, **({'eq': eq} if eq else {})})}"
+        # the journal and attempts of a page following the head are kept through its refreshes:
+        # asked at no checkpoint, their pages follow the head too (app.js asks the trace at the one shown)
+        at = {} if cp is None and name in ("journal", "attempts") else {"cp": chosen.seq}
+        ctx["page_url"] = lambda n: f"{base}?{urlencode({**at, 'page': n, **({'eq': eq} if eq else {})})}"
         if name == "journal":
             rows = journal.journal_rows(rt.store.journal([run_id]), run, until, rt.store.interrupts(run_id))
             start = (ctx["page"] - 1) * services.ROWS_PER_PAGE

@@ -1,6 +1,7 @@
 """What users asked of the debugger after a walkthrough, each pinned: a long wait drawn
-short on the attempts waterfall, removed list items in index order, a fork's live effects
-said on the thread page."""
+short on the attempts waterfall, removed list items in index order, a running run's opened
+panels kept through refreshes while what they show is the same, a fork's live effects said
+on the thread page."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from conftest import Seeded, app_over, review_graph
 from local_client import TestClient
 from pydantic import BaseModel
+from test_live_follow import cancel, held_run
 from test_pages import HTMX, csrf
 
 from runtime import Graph, NodeContext, Runtime, RunStatus, SqlStore
@@ -140,6 +142,31 @@ def test_removed_list_items_are_listed_by_ascending_index_wherever_changes_are_s
     report = client.get(f"/runs/{replay}/report").text
     # the node's writes, then its effect's request: each from index 1 up
     assert removed_paths(report) == REMOVED * 2
+
+
+# ------------------------------------------------------------------ panels kept through refreshes
+
+
+def lazy_panels(html: str) -> dict[str, str]:
+    """The journal and attempts panels' opening tags, by panel."""
+    return {name: tag for tag, name in re.findall(r'(<details class="panel lazy" data-panel="(journal|attempts)"[^>]*>)',
+                                                   html)}
+
+
+def test_a_running_runs_refresh_keeps_its_panels_while_what_they_show_is_the_same(
+        seeded: Seeded, client: Client) -> None:
+    held = held_run(seeded, client)
+    first = lazy_panels(client.get(f"/runs/{held}").text)
+    again = lazy_panels(client.get(f"/runs/{held}", headers=HTMX).text)   # a live refresh of #main
+    assert again == first and set(first) == {"journal", "attempts"}
+    for name, tag in first.items():
+        # kept by an id naming what it shows; following the head, it asks for the head too
+        assert re.search(rf'id="panel-{name}-head-running-[\w-]+" hx-preserve hx-get="/runs/{held}/panels/{name}"', tag)
+    pinned = lazy_panels(client.get(f"/runs/{held}", params={"cp": 0}, headers=HTMX).text)
+    assert pinned["journal"] != first["journal"] and f'/panels/journal?cp=0"' in pinned["journal"]
+    cancel(seeded, held)
+    ended = lazy_panels(client.get(f"/runs/{held}", headers=HTMX).text)     # the refresh at its end
+    assert all("hx-preserve" not in tag for tag in ended.values())       # loaded again, as it ended
 
 
 # ------------------------------------------------------------------ a fork's effects run live
