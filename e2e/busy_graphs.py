@@ -3,7 +3,8 @@
 A busy run: a map over many items, eight at a time (the default), each a sleep of 1.2 s, so
 that the run records a checkpoint every few hundredths of a second for a minute, however fast
 the machine; a browser test types into its page while its live updates arrive. A steady run
-(``steady``): five steps in a row, each with events between its checkpoints."""
+(``steady``): five steps in a row, each with events between its checkpoints. A paying run
+(``paying``): steps with no effect, then one effect, then a last step."""
 
 from __future__ import annotations
 
@@ -70,3 +71,49 @@ async def rank(state: Steady, ctx: NodeContext) -> dict[str, list[str]]:
 @steady.node(after=["rank"])
 async def report(state: Steady, ctx: NodeContext) -> dict[str, list[str]]:
     return await _work("report", ctx)
+
+
+class Paying(BaseModel):
+    log: Annotated[list[str], append] = []
+
+
+#: a run of about eight seconds whose journal stays empty for its first four (four steps, a
+#: checkpoint each), then records one effect and goes on for three more
+paying = Graph("paying", state=Paying)
+
+
+async def _pause(name: str) -> dict[str, list[str]]:
+    await asyncio.sleep(1.0)
+    return {"log": [name]}
+
+
+@paying.node()
+async def one(state: Paying) -> dict[str, list[str]]:
+    return await _pause("one")
+
+
+@paying.node(after=["one"])
+async def two(state: Paying) -> dict[str, list[str]]:
+    return await _pause("two")
+
+
+@paying.node(after=["two"])
+async def three(state: Paying) -> dict[str, list[str]]:
+    return await _pause("three")
+
+
+@paying.node(after=["three"])
+async def four(state: Paying) -> dict[str, list[str]]:
+    return await _pause("four")
+
+
+@paying.node(after=["four"])
+async def pay(state: Paying, ctx: NodeContext) -> dict[str, list[str]]:
+    receipt = await ctx.effect("payments.charge", lambda: "rcpt-1", request={"amount": 5})
+    return {"log": [receipt]}
+
+
+@paying.node(after=["pay"])
+async def wrap(state: Paying) -> dict[str, list[str]]:
+    await asyncio.sleep(3.0)
+    return {"log": ["wrapped"]}

@@ -64,7 +64,8 @@
     return window.location.pathname + "#" + (box ? box.id : "") + ":" + d.dataset.path;
   }
   // So is a panel opened or closed (the effect journal, say) on one run's page: a live refresh
-  // or a step swaps the panels in again, and a lazy one opened again loads at the new checkpoint.
+  // or a step swaps the panels in again, and a lazy one opened again loads at the new checkpoint
+  // (a live refresh keeps one whose content cannot have changed as it is: run.html, hx-preserve).
   function panelKey(d) { return window.location.pathname + "#panel:" + d.dataset.panel; }
   document.addEventListener("toggle", function (e) {
     var d = e.target, key = null;

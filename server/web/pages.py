@@ -22,9 +22,9 @@ from runtime.graph.instances import base_node, parse_instance
 from runtime.history.events import with_writes
 from runtime.store.base import MAX_SEQ
 
-from . import dag, journal, services, timeline
+from . import dag, journal, services, timeline, waterfall
 from .live import MOVED_EVERY
-from .render import is_htmx, render
+from .render import is_htmx, reading_order, render
 
 LEGEND = ("pending", "running", "retrying", "interrupted", "succeeded", "failed", "skipped", "cancelled")
 
@@ -87,7 +87,9 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         return f"{base}?{urlencode(query)}"
 
     def panel_url(name: FromPath[str], **more: Any) -> str:
-        return f"{base}/panels/{name}?{urlencode({'cp': sel, **more})}"
+        # a page following the head has its panels follow it too (their pages as well)
+        query = urlencode({**({"cp": at} if at is not None else {}), **more})
+        return f"{base}/panels/{name}" + (f"?{query}" if query else "")
 
     # a loop drawn once: how many iterations each member has run; a map: its items by status
     loops = p.description.get("loops")
@@ -128,7 +130,7 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
         "ready_unknown": p.selected.ready is None,
         # a checkpoint that folded no node says what changed at it instead (failed, skipped, asked)
         "happened": timeline.happened(rt, p.run.id, p.checkpoints),
-        "changes": p.changes[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
+        "changes": reading_order(p.changes)[:CHANGE_ROWS], "more_changes": max(0, len(p.changes) - CHANGE_ROWS),
         "multi": multi, "cp_url": cp_url, "node_url": node_url, "panel_url": panel_url, "at": at,
         "instances": instances, "instance_page": page, "more_instances": more,
         "instance_status": status, "instance_counts": _instance_counts(p, status, skip),
@@ -137,9 +139,22 @@ def _run_context(rt: Runtime, p: services.RunPage, page: int = 1, pinned: bool =
                              key=lambda rs: services.instance_order(rs[0])) if is_map else [],
         "source": services.node_source(rt, p.run, p.node) if p.node else "",
         "live": live, "waiting": waiting, "moved_every": MOVED_EVERY,
+        "panel_keys": _panel_keys(rt, p, at) if live else {},
         # a run's updated_at moves with its status only: while it goes on, its time so far runs to now
         "took": max(0.0, (rt.clock.time() if live else p.run.updated_at) - p.run.created_at),
     }
+
+
+def _panel_keys(rt: Runtime, p: services.RunPage, at: int | None) -> dict[str, str]:
+    """What a running run's journal and attempts panels show, as a key each: the page keeps
+    an opened one through its refreshes (hx-preserve, by an id holding the key) until what
+    it shows could have changed. Their rows only grow; their labels depend on the run's
+    status, and at a past checkpoint on its time."""
+    where = "head" if at is None else f"cp{at}" + ("-past" if p.as_of is not None else "")
+    now = f"{where}-{p.run.status.value}"
+    journal = len(rt.store.journal([p.run.id]))
+    return {"journal": f"{now}-{journal}-{len(p.interrupts)}",
+            "attempts": f"{now}-{len(rt.store.node_attempts(p.run.id))}"}
 
 
 def _instance_counts(p: services.RunPage, status: NodeStatus | None, skip: Set[str] = frozenset()
@@ -198,7 +213,10 @@ async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name
         ctx: dict[str, Any] = {"run": run, "name": name, "cp": chosen, "page": max(1, page), "eq": eq,
                                "until": until}
         base = f"/runs/{run_id}/panels/{name}"
-        ctx["page_url"] = lambda n: f"{base}?{urlencode({'cp': chosen.seq, 'page': n, **({'eq': eq} if eq else {})})}"
+        # the journal and attempts of a page following the head are kept through its refreshes:
+        # asked at no checkpoint, their pages follow the head too (app.js asks the trace at the one shown)
+        at = {} if cp is None and name in ("journal", "attempts") else {"cp": chosen.seq}
+        ctx["page_url"] = lambda n: f"{base}?{urlencode({**at, 'page': n, **({'eq': eq} if eq else {})})}"
         if name == "journal":
             rows = journal.journal_rows(rt.store.journal([run_id]), run, until, rt.store.interrupts(run_id))
             start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
@@ -208,8 +226,9 @@ async def run_panel(request: Request[Any, Any, Any], run_id: FromPath[str], name
             attempts = rt.store.node_attempts(run_id)
             start = (ctx["page"] - 1) * services.ROWS_PER_PAGE
             ctx["rows"] = attempts[start:start + services.ROWS_PER_PAGE]
-            ctx["bars"] = services.waterfall(attempts, run)[start:start + services.ROWS_PER_PAGE]
-            ctx["mark"] = services.waterfall_mark(attempts, run, until)
+            ctx["axis"] = waterfall.axis(attempts, run)
+            ctx["bars"] = waterfall.bars(attempts, run, ctx["axis"])[start:start + services.ROWS_PER_PAGE]
+            ctx["mark"] = waterfall.mark(ctx["axis"], until)
             ctx["has_next"] = len(attempts) > start + services.ROWS_PER_PAGE
         elif name == "events":
             ctx["rows"], ctx["has_next"] = services.events_window(rt, run_id, ctx["page"], eq)

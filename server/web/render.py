@@ -8,6 +8,8 @@ each URL works on its own and without JavaScript.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from litestar import Request, Response
 from litestar.utils.scope.state import ScopeState
 from markupsafe import Markup
+
+from runtime.travel.diff import Change
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "templates"
@@ -78,7 +82,24 @@ def _fmt_duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+def reading_order(changes: Sequence[Change]) -> list[Change]:
+    """Changes as pages list them: a list's removed items by ascending index. The diff lists
+    them from the highest index down (so that ``apply`` deletes them without shifting the
+    rest); a person reads a list from its start."""
+    out: list[Change] = []
+    for parent, group in groupby(changes, key=_removed_from):
+        same = list(group)
+        out.extend(same if parent is None else sorted(same, key=lambda c: c.path[-1]))
+    return out
+
+
+def _removed_from(c: Change) -> tuple[str | int, ...] | None:
+    """The list a change removed an item of, or None for any other change."""
+    return c.path[:-1] if c.op == "removed" and c.path and isinstance(c.path[-1], int) else None
+
+
 ENV.filters["fmt_time"] = _fmt_time
+ENV.filters["reading_order"] = reading_order
 ENV.filters["fmt_duration"] = _fmt_duration
 
 _macros: Any = ENV.get_template("_macros.html").module

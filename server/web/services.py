@@ -222,36 +222,6 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
         after = chunk[-1].seq
 
 
-def waterfall(attempts: Sequence[NodeAttempt], run: Run) -> list[dict[str, Any]]:
-    """Each attempt as a bar: when it started and when it ended, relative to the run's
-    start, and for a later attempt how long after the one before it ended (a backoff, or
-    the time a person took to answer).
-    A first attempt's wait is not told: when it became ready is not recorded, and the
-    run's start would count its dependencies' time as its own."""
-    t0, span = run.created_at, _span(attempts, run)
-    last_end: dict[str, float] = {}
-    out = []
-    for a in sorted(attempts, key=lambda a: a.started_at):
-        before = last_end.get(a.node)
-        out.append({"node": a.node, "attempt": a.attempt, "status": a.status.value, "started_at": a.started_at,
-                    "at_ms": (a.started_at - t0) * 1000, "run_ms": (a.ended_at - a.started_at) * 1000,
-                    "wait_ms": None if before is None else max(0.0, (a.started_at - before) * 1000),
-                    "left": 100 * (a.started_at - t0) / span, "width": max(0.3, 100 * (a.ended_at - a.started_at) / span)})
-        last_end[a.node] = a.ended_at
-    return out
-
-
-def _span(attempts: Sequence[NodeAttempt], run: Run) -> float:
-    return max([a.ended_at for a in attempts] + [run.created_at + 1e-6]) - run.created_at
-
-
-def waterfall_mark(attempts: Sequence[NodeAttempt], run: Run, at: float | None) -> float | None:
-    """Where a past checkpoint falls on the waterfall (percent of its width)."""
-    if at is None:
-        return None
-    return max(0.0, min(100.0, 100 * (at - run.created_at) / _span(attempts, run)))
-
-
 def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1, per_page: int = INSTANCES_PER_PAGE,
                    status: NodeStatus | None = None, skip: Set[str] = frozenset()) -> tuple[list[dict[str, Any]], bool]:
     """One page of the instances of a graph node at the selected checkpoint (or the one

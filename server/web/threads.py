@@ -12,7 +12,7 @@ from litestar.params import FromPath, FromQuery
 
 from runtime import Runtime
 from runtime.core.errors import NotFound
-from runtime.core.records import Checkpoint, Run, RunKind
+from runtime.core.records import Checkpoint, EffectsMode, EffectStatus, Run, RunKind
 
 from . import timeline
 from .render import render
@@ -30,6 +30,7 @@ class Branch:
     base_run: str | None        # … of which run (its parent's, as a rule)
     patched: tuple[str, ...]    # the fields a fork's patch edited
     turn: int | None = None     # a conversation's turns by number (the first run is turn 1)
+    ran_live: int = 0           # a mocked branch's effects a person let run for real
 
 
 def _follows(run: Run) -> bool:
@@ -51,6 +52,7 @@ def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
     # the turn after a fork of turn N is N + 1, so counting runs would number a forked line wrongly
     mains = [r for r in runs if r.kind == RunKind.MAIN]
     turns = {r.id: int(r.options.get("turn") or 1) for r in mains} if len(mains) > 1 else {}
+    live = _ran_live(rt, [r for r in runs if r.effects_mode == EffectsMode.MOCK])
 
     # a run's first follower stays at its depth, so 60 turns are one line, not a staircase;
     # its other children are branches one deeper, listed right under it before the line goes on
@@ -64,13 +66,24 @@ def thread_tree(rt: Runtime, thread_id: FromPath[str]) -> list[Branch]:
                 base_seq, base_run = base.seq, base.run_id
             except NotFound:
                 pass
-        out.append(Branch(r, depth, base_seq, base_run, _patched_fields(rt, r), turns.get(r.id)))
+        out.append(Branch(r, depth, base_seq, base_run, _patched_fields(rt, r), turns.get(r.id), live.get(r.id, 0)))
         kids = children.get(r.id, [])
         line = next((k for k in kids if _follows(k)), None)
         if line is not None:
             todo.append((line, depth))
         todo.extend((k, depth + 1) for k in reversed(kids) if k is not line)
     return out
+
+
+def _ran_live(rt: Runtime, mocked: list[Run]) -> dict[str, int]:
+    """How many effects each mocked branch called for real, by run id: those a person
+    answered ``live`` for (the run page's journal says LIVE of them). A served effect is
+    journaled MOCKED only; one called is journaled STARTED first."""
+    called: dict[str, set[tuple[str, str, int]]] = {}
+    for e in rt.store.journal([r.id for r in mocked]) if mocked else ():
+        if e.status == EffectStatus.STARTED:
+            called.setdefault(e.run_id, set()).add((e.node, e.name, e.occurrence))
+    return {rid: len(effects) for rid, effects in called.items()}
 
 
 def _patched_fields(rt: Runtime, run: Run) -> tuple[str, ...]:

@@ -67,7 +67,7 @@ def test_the_waterfall_tells_a_retrys_wait_and_no_made_up_wait_for_a_first_attem
     included: the bar says when it started instead; a retry says how long it waited."""
     from runtime.core.records import NodeAttempt
     from runtime.core.states import NodeStatus
-    from server.web.services import waterfall
+    from server.web.waterfall import bars as waterfall
 
     run = seeded.rt.store.get_run(seeded.succeeded)
     t0 = run.created_at
