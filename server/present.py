@@ -69,6 +69,16 @@ def run_line(run: Run) -> str:
     return f"{run.id}  {run.status.value:<11}  {run.kind.value:<12}  {run.graph_name}{parent}{err}"
 
 
+def dropped_line(run: Run) -> str | None:
+    """What a turn of a new graph version left behind: said, since its value is gone from
+    the thread from this turn on (``options["dropped_fields"]``)."""
+    dropped = run.options.get("dropped_fields")
+    if not dropped or not isinstance(dropped, list):
+        return None
+    return (f"dropped fields: {', '.join(map(repr, dropped))} (not in this graph version's state: "
+            f"the thread's values of them were left behind)")
+
+
 def event_line(ev: StreamEvent) -> str:
     """One streamed event: sequence, type, where, and what it carries."""
     where = f" {ev.node}" + (f" (attempt {ev.attempt})" if ev.attempt else "") if ev.node else ""
@@ -126,6 +136,9 @@ class RunView:
     def lines(self) -> list[str]:
         lines = [run_line(self.run), f"checkpoints ({len(self.checkpoints)}):",
                  *map(checkpoint_line, self.checkpoints), f"state: {json.dumps(self.state)}"]
+        dropped = dropped_line(self.run)
+        if dropped is not None:
+            lines.append(dropped)
         if self.orphaned:
             lines.append(f"its process is gone: recover it with  harness resume {self.run.id}")
         if self.run.status == RunStatus.QUEUED:

@@ -75,7 +75,8 @@ def validate_answer(graphs: GraphRegistry, interrupt: Interrupt, value: JSON) ->
 def check_effect_answer(answer: JSON, kind: str) -> None:
     """What a person sends about an effect (``kind``: "in-doubt" or "unrecorded"), checked
     before it is recorded: a misspelt key would otherwise be dropped, and a result asked
-    for and not given recorded as null, the effect's outcome for good."""
+    for and not given recorded as null, the effect's outcome for good, and a result given beside
+    "retry" or "live" dropped while the effect is called."""
     if not isinstance(answer, Mapping):
         return   # the model's own message names it
     extra = sorted(set(answer) - {"action", "result"})
@@ -85,3 +86,8 @@ def check_effect_answer(answer: JSON, kind: str) -> None:
     if answer.get("action") == "result" and "result" not in answer:
         raise InvalidAnswer('a "result" answer needs the "result" the effect returned (null is one, if it '
                             'returned nothing): it is recorded as the effect\'s outcome')
+    takes_result, others = ("result", ("retry", "abort")) if kind == "in-doubt" else ("mock", ("live", "abort"))
+    action = answer.get("action")
+    if "result" in answer and action in others:
+        raise InvalidAnswer(f'a "{action}" answer about an {kind} effect takes no "result"; to give the '
+                            f'effect\'s result, answer {{"action": "{takes_result}", "result": ...}}')

@@ -13,7 +13,7 @@ from typing import Any
 from runtime import ExecutableGraph, InvalidAnswer, Run, RunKind, RunStatus, Runtime, StreamEvent, resolve_ref
 from runtime.engine.compensation import left_to_undo
 from server.inputs import MAX_DEPTH, parse_json, parse_object
-from server.present import event_line, run_line
+from server.present import dropped_line, event_line, run_line
 
 from . import exits
 from .common import (
@@ -154,7 +154,8 @@ def turn_line(run: Run) -> str:
     """A thread's run: a turn with its number (the first run is turn 1); a continuation,
     fork or replay says which run it came from (``run_line``)."""
     turn = f"turn {int(run.options.get('turn') or 1)}" if run.kind == RunKind.MAIN else ""
-    return f"{turn:<10}{run_line(run)}"
+    dropped = dropped_line(run)
+    return f"{turn:<10}{run_line(run)}" + (f"\n{'':<10}{dropped}" if dropped else "")
 
 
 #: the type of the line ``watch --json`` prints for a run that no process drives (not a trace event)
