@@ -45,6 +45,23 @@ def match_answers(run: Run, interrupts: Sequence[Interrupt], answer: JSON,
     return [(pending[0], answer)]
 
 
+def validate_answers(graphs: GraphRegistry, given: Sequence[tuple[Interrupt, JSON]]) -> dict[str, JSON]:
+    """Each answer as it will be recorded, by interrupt id; ``InvalidAnswer`` naming every
+    answer that does not fit, not only the first (a person fixes them all at once)."""
+    checked: dict[str, JSON] = {}
+    wrong: list[str] = []
+    for interrupt, value in given:
+        try:
+            checked[interrupt.id] = validate_answer(graphs, interrupt, value)
+        except InvalidAnswer as e:
+            wrong.append(str(e))
+    if len(wrong) > 1:
+        raise InvalidAnswer(f"{len(wrong)} answers do not fit: " + "; ".join(wrong))
+    if wrong:
+        raise InvalidAnswer(wrong[0])
+    return checked
+
+
 def validate_answer(graphs: GraphRegistry, interrupt: Interrupt, value: JSON) -> JSON:
     """The answer as it will be recorded, or ``InvalidAnswer`` saying what is wrong."""
     problem = unstorable(value)   # before a model's JSON dump could turn NaN into null

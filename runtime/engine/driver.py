@@ -23,7 +23,7 @@ from ..graph import ExecutableGraph
 from ..history.creation import branch_statuses, inherited_of, insert_run, renew_limits
 from ..history.lineage import compensated, continuations, head
 from ..history.state import state_json
-from .answers import MISSING, match_answers, validate_answer
+from .answers import MISSING, match_answers, validate_answers
 from .compensation import ask_worker, compensate
 from .decisions import with_limits
 from .deps import EngineDeps
@@ -137,8 +137,7 @@ class Driver:
                 raise InvalidRequest(f"run {run_id}'s process stopped with no question open: there is nothing "
                                      f"to answer; resume it without an answer to recover it")
             given = match_answers(run, asked, answer, answers)
-            for i, value in given:
-                validate_answer(self.deps.graphs, i, value)
+            validate_answers(self.deps.graphs, given)
             answer, answers = MISSING, {i.id: value for i, value in given}
             # new limits apply from here on: to the recovery too (an expired deadline would fail it)
             run = await self.run_loop(self.take_lease(run, RunEvent.RECOVER, limits=limits))
@@ -179,7 +178,7 @@ class Driver:
                      limits: Mapping[str, JSON] | None = None, by: str | None = None,
                      event: RunEvent = RunEvent.RESUME) -> Run:
         given = match_answers(run, self.store.interrupts(run.id), answer, answers)
-        checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
+        checked = validate_answers(self.deps.graphs, given)
         try:
             loop = self.take_lease(run, event, answered=checked, limits=limits, by=by)
         except LeaseLost:
@@ -220,7 +219,7 @@ class Driver:
         if limits:
             raise InvalidRequest(f"run {loop.run_id} is running: new limits are given when it has paused or ended")
         given = match_answers(loop.run, loop.questions(), answer, answers)
-        checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
+        checked = validate_answers(self.deps.graphs, given)
         if not loop.deliver(checked, by):
             await loop.stopped.wait()   # it was pausing or ending: answered as a paused run, if it paused
             return await self.resume(loop.run_id, answers=checked, by=by)
@@ -255,7 +254,7 @@ class Driver:
         if limits:
             raise InvalidRequest(f"run {run.id} is running: new limits are given when it has paused or ended")
         given = match_answers(run, questions, answer, answers)
-        checked = {i.id: validate_answer(self.deps.graphs, i, value) for i, value in given}
+        checked = validate_answers(self.deps.graphs, given)
         if not self.store.send_answers(run.id, checked, by, self.env.now()):
             raise InvalidAnswer(f"run {run.id}: interrupt {', '.join(checked)} was already answered, or another "
                                 f"caller sent an answer to it that the process driving the run has not taken yet")

@@ -274,3 +274,39 @@ def test_a_runtime_refuses_a_max_concurrency_its_runs_could_not_store(value):
     # every run records the Runtime's bound: one past the store's 32-bit column failed each start
     with pytest.raises(InvalidRequest, match="max_concurrency must be a whole number from 1 to 2147483647"):
         Runtime(max_concurrency=value)
+
+
+class Choice(BaseModel):
+    approve: bool
+
+
+def two_questions() -> Graph:
+    g = Graph("two_questions", state=S)
+
+    @g.node()
+    def left(state: S, ctx: NodeContext) -> dict:
+        return {"n": int(ctx.interrupt({"q": "left?"}, response=Choice).approve)}
+
+    @g.node()
+    def right(state: S, ctx: NodeContext) -> dict:
+        return {"x": float(ctx.interrupt({"q": "right?"}, response=Choice).approve)}
+
+    return g
+
+
+async def test_answers_that_do_not_fit_are_all_named_and_the_run_still_waits(rt: Runtime):
+    run = await rt.start(two_questions(), {})
+    assert run.status == RunStatus.INTERRUPTED
+    left, right = sorted(await rt.interrupts(run.id), key=lambda i: i.node)
+    with pytest.raises(InvalidAnswer) as refused:
+        await rt.resume(run.id, answers={left.id: {"approve": "perhaps"}, right.id: {"agree": True}})
+    said = str(refused.value)
+    assert said.startswith("2 answers do not fit") and left.id in said and right.id in said
+    assert (await rt.get_run(run.id)).status == RunStatus.INTERRUPTED
+    assert all(i.status.value == "pending" for i in await rt.interrupts(run.id))
+    # one bad answer of two: named alone, as before
+    with pytest.raises(InvalidAnswer, match=f"answer to interrupt {right.id} is invalid") as one:
+        await rt.resume(run.id, answers={left.id: {"approve": True}, right.id: {"agree": True}})
+    assert left.id not in str(one.value)
+    done = await rt.resume(run.id, answers={left.id: {"approve": True}, right.id: {"approve": False}})
+    assert done.status == RunStatus.SUCCEEDED
