@@ -13,7 +13,7 @@ from typing import Any
 from runtime import ExecutableGraph, InvalidAnswer, Run, RunKind, RunStatus, Runtime, StreamEvent, resolve_ref
 from runtime.engine.compensation import left_to_undo
 from server.inputs import MAX_DEPTH, parse_json, parse_object
-from server.present import dropped_line, event_line, run_line, waiting_lines
+from server.present import dropped_line, event_line, load_waiting_lines, run_line
 
 from . import exits
 from .common import (
@@ -178,7 +178,7 @@ async def cmd_watch(args: argparse.Namespace) -> int:
         run = await rt.get_run(args.run)
         # a paused run: what it waits for and the command that answers it, as ``show`` says
         # (not with --json: its lines are the run's events and nothing else)
-        waiting = waiting_lines(run.id, await rt.interrupts(run.id)) if not args.json else []
+        waiting = await load_waiting_lines(rt, run.id) if not args.json else []
     if not args.json:
         print("\n".join([run_line(run), *waiting]))
     return exits.for_run(run)

@@ -11,9 +11,9 @@ from server.present import (
     change_line,
     checkpoint_view_line,
     compensation_lines,
+    load_waiting_lines,
     replay_report_lines,
     run_line,
-    waiting_lines,
 )
 
 from . import exits
@@ -90,7 +90,7 @@ async def cmd_replay(args: argparse.Namespace) -> int:
             report = await rt.replay_report(run.id)
         else:
             report = await rt.replay(args.run, graph, mocks=mocks)
-        waiting = waiting_lines(report.run_id, await rt.interrupts(report.run_id))
+        waiting = await load_waiting_lines(rt, report.run_id)
     emit(args, report.to_json(), "\n".join(replay_report_lines(report, waiting)))
     return exits.for_outcome(report.same)
 
