@@ -8,6 +8,7 @@ which gathers one run's view through the runtime's public reading API.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -34,7 +35,7 @@ from runtime import (
     StreamEvent,
 )
 from runtime.core.records import SentAnswer
-from runtime.history.lineage import unused_mocks
+from runtime.history.lineage import uncalled_mocks, unused_mocks
 
 #: longest value shown in a report row (the JSON views hold them whole)
 LONG = 160
@@ -124,6 +125,8 @@ class RunView:
     unused_mocks: Sequence[str] = ()
     #: answers another process left for questions of the running run, not taken yet
     sent: Mapping[str, SentAnswer] = field(default_factory=dict)
+    #: names the branch's ``mocks`` gave that no effect has called yet (see ``uncalled_mock_lines``)
+    uncalled_mocks: Sequence[str] = ()
 
     def to_json(self) -> dict[str, JSON]:
         out: dict[str, JSON] = plain({"run": self.run, "checkpoints": self.checkpoints, "state": self.state,
@@ -144,6 +147,7 @@ class RunView:
         if self.run.status == RunStatus.QUEUED:
             lines += queued_lines(self.run)
         lines += waiting_lines(self.run.id, self.interrupts, self.sent)
+        lines += uncalled_mock_lines(self.uncalled_mocks, self.interrupts)
         if self.unused_mocks:
             names = ", ".join(map(repr, self.unused_mocks))
             lines.append(f"mocks never used: {names} (no effect of that name was called; check the name against "
@@ -173,7 +177,16 @@ async def load_run_view(rt: Runtime, run_id: str) -> RunView:
     state = (await rt.state_at(cps[-1].id)).model_dump(mode="json") if cps else {}
     sent = rt.store.sent_answers(run_id) if run.status == RunStatus.RUNNING else {}
     return RunView(run, cps, state, pending, rt.store.child_runs(run_id), rt.orphaned(run),
-                   unused_mocks(rt.store, run), sent)
+                   unused_mocks(rt.store, run), sent, uncalled_mocks(rt.store, run) if pending else ())
+
+
+async def load_waiting_lines(rt: Runtime, run_id: str) -> list[str]:
+    """What the run waits for and how to answer it, with the mocks no effect called when it
+    waits on an unrecorded effect: the lines ``show`` prints of a pause."""
+    run = await rt.get_run(run_id)
+    pending = await rt.interrupts(run_id)
+    uncalled = uncalled_mocks(rt.store, run) if pending else []
+    return waiting_lines(run_id, pending) + uncalled_mock_lines(uncalled, pending)
 
 
 # ------------------------------------------------------------------ interrupts
@@ -221,6 +234,22 @@ def waiting_lines(run_id: str, pending: Sequence[Interrupt], sent: Mapping[str, 
         lines.append(f"  answer with: harness resume {run_id} {given}")
         if others:
             lines.append(f"           or: {others}")
+    return lines
+
+
+def uncalled_mock_lines(uncalled: Sequence[str], pending: Sequence[Interrupt]) -> list[str]:
+    """At a pause on an unrecorded effect, each mock no effect has called, with the effect
+    asked about whose name is close to it: a misspelt mock is why that effect was not served,
+    and once the branch ends it is too late to give it again."""
+    asked = sorted({str(i.value["effect"]) for i in pending
+                    if i.kind == InterruptKind.UNRECORDED and isinstance(i.value, dict) and "effect" in i.value})
+    if not asked:
+        return []
+    lines = []
+    for name in uncalled:
+        close = difflib.get_close_matches(name, asked, n=1)
+        lines.append(f"mock {name!r} was never used; did you mean {close[0]!r}?" if close else
+                     f"mock {name!r} was not used so far (no effect of that name was called)")
     return lines
 
 

@@ -375,8 +375,10 @@ MAX_THREAD_ID = 500
 
 def thread_id_problem(value: object) -> str | None:
     """What keeps ``value`` from being a thread id (None: nothing): it is text a store can
-    hold as it is — not empty, no NUL character, not too long to index."""
-    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+    hold as it is — not blank, no NUL character, not too long to index."""
+    if isinstance(value, str) and not value.strip():   # said apart: the text below hides what is wrong
+        return f"must not be {'blank (whitespace only)' if value else 'empty'}, got {value!r}"
+    if not isinstance(value, str) or "\x00" in value:
         return f"must be a non-empty string without NUL characters, got {value!r}"
     if len(value) > MAX_THREAD_ID:
         return f"must be a non-empty string of at most {MAX_THREAD_ID} characters, got one of {len(value):,}"

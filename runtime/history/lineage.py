@@ -87,8 +87,15 @@ def unused_mocks(store: CheckpointStore, run: Run) -> list[str]:
     and the effect it meant pauses the branch as unrecorded. (A mock for an effect the
     recording served is not reported: it was there in case.) The runs it continues count:
     a continuation copies their options and calls the effects they had not reached."""
+    return uncalled_mocks(store, run) if run.status in TERMINAL_RUN else []
+
+
+def uncalled_mocks(store: CheckpointStore, run: Run) -> list[str]:
+    """The names in a branch's ``mocks`` that no effect of it (or of the runs it continues)
+    has called so far, whatever its status: at a pause on an unrecorded effect, the likely
+    misspelling of that effect's name is among them."""
     mocks = run.options.get("mocks")
-    if not isinstance(mocks, dict) or not mocks or run.status not in TERMINAL_RUN:
+    if not isinstance(mocks, dict) or not mocks:
         return []
     called = {e.name for e in store.journal(continued_chain(store, run))}
     return sorted(set(mocks) - called)

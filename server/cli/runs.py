@@ -13,7 +13,7 @@ from typing import Any
 from runtime import ExecutableGraph, InvalidAnswer, Run, RunKind, RunStatus, Runtime, StreamEvent, resolve_ref
 from runtime.engine.compensation import left_to_undo
 from server.inputs import MAX_DEPTH, parse_json, parse_object
-from server.present import dropped_line, event_line, run_line
+from server.present import dropped_line, event_line, load_waiting_lines, run_line
 
 from . import exits
 from .common import (
@@ -176,8 +176,11 @@ async def cmd_watch(args: argparse.Namespace) -> int:
             notices.cancel()
             await asyncio.gather(notices, return_exceptions=True)
         run = await rt.get_run(args.run)
+        # a paused run: what it waits for and the command that answers it, as ``show`` says
+        # (not with --json: its lines are the run's events and nothing else)
+        waiting = await load_waiting_lines(rt, run.id) if not args.json else []
     if not args.json:
-        print(run_line(run))
+        print("\n".join([run_line(run), *waiting]))
     return exits.for_run(run)
 
 

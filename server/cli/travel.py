@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from runtime import RunKind, resolve_ref
+from runtime import NotFound, RunKind, Runtime, resolve_ref
 from server.inputs import InputError, parse_object
 from server.present import (
     change_line,
     checkpoint_view_line,
     compensation_lines,
+    load_waiting_lines,
     replay_report_lines,
     run_line,
-    waiting_lines,
 )
 
 from . import exits
@@ -50,7 +50,11 @@ async def cmd_history(args: argparse.Namespace) -> int:
 
 async def cmd_diff(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
-        changes = await rt.diff(args.checkpoint_a, args.checkpoint_b)
+        try:
+            changes = await rt.diff(args.checkpoint_a, args.checkpoint_b)
+        except NotFound:
+            _refuse_run_ids(rt, args.checkpoint_a, args.checkpoint_b)
+            raise
     emit(args, [c.to_json() for c in changes], "\n".join(map(change_line, changes)) or "no differences")
     return exits.OK
 
@@ -62,11 +66,34 @@ async def cmd_fork(args: argparse.Namespace) -> int:
         raise InputError("--mock serves effects of a mocked fork; with --effects live every effect runs for real")
     graph = resolve_ref(args.graph) if args.graph else None
     with opened(args) as rt:
-        run = await rt.fork(args.checkpoint, patch, effects=args.effects, mocks=mocks, graph=graph,
-                            queue=args.queue, **limit_args(args))
+        try:
+            run = await rt.fork(args.checkpoint, patch, effects=args.effects, mocks=mocks, graph=graph,
+                                queue=args.queue, **limit_args(args))
+        except NotFound:
+            _refuse_run_ids(rt, args.checkpoint)
+            raise
         await show_run(rt, args, run.id)
     # left to a worker: it goes on there (``harness watch RUN`` follows it)
     return exits.OK if args.queue else exits.for_run(run)
+
+
+def _refuse_run_ids(rt: Runtime, *checkpoint_ids: str) -> None:
+    """When one of the ids given for checkpoints is no checkpoint but a run's id (an easy
+    slip: runs are what ``runs`` lists), say which checkpoint was likely meant."""
+    for given in checkpoint_ids:
+        try:
+            rt.store.get_checkpoint(given)
+            continue
+        except NotFound:
+            pass
+        try:
+            run = rt.store.get_run(given)
+        except NotFound:
+            return   # neither: the store's own message says so
+        latest = rt.store.find_checkpoint(run.id)
+        which = f"its latest checkpoint is {latest.id}" if latest else "it has no checkpoint yet"
+        raise InputError(f"no checkpoint with id {given!r}: that is a run's id; {which} "
+                         f"(harness history {run.id} lists them all)")
 
 
 async def cmd_replay(args: argparse.Namespace) -> int:
@@ -90,7 +117,7 @@ async def cmd_replay(args: argparse.Namespace) -> int:
             report = await rt.replay_report(run.id)
         else:
             report = await rt.replay(args.run, graph, mocks=mocks)
-        waiting = waiting_lines(report.run_id, await rt.interrupts(report.run_id))
+        waiting = await load_waiting_lines(rt, report.run_id)
     emit(args, report.to_json(), "\n".join(replay_report_lines(report, waiting)))
     return exits.for_outcome(report.same)
 

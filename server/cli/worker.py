@@ -169,7 +169,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     driving: dict[str, asyncio.Task[Outcome]] = {}
     stopping = asyncio.Event()
     outage = Outage(args.poll, db_url(args))
-    with StopSignals(lambda sig: _stop(stopping, len(driving), sig)), contextlib.ExitStack() as stack:
+    with StopSignals(lambda sig: _stop(stopping, driving, sig)), contextlib.ExitStack() as stack:
         rt = await _open_once_reachable(args, outage, stopping, stack)
         if rt is None:
             return exits.OK   # stopped before the database could be reached: nothing was taken
@@ -255,7 +255,7 @@ async def _open_once_reachable(args: argparse.Namespace, outage: Outage, stoppin
     return None
 
 
-def _stop(stopping: asyncio.Event, driven: int, sig: signal.Signals) -> None:
+def _stop(stopping: asyncio.Event, driving: Collection[str], sig: signal.Signals) -> None:
     """A stop signal: the first lets the runs driven here go on to their end; a second
     leaves them at once, their leases to expire, as a crash would."""
     if stopping.is_set():
@@ -267,8 +267,19 @@ def _stop(stopping: asyncio.Event, driven: int, sig: signal.Signals) -> None:
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     stopping.set()
-    print(f"harness: worker: taking no more runs; waiting for the {driven} it drives to end or pause "
-          "(signal again to stop at once)", file=sys.stderr, flush=True)
+    print(f"harness: worker: taking no more runs; {_left(driving)}", file=sys.stderr, flush=True)
+
+
+def _left(driving: Collection[str]) -> str:
+    """What a stopping worker waits for, by the keys of what it drives: runs, and the
+    compensations it makes (their keys hold a space, ``worker_undo.key``)."""
+    undos = sum(" " in k for k in driving)
+    runs = len(driving) - undos
+    if not driving:
+        return "it drives none, so it exits now"
+    waits = [f"the {f'{runs} runs' if runs > 1 else 'run'} it drives to end or pause"] if runs else []
+    waits += [f"the {f'{undos} compensations' if undos > 1 else 'compensation'} it makes to end"] if undos else []
+    return f"waiting for {' and for '.join(waits)} (signal again to stop at once)"
 
 
 async def _sleep_unless(stopping: asyncio.Event, seconds: float, told: asyncio.Event | None = None) -> None:

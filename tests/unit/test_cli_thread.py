@@ -70,3 +70,10 @@ def test_thread_prints_its_runs_and_state_as_text(chat: str, capsys: pytest.Capt
 def test_an_unknown_thread_is_one_line_and_exit_2(chat: str, capsys: pytest.CaptureFixture[str]):
     code, _, err = harness(capsys, "thread", "nope")
     assert code == 2 and "nope" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_blank_thread_id_is_refused_as_blank(chat: str, capsys: pytest.CaptureFixture[str]):
+    code, _, err = harness(capsys, "run", chat, "--input", '{"messages": ["hi"]}', "--thread", " ")
+    assert code == 2 and err.strip() == "harness: thread_id must not be blank (whitespace only), got ' '"
+    code, _, err = harness(capsys, "runs", "--thread", "")
+    assert code == 2 and err.strip() == "harness: thread_id must not be empty, got ''"

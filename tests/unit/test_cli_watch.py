@@ -65,14 +65,30 @@ def test_watch_prints_the_recorded_stream_as_json_lines(db: str, capsys: pytest.
     assert [json.loads(line) for line in out.splitlines()] == live
 
 
+def event_lines(out: str) -> list[str]:
+    """The lines of ``watch`` that are events (``#seq`` recorded, ``~seq`` ephemeral)."""
+    return [line for line in out.splitlines() if line[:1] in "#~"]
+
+
 def test_watch_prints_one_line_per_event_and_the_run_at_the_end(db: str, capsys: pytest.CaptureFixture[str]):
     run_id, live = streamed_run(db)
     code = main(["--db", db, "watch", run_id])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
-    assert len(lines) == len(live) + 1
+    assert len(event_lines("\n".join(lines))) == len(live)
     assert lines[0].startswith("#1") and "run.created" in lines[0]
-    assert "custom a (attempt 1)" in "\n".join(lines) and "interrupted" in lines[-1]
+    assert "custom a (attempt 1)" in "\n".join(lines) and "interrupted" in lines[len(live)]
+
+
+def test_watching_a_paused_run_ends_with_its_question_and_how_to_answer_it(
+        db: str, capsys: pytest.CaptureFixture[str]):
+    run_id, live = streamed_run(db)
+    code = main(["--db", db, "watch", run_id])
+    after = capsys.readouterr().out.splitlines()[len(live) + 1:]
+    assert code == 0 and len(after) == 2, after
+    assert after[0].startswith("waiting: interrupt int_") and "from node 'ask'" in after[0]
+    assert '{"question": "ok?"}' in after[0]
+    assert after[1].strip() == f"answer with: harness resume {run_id} --response '<json>'"
 
 
 def test_watching_an_unknown_run_is_one_line_and_exit_2(db: str, capsys: pytest.CaptureFixture[str]):
@@ -164,7 +180,8 @@ async def test_watching_a_run_whose_lease_expired_says_once_that_nothing_drives_
     assert code == 0 and len(notices) == 1, output.err
     assert run_id in notices[0] and "expired" in notices[0] and f"harness resume {run_id}" in notices[0]
     lines = output.out.splitlines()
-    assert len(lines) == len(recorded) + 1 and "interrupted" in lines[-1]   # it kept following
+    # it kept following: every event, then the paused run
+    assert len(event_lines(output.out)) == len(recorded) and "interrupted" in lines[len(recorded)]
 
 
 async def test_the_notice_is_a_json_line_of_its_own_type_with_json(db: str, capsys: pytest.CaptureFixture[str]):
@@ -187,4 +204,4 @@ async def test_watching_a_run_whose_lease_is_live_says_nothing_of_the_sort(
     code, _, output, recorded = await watch_held_run(
         db, capsys, past_lease=False, json_out=False, while_held=polls_later())
     assert code == 0 and output.err == ""
-    assert len(output.out.splitlines()) == len(recorded) + 1
+    assert len(event_lines(output.out)) == len(recorded)

@@ -4,6 +4,7 @@ first, and recovers a run whose process is gone; ``--once`` exits when none is l
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import textwrap
 import time
@@ -279,3 +280,20 @@ def test_due_finds_an_orphan_behind_more_running_runs_than_it_reads(db: str, mon
         assert worker.due(rt, {lapsed}) == []
     finally:
         rt.close()
+
+
+@pytest.mark.parametrize("driving, said", [
+    ([], "taking no more runs; it drives none, so it exits now"),
+    (["run_a"], "waiting for the run it drives to end or pause (signal again"),
+    (["run_a", "run_b"], "waiting for the 2 runs it drives to end or pause (signal again"),
+    (["run_a", "compensate run_c"],
+     "waiting for the run it drives to end or pause and for the compensation it makes to end"),
+])
+def test_a_first_stop_signal_says_what_the_worker_waits_for(driving: list[str], said: str,
+                                                           capsys: pytest.CaptureFixture[str]):
+    from server.cli.worker import _stop
+
+    stopping = asyncio.Event()
+    _stop(stopping, driving, signal.SIGTERM)
+    err = capsys.readouterr().err
+    assert stopping.is_set() and said in err and len(err.splitlines()) == 1
