@@ -21,10 +21,10 @@ from .core.clock import Clock, IdSource, RandomIds, SystemClock
 from .core.env import Environment
 from .core.errors import GraphError, InvalidRequest, NotFound
 from .core.jsonvalues import JSON
-from .core.records import Checkpoint, Interrupt, InterruptStatus, NodeAttempt, PendingWrite, Run, TraceEvent
+from .core.records import Checkpoint, CompensationAsk, Interrupt, InterruptStatus, NodeAttempt, PendingWrite, Run, TraceEvent
 from .core.states import RunStatus
 from .engine.answers import MISSING
-from .engine.compensation import CompensationReport, ask_worker, compensate
+from .engine.compensation import CompensationReport, ask_worker, compensate, make_asked
 from .engine.deps import EngineDeps
 from .engine.driver import Driver
 from .engine.host import CompensationRegistry
@@ -313,6 +313,12 @@ class Runtime:
         if bool_arg(queue, "queue"):
             return ask_worker(self._deps, id_arg(run_id, "run_id"), bool_arg(retry_in_doubt, "retry_in_doubt"))
         return await compensate(self._deps, id_arg(run_id, "run_id"), retry_in_doubt)
+
+    async def compensate_asked(self, ask: CompensationAsk) -> CompensationReport | None:
+        """Make a compensation left to workers (one of ``store.compensation_asks()``), as
+        ``harness worker`` does: None if another worker made it first; the ask is forgotten
+        once made, under the run's lease, or kept when an undo cannot be imported here."""
+        return await make_asked(self._deps, ask)
 
     async def export_thread(self, run_id: str) -> dict[str, JSON]:
         """The whole thread of ``run_id`` as one versioned, JSON-serialisable document."""

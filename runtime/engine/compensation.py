@@ -31,6 +31,7 @@ from ..core.jsonvalues import JSON, to_json
 from ..core.records import (
     COMPENSATION_STATUSES,
     Batch,
+    CompensationAsk,
     EffectStatus,
     EventType,
     JournalEntry,
@@ -164,6 +165,21 @@ def ask_worker(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> C
 
 
 async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:
+    report = await _compensate(deps, run_id, retry_in_doubt)
+    assert report is not None   # only an ask is ever found made already
+    return report
+
+
+async def make_asked(deps: EngineDeps, ask: CompensationAsk) -> CompensationReport | None:
+    """A compensation a process left to workers, made only if still asked once the run's
+    lease is held (None otherwise: another worker made it), and forgotten before the lease
+    is let go, unless an undo cannot be imported here (left for a worker that can)."""
+    return await _compensate(deps, ask.run_id, ask.retry_in_doubt, ask)
+
+
+async def _compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool,
+                      ask: CompensationAsk | None = None) -> CompensationReport | None:
+    """Undo the run's effects under its lease (renewed while an undo runs)."""
     store, env, busy_runs = deps.store, deps.env, deps.compensations.busy
     run = compensable_run(store, run_id)
     busy = f"run {run_id} is being compensated by another caller"
@@ -179,6 +195,8 @@ async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False
         except LeaseLost:
             raise CompensationBusy(busy) from None
         writer = _Recorder(deps, run, on_release=lambda: busy_runs.discard(run.id))
+        if ask is not None and ask not in store.compensation_asks(run_id):
+            return None   # made, and forgotten, by another worker while this one waited
         # read after taking the lease: what an earlier caller recorded is all there
         effects, undo = compensable(undoable_here(store, run))
         steps: list[CompensationStep] = []
@@ -187,6 +205,8 @@ async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False
             steps.append(step)
             if step.status not in _DONE:
                 break  # keep the order: nothing older is undone while a newer one is not
+        if ask is not None and not any(s.status == StepStatus.NOT_RUNNABLE for s in steps):
+            store.drop_compensation_ask(run_id, ask.at)   # under the lease: no other worker makes it again
     finally:
         if writer is None:
             busy_runs.discard(run.id)
@@ -266,6 +286,20 @@ class _Recorder:
         self.on_release = on_release
         #: an undo's thread that went on after the caller was cancelled
         self.outliving: asyncio.Future[Any] | None = None
+        # an undo may outlast the lease: renewed, no other caller takes the run and undoes it again
+        self.renewing = asyncio.get_running_loop().create_task(self._keep_lease())
+
+    async def _keep_lease(self) -> None:
+        while True:
+            await asyncio.sleep(self.env.heartbeat)
+            now = self.env.now()
+            if (self.run.lease_expires_at or 0) - now < self.env.lease_ttl / 2:
+                try:
+                    self.run = self.run.evolve(lease_expires_at=now + self.env.lease_ttl, updated_at=now)
+                    self.store.commit(Batch(run_id=self.run.id, fence=self.run.fence, run=self.run))
+                except Exception:   # taken over, or the store away: what is recorded next says so
+                    log.warning("run %s: its compensation lease was not renewed", self.run.id, exc_info=True)
+                    return
 
     def record(self, e: JournalEntry, status: EffectStatus, *, result: JSON = None,
                error: str | None = None) -> None:
@@ -316,6 +350,7 @@ class _Recorder:
     def release(self) -> None:
         if self.outliving is not None:
             return  # ``outlive`` releases once the undo ends
+        self.renewing.cancel()
         try:
             self.run = self.run.evolve(lease_owner=None, lease_expires_at=None)
             self.store.commit(Batch(run_id=self.run.id, fence=self.run.fence, run=self.run, durable=True))

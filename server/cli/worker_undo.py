@@ -15,10 +15,9 @@ import json
 import sys
 from enum import Enum
 
-from runtime import HarnessError, Runtime
+from runtime import InvalidRequest, LeaseLost, Runtime
 from runtime.core.records import CompensationAsk
 from runtime.engine.compensation import CompensationBusy, StepStatus
-from runtime.store.sql.availability import unavailable
 from server.present import compensation_lines
 
 
@@ -36,21 +35,20 @@ def key(ask: CompensationAsk) -> str:
 async def undo(rt: Runtime, ask: CompensationAsk, args: argparse.Namespace) -> Undone:
     """Make the compensation asked; the store's errors (it went away) go to the caller."""
     try:
-        report = await rt.compensate(ask.run_id, retry_in_doubt=ask.retry_in_doubt)
-    except CompensationBusy:
+        report = await rt.compensate_asked(ask)
+    except (CompensationBusy, LeaseLost):   # another caller compensates the run now
         return Undone.TAKEN
-    except HarnessError as e:   # it may no longer be compensated (continued since, say)
-        if unavailable(e):
-            raise
+    except InvalidRequest as e:   # it may no longer be compensated (continued since, say)
         print(f"harness: worker: run {ask.run_id}: its compensation is not made: "
               f"{' '.join(str(e).splitlines())}", file=sys.stderr, flush=True)
         rt.store.drop_compensation_ask(ask.run_id, ask.at)
+        return Undone.DONE
+    if report is None:   # another worker made it first
         return Undone.DONE
     if any(s.status == StepStatus.NOT_RUNNABLE for s in report.steps):
         print(f"harness: worker: run {ask.run_id}: its compensation is left to a worker that can import its "
               f"undo functions: {'; '.join(s.error or '' for s in report.not_done)}", file=sys.stderr, flush=True)
         return Undone.REFUSED
-    rt.store.drop_compensation_ask(ask.run_id, ask.at)
     if args.json:
         print(json.dumps(report.to_json()), flush=True)
     else:

@@ -68,8 +68,8 @@ class Setup:
             rt = Runtime(store=SqlStore(self.url), graphs=[self.graph])
             try:
                 for ask in rt.store.compensation_asks():
-                    assert (await rt.compensate(ask.run_id, retry_in_doubt=ask.retry_in_doubt)).complete
-                    rt.store.drop_compensation_ask(ask.run_id, ask.at)
+                    made = await rt.compensate_asked(ask)
+                    assert made is not None and made.complete
             finally:
                 rt.close()
         asyncio.run(go())

@@ -327,8 +327,10 @@ class Writer:
             row = cur.fetchone()
             if row is None:
                 raise NotFound(f"no run with id {run_id!r}")
-            cur.execute(self._sql("DELETE FROM compensation_asks WHERE run_pk = ?"), [row[0]])
-            cur.execute(self._sql("INSERT INTO compensation_asks (run_pk, retry_in_doubt, asked_at) VALUES (?, ?, ?)"),
+            # one statement: two processes asking at once both succeed, the later ask kept
+            cur.execute(self._sql("INSERT INTO compensation_asks (run_pk, retry_in_doubt, asked_at) VALUES (?, ?, ?) "
+                                  "ON CONFLICT (run_pk) DO UPDATE SET retry_in_doubt = excluded.retry_in_doubt, "
+                                  "asked_at = excluded.asked_at"),
                         [row[0], self._flag[bool(retry_in_doubt)], at])
             self._notify(cur, QUEUED, run_id)
 
