@@ -360,7 +360,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
             return
         now = self.rec.now()
         reason = None
-        if self.deps.store.durable and (now >= self._next_poll or self.waiter.take_told()):
+        if self.deps.store.durable and (self.waiter.take_told() or now >= self._next_poll):
             # another process may have asked to cancel; poll at heartbeat pace, not every step
             self._next_poll = now + self.env.heartbeat
             reason = self.deps.store.cancel_request(self.run_id)

@@ -46,9 +46,11 @@ class Slots:
     def attach(self, loop: Driven) -> None:
         with self._lock:
             self._active[loop.run_id] = loop
-        if self._subscribe is not None and self.unsubscribe is None:
-            # once this Runtime first drives a run: a process that only reads listens to nothing
-            self.unsubscribe = self._subscribe(self.heard)
+        if self._subscribe is not None:
+            # once this Runtime first drives a run: a process that only reads listens to nothing;
+            # the store's method is not kept (what the store's thread holds must not hold the store)
+            subscribe, self._subscribe = self._subscribe, None
+            self.unsubscribe = subscribe(self.heard)
 
     def detach(self, loop: Driven) -> None:
         with self._lock:

@@ -29,8 +29,11 @@ class Waiter:
         any thread, so it reads the store now rather than at its next heartbeat."""
         self._told = True
         loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.wake)
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self.wake)
+            except RuntimeError:
+                pass   # its event loop has closed: the run is no longer driven here
 
     def wake(self) -> None:
         if self._wake is None:

@@ -49,6 +49,8 @@ from .worker_undo import key, undo
 BATCH = 1000
 #: the longest wait between two looks at a database that cannot be reached (or the poll, if longer)
 MAX_BACKOFF = 5.0
+#: the shortest time between two looks the store's notifications ask for (runs queued in a burst)
+TOLD_GAP = 0.05
 
 
 def lease_seconds(text: str) -> float:
@@ -179,39 +181,46 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         limit = rt.max_concurrency
         refused: set[str] = set()   # tried once, never again: the error would only repeat
         later: dict[str, float] = {}   # being taken by another process: not before then
+        looked_at = 0.0
         while True:
+            if told.is_set():   # told of new work: a burst of it is looked at together
+                await asyncio.sleep(max(0.0, looked_at + TOLD_GAP - time.monotonic()))
             # while the database is down, only once the backoff has passed
             if not stopping.is_set() and outage.may_look():
                 told.clear()   # what is told from now on is looked at next
+                looked_at = time.monotonic()
                 try:
-                    now = time.monotonic()
-                    later = {r: t for r, t in later.items() if t > now}
-                    for run in due(rt, refused | later.keys()):
-                        if len(driving) >= limit:
-                            break
-                        if run.id not in driving and run.id not in refused and run.id not in later:
-                            driving[run.id] = asyncio.create_task(drive(rt, run, args, outage))
-                    # then compensations other processes left to workers, oldest first
+                    later = {r: t for r, t in later.items() if t > looked_at}
+                    # compensations other processes left to workers first: a backlog of runs
+                    # would otherwise keep them waiting (they are short, and nothing else undoes)
                     for ask in rt.store.compensation_asks(limit=BATCH + len(refused)):
                         if len(driving) >= limit:
                             break
                         if (k := key(ask)) not in driving and k not in refused and k not in later:
                             driving[k] = asyncio.create_task(_undo(rt, ask, args, outage))
+                    for run in due(rt, refused | later.keys()):
+                        if len(driving) >= limit:
+                            break
+                        if run.id not in driving and run.id not in refused and run.id not in later:
+                            driving[run.id] = asyncio.create_task(drive(rt, run, args, outage))
                     outage.back()
                 except Exception as e:
                     if not unavailable(e):
                         raise
                     outage.lost(e, looking=True)
+            # new work is heard only while the worker may look for it: else it would wake for nothing
+            heed = told if not stopping.is_set() and not outage.down else None
             if not driving:
                 # --once: only once a look found nothing left, not while the database is away
                 if (args.once and not outage.down) or stopping.is_set():
                     return exits.FAILED if refused else exits.OK
-                await _sleep_unless(stopping, outage.wait(), told)
+                await _sleep_unless(stopping, outage.wait(), heed)
                 continue
-            hearing = asyncio.create_task(told.wait())
-            finished, _ = await asyncio.wait([*driving.values(), hearing], timeout=outage.wait(),
+            hearing = [asyncio.create_task(heed.wait())] if heed is not None else []
+            finished, _ = await asyncio.wait([*driving.values(), *hearing], timeout=outage.wait(),
                                              return_when=asyncio.FIRST_COMPLETED)
-            hearing.cancel()
+            for h in hearing:
+                h.cancel()
             for run_id, task in list(driving.items()):
                 if task in finished:
                     del driving[run_id]
@@ -299,8 +308,11 @@ def listen(rt: Runtime, stack: contextlib.ExitStack) -> asyncio.Event:
     subscribe = getattr(rt.store, "subscribe", None)
 
     def heard(kind: str, run_id: str) -> None:
-        if kind in (QUEUED, ANY) and not aio.is_closed():
-            aio.call_soon_threadsafe(told.set)
+        if kind in (QUEUED, ANY):
+            try:
+                aio.call_soon_threadsafe(told.set)
+            except RuntimeError:
+                pass   # the worker has stopped: nothing to tell
     if subscribe is not None:
         stack.callback(subscribe(heard))
     return told

@@ -6,10 +6,13 @@ The message itself is read from the store as before; a notification only says to
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +133,7 @@ def test_the_listener_tells_each_kind_and_after_a_lost_connection_tells_every_li
 
 
 WORKER_GRAPH = textwrap.dedent('''
+    import asyncio
     from pydantic import BaseModel
     from runtime import Graph
 
@@ -141,15 +145,91 @@ WORKER_GRAPH = textwrap.dedent('''
     @one.node()
     def step(state):
         return {"n": state.n + 1}
+
+    long = Graph("notified_long", state=S)
+
+    @long.node()
+    async def wait(state):
+        await asyncio.sleep(8)
+        return {"n": 1}
 ''')
+
+
+def start_worker(pg_url: str, folder: Path) -> subprocess.Popen[str]:
+    (folder / "notified_graphs.py").write_text(WORKER_GRAPH)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
+    return subprocess.Popen([sys.executable, "-m", "server.cli", "--db", pg_url, "worker", "notified_graphs:one",
+                             "notified_graphs:long", "--poll", str(SLOW)], cwd=folder, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
+
+
+def test_a_stopping_worker_told_of_new_runs_waits_quietly_for_its_own(pg_url: str, tmp_path: Path) -> None:
+    worker = start_worker(pg_url, tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import notified_graphs
+        store = SqlStore(pg_url)
+        try:
+            time.sleep(2)
+            long = asyncio.run(Runtime(store=store).submit(notified_graphs.long, {}))
+            heard_within(store, long.id, RunStatus.RUNNING, SLOW / 2)
+            worker.send_signal(signal.SIGTERM)   # takes no more runs; its own goes on
+            time.sleep(0.5)
+            before = cpu_seconds(worker.pid)
+            for _ in range(3):   # each one notified: the stopping worker must not spin on them
+                asyncio.run(Runtime(store=store).submit(notified_graphs.one, {}))
+            time.sleep(2)
+            assert cpu_seconds(worker.pid) - before < 0.5
+            assert worker.poll() is None   # still waiting for its run
+        finally:
+            store.close()
+    finally:
+        sys.path.remove(str(tmp_path))
+        worker.kill()
+        worker.communicate(timeout=30)
+
+
+# the dropped stores' pooled connections are closed by the garbage collector, which says so
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning", "ignore::ResourceWarning")
+def test_a_store_dropped_without_close_stops_listening(pg_url: str) -> None:
+    def listening() -> int:
+        looking = SqlStore(pg_url)
+        try:
+            with looking.engine.connect() as conn:
+                return int(conn.exec_driver_sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                                                "'LISTEN%%' AND datname = current_database()").scalar_one())
+        finally:
+            looking.close()
+
+    async def drive_and_drop() -> None:
+        for _ in range(3):
+            rt = Runtime(store=SqlStore(pg_url))
+            await rt.start(graph_one(), {})
+            assert rt.store._listener is not None and rt.store._listener.connected.wait(5)
+    asyncio.run(drive_and_drop())
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while (left := listening()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == 0
+    assert not [t for t in threading.enumerate() if t.name == "harness-listen" and t.is_alive()]
+
+
+def graph_one() -> Graph:
+    g = Graph("notified_drop", state=S)
+    g.add_node("a", lambda s: {"done": True})
+    return g
 
 
 def test_a_worker_takes_a_queued_run_at_once_though_it_polls_seldom(pg_url: str, tmp_path: Path) -> None:
     (tmp_path / "notified_graphs.py").write_text(WORKER_GRAPH)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    worker = subprocess.Popen([sys.executable, "-m", "server.cli", "--db", pg_url, "worker",
-                               "notified_graphs:one", "--poll", str(SLOW)], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worker = start_worker(pg_url, tmp_path)
     sys.path.insert(0, str(tmp_path))
     try:
         import notified_graphs

@@ -68,10 +68,9 @@ class Listener:
         return unsubscribe
 
     def close(self) -> None:
+        """Stop listening: the thread closes its connection within a ``TICK`` (not waited
+        for: closing a store, and a command that drove a run, ends at once)."""
         self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self.TICK * 4)
 
     def _tell(self, kind: str, run_id: str) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ same float). U+0000, which JSONB cannot hold, is stored escaped (``nul``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -72,6 +73,9 @@ class SqlStore:
         self._reader = Reader(self.engine, pks=RunKeys(), text=None if self.is_sqlite else nul.unescape)
         self._writer = Writer(self.engine, self._reader)
         self._listener = None if self.is_sqlite else Listener(self.engine)
+        if self._listener is not None:
+            # a store dropped without close must not keep its listening connection and thread
+            weakref.finalize(self, self._listener.close)
 
     def close(self) -> None:
         if self._listener is not None:
