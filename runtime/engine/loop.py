@@ -360,9 +360,9 @@ class RunLoop(Outcomes, Growth, TakeOver):
             return
         now = self.rec.now()
         reason = None
-        if self.deps.store.durable and (self.waiter.take_told() or now >= self._next_poll):
-            # another process may have asked to cancel; poll at heartbeat pace, not every step
-            self._next_poll = now + self.env.heartbeat
+        if self.deps.store.durable and (now >= self._next_poll or self.waiter.told):
+            # another process may have asked to cancel; poll at heartbeat pace (or when told), not every step
+            self._next_poll, self.waiter.told = now + self.env.heartbeat, False
             reason = self.deps.store.cancel_request(self.run_id)
             if reason is None:
                 self.take_sent()

@@ -65,7 +65,7 @@ class Slots:
             told = list(self._active.values()) if run_id == ANY else [self._active.get(run_id)]
         for loop in told:
             if loop is not None:
-                loop.waiter.told()
+                loop.waiter.tell()
 
     def driving(self, run_id: str) -> Driven | None:
         """The loop driving ``run_id`` in this process, if any."""

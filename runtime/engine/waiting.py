@@ -20,14 +20,15 @@ class Waiter:
         self._timer: asyncio.TimerHandle | None = None
         #: woken since the loop last looked, while it was not waiting
         self._woken = False
-        #: another process left the run a message (``told``, from any thread) not yet read
-        self._told = False
+        #: another process left the run a message (``tell``, from any thread) not yet read;
+        #: the loop clears it as it reads the store
+        self.told = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def told(self) -> None:
+    def tell(self) -> None:
         """Another process left the run a message (a cancel, answers): wake the loop from
         any thread, so it reads the store now rather than at its next heartbeat."""
-        self._told = True
+        self.told = True
         loop = self._loop
         if loop is not None:
             try:
@@ -40,11 +41,6 @@ class Waiter:
             self._woken = True
         elif not self._wake.done():
             self._wake.set_result(None)
-
-    def take_told(self) -> bool:
-        """Whether the run was told of a message since it last asked (and forget it)."""
-        told, self._told = self._told, False
-        return told
 
     def looked(self) -> None:
         """The loop is about to look at everything that could have woken it."""
