@@ -59,7 +59,9 @@ def test_a_long_wait_is_drawn_as_a_short_break_and_the_bars_keep_their_true_time
     # the hours of waiting take a short break's width, not the whole axis
     asked_end = bars["ask #1"][0] + bars["ask #1"][1]
     assert 0 < bars["ask #2"][0] - asked_end <= 5
-    assert bars["ask #2"][0] < 95
+    # what ran before the wait keeps its share of the axis (unbroken, it would be squashed to
+    # nothing at the left); how its share compares with the last attempt's varies with load
+    assert asked_end > 30
     # what the bars say is the real time
     assert "started 2 h 14 min after attempt 1 ended" in html
 

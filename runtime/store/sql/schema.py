@@ -166,7 +166,8 @@ class EventRow(SQLModel, table=True):
 
 class CompensationAskRow(SQLModel, table=True):
     """A compensation left to a worker. A table a database of schema 3 gains when it is opened
-    (``create_all``), with no migration: code that predates it leaves it alone."""
+    (``create_all``; once, by a role that may create tables, as a migration needs), with no
+    migration: code that predates it leaves it alone."""
 
     __tablename__ = "compensation_asks"
     __table_args__ = (Index("ix_asks_at", "asked_at"),)
