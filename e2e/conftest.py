@@ -93,6 +93,30 @@ def harness_server(args: list[str], folder: Path, pythonpath: str = str(ROOT)) -
         log.close()
 
 
+@contextmanager
+def served_while_running(graph: str, folder: Path) -> Iterator[Demo]:
+    """A run of ``busy_graphs:GRAPH`` driven by ``harness run``, served by ``harness serve``
+    over the same store, once it is running (its id as ``ids[GRAPH]``)."""
+    db = f"sqlite:///{folder / f'{graph}.db'}"
+    pythonpath = os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent)])
+    with harness_server(["serve", f"busy_graphs:{graph}", "--db", db], folder, pythonpath) as url:
+        runner = subprocess.Popen([sys.executable, "-m", "server.cli", "run", f"busy_graphs:{graph}", "--db", db,
+                                   "--input", "{}"], cwd=ROOT, env={**os.environ, "PYTHONPATH": pythonpath},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            demo = Demo(url, {}, folder)
+            deadline = time.monotonic() + 30
+            while not (runs := demo.api("/api/runs")["runs"]):
+                assert time.monotonic() < deadline, f"the {graph} run never started"
+                time.sleep(0.05)
+            demo.ids[graph] = runs[0]["id"]
+            demo.wait_status(runs[0]["id"], "running")
+            yield demo
+        finally:
+            runner.kill()
+            runner.wait()
+
+
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     folder = tmp_path_factory.mktemp("demo")

@@ -4,17 +4,12 @@ stays folded; both stop when the run ends."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Demo, harness_server
+from conftest import Demo, served_while_running
 from playwright.sync_api import Page, expect
 
 TRACE_SEQS = "Array.from(document.querySelectorAll('#events table.events tbody tr[id]'), r => +r.id.slice(3))"
@@ -25,25 +20,8 @@ FEED_SEQ = "(() => { const e = document.querySelector('#live-log .ev .mono'); re
 def steady(tmp_path: Path) -> Iterator[Demo]:
     """A run of ``busy_graphs:steady`` (about fifteen seconds) driven by ``harness run``, served by
     ``harness serve`` over the same store."""
-    db = f"sqlite:///{tmp_path / 'steady.db'}"
-    pythonpath = os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent)])
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    with harness_server(["serve", "busy_graphs:steady", "--db", db], tmp_path, pythonpath) as url:
-        runner = subprocess.Popen([sys.executable, "-m", "server.cli", "run", "busy_graphs:steady", "--db", db,
-                                   "--input", json.dumps({})], cwd=ROOT, env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            demo = Demo(url, {}, tmp_path)
-            deadline = time.monotonic() + 30
-            while not (runs := demo.api("/api/runs")["runs"]):
-                assert time.monotonic() < deadline, "the steady run never started"
-                time.sleep(0.05)
-            demo.ids["steady"] = runs[0]["id"]
-            demo.wait_status(runs[0]["id"], "running")
-            yield demo
-        finally:
-            runner.kill()
-            runner.wait()
+    with served_while_running("steady", tmp_path) as demo:
+        yield demo
 
 
 def trace_catches_up_with_the_feed(page: Page) -> None:

@@ -4,17 +4,12 @@ it is (no request, no flicker), one after an effect loads it again."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Demo, harness_server
+from conftest import Demo, served_while_running
 from playwright.sync_api import Page, expect
 
 
@@ -22,24 +17,8 @@ from playwright.sync_api import Page, expect
 def paying(tmp_path: Path) -> Iterator[Demo]:
     """A run of ``busy_graphs:paying`` driven by ``harness run``, served by ``harness serve``
     over the same store."""
-    db = f"sqlite:///{tmp_path / 'paying.db'}"
-    pythonpath = os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent)])
-    with harness_server(["serve", "busy_graphs:paying", "--db", db], tmp_path, pythonpath) as url:
-        runner = subprocess.Popen([sys.executable, "-m", "server.cli", "run", "busy_graphs:paying", "--db", db,
-                                   "--input", json.dumps({})], cwd=ROOT, env={**os.environ, "PYTHONPATH": pythonpath},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            demo = Demo(url, {}, tmp_path)
-            deadline = time.monotonic() + 30
-            while not (runs := demo.api("/api/runs")["runs"]):
-                assert time.monotonic() < deadline, "the paying run never started"
-                time.sleep(0.05)
-            demo.ids["paying"] = runs[0]["id"]
-            demo.wait_status(runs[0]["id"], "running")
-            yield demo
-        finally:
-            runner.kill()
-            runner.wait()
+    with served_while_running("paying", tmp_path) as demo:
+        yield demo
 
 
 def test_an_open_journal_is_asked_for_again_only_once_an_entry_is_added(page: Page, paying: Demo,

@@ -14,6 +14,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -168,30 +170,37 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
 
 
-def test_a_stopping_worker_told_of_new_runs_waits_quietly_for_its_own(pg_url: str, tmp_path: Path) -> None:
-    worker = start_worker(pg_url, tmp_path)
-    sys.path.insert(0, str(tmp_path))
+@contextmanager
+def worker_beside(pg_url: str, folder: Path) -> Iterator[tuple[subprocess.Popen[str], Any, SqlStore]]:
+    """A ``harness worker`` polling every SLOW seconds, the graphs it drives imported here
+    too, and a store to queue their runs in; the worker up and listening."""
+    worker = start_worker(pg_url, folder)
+    sys.path.insert(0, str(folder))
+    store = SqlStore(pg_url)
     try:
         import notified_graphs
-        store = SqlStore(pg_url)
-        try:
-            time.sleep(2)
-            long = asyncio.run(Runtime(store=store).submit(notified_graphs.long, {}))
-            heard_within(store, long.id, RunStatus.RUNNING, SLOW / 2)
-            worker.send_signal(signal.SIGTERM)   # takes no more runs; its own goes on
-            time.sleep(0.5)
-            before = cpu_seconds(worker.pid)
-            for _ in range(3):   # each one notified: the stopping worker must not spin on them
-                asyncio.run(Runtime(store=store).submit(notified_graphs.one, {}))
-            time.sleep(2)
-            assert cpu_seconds(worker.pid) - before < 0.5
-            assert worker.poll() is None   # still waiting for its run
-        finally:
-            store.close()
+        time.sleep(2)   # the worker is up, has looked once and found nothing, and listens
+        yield worker, notified_graphs, store
     finally:
-        sys.path.remove(str(tmp_path))
+        store.close()
+        sys.path.remove(str(folder))
+        sys.modules.pop("notified_graphs", None)
         worker.kill()
         worker.communicate(timeout=30)
+
+
+def test_a_stopping_worker_told_of_new_runs_waits_quietly_for_its_own(pg_url: str, tmp_path: Path) -> None:
+    with worker_beside(pg_url, tmp_path) as (worker, graphs, store):
+        long = asyncio.run(Runtime(store=store).submit(graphs.long, {}))
+        heard_within(store, long.id, RunStatus.RUNNING, SLOW / 2)
+        worker.send_signal(signal.SIGTERM)   # takes no more runs; its own goes on
+        time.sleep(0.5)
+        before = cpu_seconds(worker.pid)
+        for _ in range(3):   # each one notified: the stopping worker must not spin on them
+            asyncio.run(Runtime(store=store).submit(graphs.one, {}))
+        time.sleep(2)
+        assert cpu_seconds(worker.pid) - before < 0.5
+        assert worker.poll() is None   # still waiting for its run
 
 
 # the dropped stores' pooled connections are closed by the garbage collector, which says so
@@ -227,20 +236,6 @@ def graph_one() -> Graph:
 
 
 def test_a_worker_takes_a_queued_run_at_once_though_it_polls_seldom(pg_url: str, tmp_path: Path) -> None:
-    (tmp_path / "notified_graphs.py").write_text(WORKER_GRAPH)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    worker = start_worker(pg_url, tmp_path)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import notified_graphs
-        store = SqlStore(pg_url)
-        try:
-            time.sleep(2)   # the worker is up, has looked once and found nothing, and listens
-            run = asyncio.run(Runtime(store=store).submit(notified_graphs.one, {}))
-            assert heard_within(store, run.id, RunStatus.SUCCEEDED, SLOW / 2) < SLOW / 2
-        finally:
-            store.close()
-    finally:
-        sys.path.remove(str(tmp_path))
-        worker.terminate()
-        worker.communicate(timeout=30)
+    with worker_beside(pg_url, tmp_path) as (_, graphs, store):
+        run = asyncio.run(Runtime(store=store).submit(graphs.one, {}))
+        assert heard_within(store, run.id, RunStatus.SUCCEEDED, SLOW / 2) < SLOW / 2
