@@ -41,16 +41,17 @@ class Slots:
         # what the store hears is looked up here from its thread
         self._lock = threading.Lock()
         self._subscribe = subscribe
-        self.unsubscribe: Callable[[], None] | None = None
 
     def attach(self, loop: Driven) -> None:
         with self._lock:
             self._active[loop.run_id] = loop
         if self._subscribe is not None:
-            # once this Runtime first drives a run: a process that only reads listens to nothing;
-            # the store's method is not kept (what the store's thread holds must not hold the store)
+            # once this Runtime first drives a run: a process that only reads listens to nothing.
+            # Neither the store's method nor the call that unsubscribes is kept: what the store's
+            # thread holds (``heard``) must not hold the store, nor make a cycle with it (closing
+            # the store stops its listener)
             subscribe, self._subscribe = self._subscribe, None
-            self.unsubscribe = subscribe(self.heard)
+            subscribe(self.heard)
 
     def detach(self, loop: Driven) -> None:
         with self._lock:

@@ -239,3 +239,28 @@ def test_a_worker_takes_a_queued_run_at_once_though_it_polls_seldom(pg_url: str,
     with worker_beside(pg_url, tmp_path) as (_, graphs, store):
         run = asyncio.run(Runtime(store=store).submit(graphs.one, {}))
         assert heard_within(store, run.id, RunStatus.SUCCEEDED, SLOW / 2) < SLOW / 2
+
+
+def test_a_runtime_that_listened_leaves_no_cycles_once_closed(pg_url: str) -> None:
+    """The listener holds the Runtime's ``heard``, not the other way round: once closed,
+    the store and its listener are freed without the cyclic collector."""
+    gc.collect()
+    gc.garbage.clear()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        async def go() -> threading.Thread:
+            rt = Runtime(store=SqlStore(pg_url))
+            await rt.start(graph_one(), {})
+            listener = rt.store._listener
+            assert listener is not None and listener.connected.wait(5) and listener._thread is not None
+            rt.close()
+            return listener._thread
+        thread = asyncio.run(go())
+        thread.join(5)
+        assert not thread.is_alive()
+        gc.collect()
+        left = {type(o).__qualname__ for o in gc.garbage}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not left & {"Listener", "Slots", "SqlStore"}   # (an engine has cycles of its own)
