@@ -42,8 +42,9 @@ class Listener:
     with (kind, run id) — or (``ANY``, ``ANY``) after a reconnect. Started by the first
     subscription, stopped by ``close``."""
 
-    #: seconds between two looks at whether to stop; the longest wait after a lost connection
-    TICK = 0.5
+    #: seconds between two looks at whether to stop (what ``close`` waits at most, about);
+    #: the longest wait after a lost connection
+    TICK = 0.25
     BACKOFF = 5.0
 
     def __init__(self, engine: Engine):
@@ -68,9 +69,12 @@ class Listener:
         return unsubscribe
 
     def close(self) -> None:
-        """Stop listening: the thread closes its connection within a ``TICK`` (not waited
-        for: closing a store, and a command that drove a run, ends at once)."""
+        """Stop listening, once the thread has closed its connection (within a ``TICK``):
+        nothing of it outlives the store's ``close``."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.TICK * 20)
 
     def _tell(self, kind: str, run_id: str) -> None:
         with self._lock:
