@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from runtime import JSON, Runtime
+from runtime import JSON, NotFound, Runtime
+from runtime.core.records import thread_id_problem
 from server.connect import DEFAULT_DB, database_url, open_runtime
 from server.inputs import InputError, parse_json
 from server.present import load_run_view, plain
@@ -147,3 +148,27 @@ async def show_run(rt: Runtime, args: argparse.Namespace, run_id: str) -> None:
     """Print the run: status, checkpoints, state, pending interrupts, continuations."""
     view = await load_run_view(rt, run_id)
     emit(args, view.to_json(), "\n".join(view.lines()))
+
+
+def thread_arg(text: str) -> str:
+    """A thread id as the runtime takes it; refused by argparse, naming the option."""
+    problem = thread_id_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def refuse_checkpoint_id(rt: Runtime, given: str) -> None:
+    """When the id given for a run is no run but a checkpoint's (an easy slip: checkpoints
+    are what ``history`` lists), say whose it is."""
+    try:
+        rt.store.get_run(given)
+        return
+    except NotFound:
+        pass
+    try:
+        cp = rt.store.get_checkpoint(given)
+    except NotFound:
+        return   # neither: the store's own message says so
+    raise InputError(f"no run with id {given!r}: that is checkpoint #{cp.seq} of run {cp.run_id} "
+                     f"(harness history {cp.run_id}; harness fork {given} branches off there)")

@@ -25,7 +25,9 @@ from .common import (
     opened,
     positive_int,
     positive_seconds,
+    refuse_checkpoint_id,
     show_run,
+    thread_arg,
 )
 
 INPUT_MEANING = 'input must be an object of state fields, {"field": value}'
@@ -74,6 +76,7 @@ async def cmd_submit(args: argparse.Namespace) -> int:
 
 async def cmd_show(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
+        refuse_checkpoint_id(rt, args.run)
         await show_run(rt, args, args.run)
     return exits.OK
 
@@ -233,13 +236,13 @@ def register(sub: Any) -> None:
         r.add_argument("graph", help="MODULE:GRAPH or a plan .json file")
         r.add_argument("--input", help="run input as a JSON object")
         add_limit_options(r)
-        r.add_argument("--thread", help="thread id: a new turn of that conversation when it has runs already")
+        r.add_argument("--thread", type=thread_arg, help="thread id: a new turn of that conversation when it has runs already")
         r.set_defaults(fn=fn)
 
     ls = add_command(sub, "runs", "list runs, newest first")
     ls.add_argument("--status", choices=[s.value for s in RunStatus])
     ls.add_argument("--limit", type=positive_int, default=50, help="at most this many (default: 50)")
-    ls.add_argument("--thread", help="only the runs of this thread")
+    ls.add_argument("--thread", type=thread_arg, help="only the runs of this thread")
     ls.set_defaults(fn=cmd_runs)
 
     for name, fn, text in (("show", cmd_show, "a run: status, checkpoints, state, pending interrupts"),
@@ -262,7 +265,7 @@ def register(sub: Any) -> None:
             c.add_argument("--reason", default="cancelled from the command line")
 
     t = add_command(sub, "thread", "a conversation thread: its runs, oldest first, and its state")
-    t.add_argument("thread", help="thread id")
+    t.add_argument("thread", type=thread_arg, help="thread id")
     t.add_argument("--graph", help=GRAPH_HELP)
     t.add_argument("--limit", type=positive_int, default=1000, help="at most this many runs (default: 1000)")
     t.set_defaults(fn=cmd_thread)

@@ -26,6 +26,7 @@ from .common import (
     limit_args,
     mocks_arg,
     opened,
+    refuse_checkpoint_id,
     show_run,
 )
 
@@ -34,6 +35,7 @@ PATCH_MEANING = 'a patch is an object of state fields, {"field": value}'
 
 async def cmd_history(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
+        refuse_checkpoint_id(rt, args.run)
         run = await rt.get_run(args.run)
         views = [await rt.checkpoint(cp.id) for cp in await rt.history(args.run)]
     data = [v.to_json() for v in views]

@@ -1,6 +1,7 @@
 """A run id given where a checkpoint id is expected (``fork``, ``diff``) is refused with the
 run's latest checkpoint and the command that lists the others: runs are what ``runs``
-lists, so the slip is an easy one."""
+lists, so the slip is an easy one. The other way round (a checkpoint id to ``history`` or
+``show``) is refused naming the run it belongs to."""
 
 from __future__ import annotations
 
@@ -71,3 +72,15 @@ def test_an_id_that_is_neither_is_said_unknown_with_no_hint(module: str, capsys:
     assert code == 2 and err.strip() == "harness: no checkpoint with id 'cp_nope'"
     code, _, err = harness(capsys, "fork", "run_nope")
     assert code == 2 and err.strip() == "harness: no checkpoint with id 'run_nope'"
+
+
+@pytest.mark.parametrize("command", ["history", "show"])
+def test_a_checkpoint_id_for_a_run_names_the_run_it_belongs_to(module: str, command: str,
+                                                               capsys: pytest.CaptureFixture[str]):
+    run_id, cps = recorded(module, capsys)
+    code, out, err = harness(capsys, command, cps[1])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"no run with id {cps[1]!r}: that is checkpoint #1 of run {run_id}" in err
+    assert f"harness history {run_id}" in err and f"harness fork {cps[1]}" in err
+    code, _, err = harness(capsys, command, "run_nope")   # neither: no hint
+    assert code == 2 and "run_nope" in err and "checkpoint #" not in err
