@@ -90,6 +90,10 @@ def test_installed_script_takes_db_before_the_command(workdir: Path):
     (["runs", "--colour", "red"], "unrecognized arguments: --colour red"),
     (["show"], "the following arguments are required: run"),
     ([], "the following arguments are required: command"),
+    # a thread id is refused naming the option it came with, not the Python argument
+    (["run", "options_demo:graph", "--thread", " "], "argument --thread: must not be blank"),
+    (["runs", "--thread", ""], "argument --thread: must not be empty"),
+    (["thread", "  "], "argument thread: must not be blank"),
 ])
 def test_a_wrong_command_line_is_one_line_and_exit_2(workdir: Path, capsys: pytest.CaptureFixture[str],
                                                     args: list[str], message: str):
