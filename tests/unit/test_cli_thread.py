@@ -74,6 +74,7 @@ def test_an_unknown_thread_is_one_line_and_exit_2(chat: str, capsys: pytest.Capt
 
 def test_a_blank_thread_id_is_refused_as_blank(chat: str, capsys: pytest.CaptureFixture[str]):
     code, _, err = harness(capsys, "run", chat, "--input", '{"messages": ["hi"]}', "--thread", " ")
-    assert code == 2 and err.strip() == "harness: thread_id must not be blank (whitespace only), got ' '"
+    assert code == 2 and err.strip() == ("harness: argument --thread: must not be blank (whitespace only), "
+                                         "got ' ' (see: harness run --help)")
     code, _, err = harness(capsys, "runs", "--thread", "")
-    assert code == 2 and err.strip() == "harness: thread_id must not be empty, got ''"
+    assert code == 2 and err.strip() == "harness: argument --thread: must not be empty, got '' (see: harness runs --help)"
