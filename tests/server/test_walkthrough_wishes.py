@@ -158,6 +158,10 @@ def lazy_panels(html: str) -> dict[str, str]:
 def test_a_running_runs_refresh_keeps_its_panels_while_what_they_show_is_the_same(
         seeded: Seeded, client: Client) -> None:
     held = held_run(seeded, client)
+    deadline = time.monotonic() + 10   # its first node's attempt recorded: the fork then only waits
+    while not seeded.rt.store.node_attempts(held):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     first = lazy_panels(client.get(f"/runs/{held}").text)
     again = lazy_panels(client.get(f"/runs/{held}", headers=HTMX).text)   # a live refresh of #main
     assert again == first and set(first) == {"journal", "attempts"}
