@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..core.errors import InvalidRequest, LeaseLost
+from ..core.errors import InvalidRequest, LeaseLost, NodeError
 from ..core.jsonvalues import JSON, to_json
 from ..core.records import (
     COMPENSATION_STATUSES,
@@ -171,9 +171,10 @@ async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False
 
 
 async def make_asked(deps: EngineDeps, ask: CompensationAsk) -> CompensationReport | None:
-    """A compensation a process left to workers, made only if still asked once the run's
-    lease is held (None otherwise: another worker made it), and forgotten before the lease
-    is let go, unless an undo cannot be imported here (left for a worker that can)."""
+    """A compensation a process left to workers, made only if this very ask is still there
+    once the run's lease is held (None otherwise: another worker made it, or it was asked
+    again since, and that newer ask is found at the next look), and forgotten before the
+    lease is let go, unless an undo cannot be imported here (left for a worker that can)."""
     return await _compensate(deps, ask.run_id, ask.retry_in_doubt, ask)
 
 
@@ -196,7 +197,7 @@ async def _compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool,
             raise CompensationBusy(busy) from None
         writer = _Recorder(deps, run, on_release=lambda: busy_runs.discard(run.id))
         if ask is not None and ask not in store.compensation_asks(run_id):
-            return None   # made, and forgotten, by another worker while this one waited
+            return None   # made by another worker while this one waited (or asked anew since)
         # read after taking the lease: what an earlier caller recorded is all there
         effects, undo = compensable(undoable_here(store, run))
         steps: list[CompensationStep] = []
@@ -274,7 +275,14 @@ def _failed(w: _Recorder, e: JournalEntry, err: Exception) -> CompensationStep:
 
 
 def _compensated(w: _Recorder, e: JournalEntry, result: Any) -> CompensationStep:
-    w.record(e, EffectStatus.COMPENSATED, result=to_json(result, "compensation result"))
+    try:
+        stored = to_json(result, "its result")
+    except NodeError as err:
+        # the undo ran: recorded as made (nothing reads an undo's result back), never left
+        # in doubt, where asking again would undo the effect a second time
+        w.record(e, EffectStatus.COMPENSATED)
+        return _step(e, StepStatus.COMPENSATED, f"{err}; it was not recorded")
+    w.record(e, EffectStatus.COMPENSATED, result=stored)
     return _step(e, StepStatus.COMPENSATED)
 
 

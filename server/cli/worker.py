@@ -1,6 +1,7 @@
 """``harness worker``: drive the runs other processes queued (``Runtime.submit``) and
 recover the runs whose process died, until stopped — or, with ``--once``, until none
-is left to take.
+is left to take. Compensations other processes left to workers (``compensate(queue=True)``,
+``worker_undo``) are made too, before queued runs.
 
 Claiming is the runtime's: ``resume`` takes a run's lease with its fencing token, so
 when several workers reach for one run, one drives it and the others move on. A worker
@@ -31,7 +32,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Collection
-from enum import Enum
 from typing import Any
 
 from runtime import EndNotRecorded, HarnessError, LeaseLost, Run, Runtime, RunStatus
@@ -43,6 +43,7 @@ from server.present import plain, run_line
 
 from . import exits
 from .common import add_command, db_url, opened, positive_int, positive_seconds
+from .worker_outcome import Outcome
 from .worker_undo import key, undo
 
 #: the most runs of one status one look at the store considers
@@ -60,15 +61,6 @@ def lease_seconds(text: str) -> float:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 second, got {text[:40]!r}")
     return value
-
-
-class Outcome(Enum):
-    """How driving one run ended, for the worker."""
-
-    DONE = "done"                 # ended or paused here, or left to the worker that drives it
-    TAKEN = "taken"               # another live process is taking it over: looked at again after a poll
-    REFUSED = "refused"           # cannot be driven here (said on stderr): never tried again
-    UNAVAILABLE = "unavailable"   # the database went away: taken again once it is back
 
 
 def due(rt: Runtime, skip: Collection[str] = ()) -> list[Run]:
@@ -208,8 +200,9 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                     if not unavailable(e):
                         raise
                     outage.lost(e, looking=True)
-            # new work is heard only while the worker may look for it: else it would wake for nothing
-            heed = told if not stopping.is_set() and not outage.down else None
+            # new work is heard only while the worker may look for it and take some: else it would
+            # wake for nothing (what it was told stays told: looked at once a run it drives ends)
+            heed = told if not stopping.is_set() and not outage.down and len(driving) < limit else None
             if not driving:
                 # --once: only once a look found nothing left, not while the database is away
                 if (args.once and not outage.down) or stopping.is_set():
@@ -233,7 +226,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 async def _undo(rt: Runtime, ask: CompensationAsk, args: argparse.Namespace, outage: Outage) -> Outcome:
     """A compensation left to workers, made here; its outcome as a run's would be."""
     try:
-        return Outcome((await undo(rt, ask, args)).value)
+        return await undo(rt, ask, args)
     except Exception as e:
         if not unavailable(e):
             raise
@@ -343,11 +336,12 @@ class StopSignals:
 
 def register(sub: Any) -> None:
     """Add this command to the ``harness`` parser."""
-    w = add_command(sub, "worker", "drive queued runs and recover runs whose process died",
+    w = add_command(sub, "worker", "drive queued runs, recover runs whose process died, make asked compensations",
                     description="Claims queued runs (oldest first) and runs whose process is gone, and drives "
                                 "each until it ends or pauses, at most --max-concurrency at a time; prints each as "
                                 "it stops. Several workers may share one database: each run is driven by one of "
-                                "them. A run whose worker died is taken over by another about --lease-ttl plus "
+                                "them. It also makes the compensations left to workers (harness compensate --queue), "
+                                "before any queued run. A run whose worker died is taken over by another about --lease-ttl plus "
                                 "--poll seconds later (at the next poll on the same host, where a dead process is "
                                 "seen at once). While the database cannot be reached it says so and keeps trying. "
                                 "SIGTERM or Ctrl-C stops it taking runs and waits for those it drives to end or "
@@ -357,7 +351,7 @@ def register(sub: Any) -> None:
                    help="graphs whose runs it drives (a run's graph is otherwise imported from where it was "
                         "started)")
     w.add_argument("--poll", type=positive_seconds, default=0.5,
-                   help="seconds between looks for new runs (default: 0.5)")
+                   help="seconds between looks for new runs and compensations (default: 0.5)")
     w.add_argument("--max-concurrency", type=positive_int, default=8,
                    help="node attempts in flight at once across its runs, and the most runs it claims at once "
                         "(default: 8)")

@@ -157,11 +157,11 @@ WORKER_GRAPH = textwrap.dedent('''
 ''')
 
 
-def start_worker(pg_url: str, folder: Path) -> subprocess.Popen[str]:
+def start_worker(pg_url: str, folder: Path, *options: str) -> subprocess.Popen[str]:
     (folder / "notified_graphs.py").write_text(WORKER_GRAPH)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
     return subprocess.Popen([sys.executable, "-m", "server.cli", "--db", pg_url, "worker", "notified_graphs:one",
-                             "notified_graphs:long", "--poll", str(SLOW)], cwd=folder, env=env,
+                             "notified_graphs:long", "--poll", str(SLOW), *options], cwd=folder, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -171,10 +171,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def worker_beside(pg_url: str, folder: Path) -> Iterator[tuple[subprocess.Popen[str], Any, SqlStore]]:
+def worker_beside(pg_url: str, folder: Path, *options: str) -> Iterator[tuple[subprocess.Popen[str], Any, SqlStore]]:
     """A ``harness worker`` polling every SLOW seconds, the graphs it drives imported here
     too, and a store to queue their runs in; the worker up and listening."""
-    worker = start_worker(pg_url, folder)
+    worker = start_worker(pg_url, folder, *options)
     sys.path.insert(0, str(folder))
     store = SqlStore(pg_url)
     try:
@@ -201,6 +201,26 @@ def test_a_stopping_worker_told_of_new_runs_waits_quietly_for_its_own(pg_url: st
         time.sleep(2)
         assert cpu_seconds(worker.pid) - before < 0.5
         assert worker.poll() is None   # still waiting for its run
+
+
+def test_a_worker_with_no_room_is_not_woken_by_new_runs_and_takes_them_once_it_has(
+        pg_url: str, tmp_path: Path) -> None:
+    with worker_beside(pg_url, tmp_path, "--max-concurrency", "1") as (worker, graphs, store):
+        long = asyncio.run(Runtime(store=store).submit(graphs.long, {}))
+        heard_within(store, long.id, RunStatus.RUNNING, SLOW / 2)
+        time.sleep(0.5)
+        before = cpu_seconds(worker.pid)
+        queued = []
+        for _ in range(30):   # each notified, apart: each a look of its own for a worker that heeds them
+            queued.append(asyncio.run(Runtime(store=store).submit(graphs.one, {})).id)
+            time.sleep(0.1)
+        spent = cpu_seconds(worker.pid) - before
+        print(f"worker CPU while full: {spent:.3f} s")
+        assert spent < 0.06   # a look costs about 5 ms: 30 of them 0.15 s
+        assert all(store.get_run(r).status == RunStatus.QUEUED for r in queued)
+        # told while full, it looks once its run ends (8 s in), not at its next poll
+        for r in queued:
+            heard_within(store, r, RunStatus.SUCCEEDED, SLOW / 2)
 
 
 # the dropped stores' pooled connections are closed by the garbage collector, which says so
@@ -243,6 +263,24 @@ def test_a_worker_takes_a_queued_run_at_once_though_it_polls_seldom(pg_url: str,
     with worker_beside(pg_url, tmp_path) as (_, graphs, store):
         run = asyncio.run(Runtime(store=store).submit(graphs.one, {}))
         assert heard_within(store, run.id, RunStatus.SUCCEEDED, SLOW / 2) < SLOW / 2
+
+
+def test_closing_a_store_that_listened_does_not_wait_for_its_listener(pg_url: str) -> None:
+    """Every ``harness run``, ``resume`` or ``cancel`` on PostgreSQL closes such a store."""
+    async def go() -> float:
+        rt = Runtime(store=SqlStore(pg_url))
+        await rt.start(graph_one(), {})
+        listener = rt.store._listener
+        assert listener is not None and listener.connected.wait(5)
+        time.sleep(0.05)   # the thread waits for notifications now
+        start = time.monotonic()
+        rt.close()
+        took = time.monotonic() - start
+        assert not listener.connected.is_set() and alive() == []
+        return took
+    took = asyncio.run(go())
+    print(f"closed in {took * 1000:.1f} ms")
+    assert took < 0.1
 
 
 def test_a_runtime_that_listened_leaves_no_cycles_once_closed(pg_url: str) -> None:

@@ -304,3 +304,29 @@ async def test_a_run_whose_driver_fails_is_compensated_as_its_policy_asks(
             assert statuses(rt, run.id, "hotel") == [*DONE, S.COMPENSATING, S.COMPENSATED]
     finally:
         rt.close()
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_an_undo_whose_result_has_no_json_form_is_recorded_as_made(rt: Runtime, kind: str) -> None:
+    """Its result is left out, nothing else: an undo left in doubt would be asked again and
+    undo the effect twice."""
+    world = World()
+
+    def odd(info: EffectInfo) -> object:
+        world.undo(info)
+        return object()
+
+    async def odd_async(info: EffectInfo) -> object:
+        return odd(info)
+
+    run = await rt.start(world.graph(undo_flight=odd_async if kind == "async" else odd), {})
+    report = await rt.compensate(run.id)
+    assert [(s.name, s.status) for s in report.steps] == [("flight", "compensated"), ("hotel", "compensated")]
+    assert report.complete and "not JSON-serialisable" in (report.steps[0].error or "")
+    assert statuses(rt, run.id, "flight") == [*DONE, S.COMPENSATING, S.COMPENSATED]
+    assert rt.store.journal([run.id])[-1].name == "hotel"
+    again = await rt.compensate(run.id, retry_in_doubt=True)
+    assert [s.status for s in again.steps] == ["already", "already"]
+    assert [name for name, _ in world.undos] == ["flight", "hotel"]   # once each
+    await until_released(rt, run.id)
+    await assert_consistent(rt, run.id)

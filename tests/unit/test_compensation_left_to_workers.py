@@ -58,7 +58,15 @@ GRAPHS = textwrap.dedent('''
 
         return g
 
+    class Receipt:   # what a careless undo returns: no JSON form
+        pass
+
+    def release_oddly(info):
+        note("undone", info.result)
+        return Receipt()
+
     trip = booking_graph("asked_trip", release)
+    odd_trip = booking_graph("asked_odd_trip", release_oddly)
     # its undo a lambda: no other process can import it
     local_trip = booking_graph("asked_local_trip", lambda info: note("undone", info.result))
 ''')
@@ -82,7 +90,7 @@ def worker(folder: Path, db: str) -> tuple[int, str, str]:
     """A real ``harness worker`` process, until nothing is left to take."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
     done = subprocess.run([sys.executable, "-m", "server.cli", "--db", db, "worker", "asked_graphs:trip",
-                           "asked_graphs:local_trip", "--once", "--poll", "0.05"],
+                           "asked_graphs:local_trip", "asked_graphs:odd_trip", "--once", "--poll", "0.05"],
                           cwd=folder, env=env, text=True, capture_output=True, timeout=120)
     return done.returncode, done.stdout, done.stderr
 
@@ -190,6 +198,10 @@ def test_asking_is_refused_for_a_run_that_has_not_ended_and_asks_nothing_with_no
                 await rt.compensate(run_id, queue="yes")  # type: ignore[arg-type]
             assert rt.store.compensation_asks() == []
             await rt.cancel(run_id)
+            for queue in (False, True):   # "no" would read as true: an in-doubt undo made again
+                with pytest.raises(InvalidRequest, match="retry_in_doubt must be True or False"):
+                    await rt.compensate(run_id, retry_in_doubt="no", queue=queue)  # type: ignore[arg-type]
+            assert rt.store.compensation_asks() == [] and lines(folder, "undone") == []
             first = await rt.compensate(run_id)   # undone here
             assert first.complete and not first.queued
             again = await rt.compensate(run_id, queue=True)   # nothing left: asks nothing
@@ -197,4 +209,27 @@ def test_asking_is_refused_for_a_run_that_has_not_ended_and_asks_nothing_with_no
         finally:
             rt.close()
     asyncio.run(go())
+    assert lines(folder, "undone") == ["hotel-Oslo"]
+
+
+def test_an_undo_whose_result_has_no_json_form_is_recorded_as_made_and_the_worker_goes_on(folder: Path) -> None:
+    """The undo ran: its result is left out of the journal, which says it was made. Left in
+    doubt (or the worker stopped by the error), asking again would undo the booking twice."""
+    db = str(folder / "t.db")
+    run_id = paused_trip(db, "odd_trip")
+    assert main(["--db", db, "cancel", run_id]) == 0
+    assert main(["--db", db, "compensate", run_id, "--queue", "--retry-in-doubt"]) == 0
+    code, out, err = worker(folder, db)
+    assert code == 0, err
+    assert f"compensated {run_id}:" in out and "not JSON-serialisable" in out and "compensation complete" in out
+    assert lines(folder, "undone") == ["hotel-Oslo"]
+    s = store(db)
+    try:
+        assert s.compensation_asks() == []
+        last = s.journal([run_id])[-1]
+        assert (last.status, last.result) == (EffectStatus.COMPENSATED, None)
+    finally:
+        s.close()
+    code, _, err = worker(folder, db)   # nothing left: the booking is not released again
+    assert code == 0, err
     assert lines(folder, "undone") == ["hotel-Oslo"]
