@@ -15,6 +15,8 @@ told to look (``ANY``). SQLite has no such channel: there, processes poll.
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,8 +44,8 @@ class Listener:
     with (kind, run id) — or (``ANY``, ``ANY``) after a reconnect. Started by the first
     subscription, stopped by ``close``."""
 
-    #: seconds between two looks at whether to stop (what ``close`` waits at most, about);
-    #: the longest wait after a lost connection
+    #: the first wait after a lost connection, doubled up to BACKOFF; ``close`` wakes the
+    #: thread at once (a byte on a socket pair it also waits on), so neither bounds a close
     TICK = 0.25
     BACKOFF = 5.0
 
@@ -54,6 +56,9 @@ class Listener:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.connected = threading.Event()   # listening now (tests wait for it)
+        # socket objects, not raw descriptors: one written after it was closed raises, where a
+        # descriptor's number could meanwhile belong to another file
+        self._wake, self._woken = socket.socketpair()
 
     def subscribe(self, callback: Heard) -> Callable[[], None]:
         with self._lock:
@@ -69,12 +74,19 @@ class Listener:
         return unsubscribe
 
     def close(self) -> None:
-        """Stop listening, once the thread has closed its connection (within a ``TICK``):
+        """Stop listening, once the thread has closed its connection (woken at once):
         nothing of it outlives the store's ``close``."""
         self._stop.set()
+        try:
+            self._wake.send(b"\0")
+        except OSError:
+            pass   # closed already
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(self.TICK * 20)
+            thread.join(self.BACKOFF)
+        if thread is None or not thread.is_alive():
+            self._wake.close()
+            self._woken.close()
 
     def _tell(self, kind: str, run_id: str) -> None:
         with self._lock:
@@ -105,9 +117,10 @@ class Listener:
                     self._tell(ANY, ANY)   # what was sent while it was away was missed
                 first, wait = False, self.TICK
                 while not self._stop.is_set():
-                    for note in conn.notifies(timeout=self.TICK):
+                    for note in conn.notifies(timeout=0):   # what has arrived, without waiting
                         kind, _, run_id = note.payload.partition(":")
                         self._tell(kind, run_id)
+                    select.select([conn.fileno(), self._woken], [], [], self.BACKOFF)
             except Exception:
                 self.connected.clear()
                 self._stop.wait(wait)
