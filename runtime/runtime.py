@@ -310,9 +310,10 @@ class Runtime:
         newest first, each once; see ``runtime.engine.compensation``. ``queue``: leave it to
         a worker (``harness worker``), which can import the undo functions; the report says
         ``queued`` and has no steps: the journal records each undo as the worker makes it."""
+        run_id, again = id_arg(run_id, "run_id"), bool_arg(retry_in_doubt, "retry_in_doubt")
         if bool_arg(queue, "queue"):
-            return ask_worker(self._deps, id_arg(run_id, "run_id"), bool_arg(retry_in_doubt, "retry_in_doubt"))
-        return await compensate(self._deps, id_arg(run_id, "run_id"), retry_in_doubt)
+            return ask_worker(self._deps, run_id, again)
+        return await compensate(self._deps, run_id, again)
 
     async def compensate_asked(self, ask: CompensationAsk) -> CompensationReport | None:
         """Make a compensation left to workers (one of ``store.compensation_asks()``), as
