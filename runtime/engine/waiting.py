@@ -45,6 +45,9 @@ class Waiter:
     def looked(self) -> None:
         """The loop is about to look at everything that could have woken it."""
         self._woken = False
+        # known from the first look on: a ``tell`` between a run's first look and its first
+        # wait must wake that wait, not leave it to the heartbeat
+        self._loop = asyncio.get_running_loop()
 
     async def wait(self, timeouts: Iterable[float]) -> None:
         """Sleep at most ``min(timeouts)`` seconds (or until woken, or at once when woken
@@ -52,7 +55,8 @@ class Waiter:
         if self._woken:
             self._woken = False
             return
-        loop = self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        self._loop = loop
         due = loop.time() + max(0.0, min(timeouts))
         if self._timer is None or self._timer.when() > due + 1e-4:
             if self._timer is not None:
