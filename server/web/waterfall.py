@@ -75,7 +75,10 @@ def axis(attempts: Sequence[NodeAttempt], run: Run) -> Axis:
     kept = total
     long = []
     for start, stop in sorted(idle, key=lambda s: s[0] - s[1]):   # longest first
-        if stop - start > BREAK_AFTER and stop - start > BREAK_SHARE * (kept - (stop - start)):
+        # never all of it: what stays on scale must take some time (attempts of no length, a clock
+        # that stood still, would leave none to divide the axis by)
+        rest = kept - (stop - start)
+        if stop - start > BREAK_AFTER and stop - start > BREAK_SHARE * rest and rest > 0:
             long.append((start, stop))
             kept -= stop - start
     if not long:

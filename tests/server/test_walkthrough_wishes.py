@@ -88,6 +88,10 @@ def test_the_waterfall_breaks_only_long_idle_stretches_and_marks_checkpoints_ins
         retried = [NodeAttempt(run.id, "b", 1, NodeStatus.FAILED, t0, t0 + ran),
                    NodeAttempt(run.id, "b", 2, NodeStatus.SUCCEEDED, t0 + ran + pause, t0 + 2 * ran + pause)]
         assert axis(retried, run).breaks == ()
+    # attempts that took no time after a long wait (a clock that stood still): all idle, nothing broken
+    instant = [NodeAttempt(run.id, "a", 1, NodeStatus.SUCCEEDED, t0 + 5, t0 + 5)]
+    still = axis(instant, run)
+    assert still.breaks == () and [b["left"] for b in bars(instant, run, still)] == [pytest.approx(100)]
 
 
 # ------------------------------------------------------------------ removed list items
