@@ -133,6 +133,7 @@ class RunView:
                                       "interrupts": self.interrupts})
         out["children"] = [c.id for c in self.children]
         out["unused_mocks"] = list(self.unused_mocks)
+        out["uncalled_mocks"] = list(self.uncalled_mocks)
         out["sent"] = {i: {"answer": a.answer, "by": a.by, "at": a.at} for i, a in self.sent.items()}
         return out
 

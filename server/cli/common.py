@@ -159,13 +159,8 @@ def thread_arg(text: str) -> str:
 
 
 def refuse_checkpoint_id(rt: Runtime, given: str) -> None:
-    """When the id given for a run is no run but a checkpoint's (an easy slip: checkpoints
-    are what ``history`` lists), say whose it is."""
-    try:
-        rt.store.get_run(given)
-        return
-    except NotFound:
-        pass
+    """No run has the id given for a run: when it is a checkpoint's instead (an easy slip:
+    checkpoints are what ``history`` lists), say whose it is. Called on ``NotFound``."""
     try:
         cp = rt.store.get_checkpoint(given)
     except NotFound:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime import ExecutableGraph, InvalidAnswer, Run, RunKind, RunStatus, Runtime, StreamEvent, resolve_ref
+from runtime import ExecutableGraph, InvalidAnswer, NotFound, Run, RunKind, RunStatus, Runtime, StreamEvent, resolve_ref
 from runtime.engine.compensation import left_to_undo
 from server.inputs import MAX_DEPTH, parse_json, parse_object
 from server.present import dropped_line, event_line, load_waiting_lines, run_line
@@ -76,8 +76,11 @@ async def cmd_submit(args: argparse.Namespace) -> int:
 
 async def cmd_show(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
-        refuse_checkpoint_id(rt, args.run)
-        await show_run(rt, args, args.run)
+        try:
+            await show_run(rt, args, args.run)
+        except NotFound:
+            refuse_checkpoint_id(rt, args.run)
+            raise
     return exits.OK
 
 

@@ -35,8 +35,11 @@ PATCH_MEANING = 'a patch is an object of state fields, {"field": value}'
 
 async def cmd_history(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
-        refuse_checkpoint_id(rt, args.run)
-        run = await rt.get_run(args.run)
+        try:
+            run = await rt.get_run(args.run)
+        except NotFound:
+            refuse_checkpoint_id(rt, args.run)
+            raise
         views = [await rt.checkpoint(cp.id) for cp in await rt.history(args.run)]
     data = [v.to_json() for v in views]
     if args.no_state:

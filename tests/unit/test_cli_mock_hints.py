@@ -86,6 +86,7 @@ def test_the_hint_goes_once_the_pause_is_answered_and_the_json_keeps_its_shape(
     cp = harness.fork_point(module)
     doc = json.loads(harness("--json", "fork", cp, "--patch", '{"query": "dogs"}', "--mock", 'serch="x"'))
     assert doc["run"]["status"] == "interrupted" and doc["unused_mocks"] == []   # known only once it ends
+    assert doc["uncalled_mocks"] == ["serch"]   # what the text's hint is made of, for scripts
     out = harness("resume", doc["run"]["id"], "--response", '{"action": "mock", "result": "y"}')
     assert "succeeded" in out and "did you mean" not in out and "mocks never used: 'serch'" in out
 

@@ -81,8 +81,9 @@ async def test_run_view_of_a_real_run(tmp_path: Path):
     finally:
         rt.close()
     doc = view.to_json()
-    assert list(doc) == ["run", "checkpoints", "state", "interrupts", "children", "unused_mocks", "sent"]
+    assert list(doc) == ["run", "checkpoints", "state", "interrupts", "children", "unused_mocks", "uncalled_mocks",
+                         "sent"]
     assert doc["run"]["status"] == "succeeded" and doc["state"] == {"n": 5} and doc["children"] == []
-    assert doc["unused_mocks"] == [] and doc["sent"] == {}
+    assert doc["unused_mocks"] == doc["uncalled_mocks"] == [] and doc["sent"] == {}
     lines = view.lines()
     assert lines[0].startswith(f"{run.id}  succeeded") and lines[-1] == 'state: {"n": 5}'
