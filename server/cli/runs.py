@@ -94,6 +94,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
                if args.answers is not None else None)
     response = parse_json(args.response, "--response") if args.response is not None else None
     with opened(args, args.graph) as rt:
+        refuse_checkpoint_id(rt, args.run)
         try:
             if args.response is not None:
                 try:
@@ -129,6 +130,7 @@ def _driven(rt: Runtime, run_id: str) -> str:
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
+        refuse_checkpoint_id(rt, args.run)
         run = await rt.cancel(args.run, args.reason)
         # its policy undoes its effects when cancelled: an undo this process could not run is said
         left = left_to_undo(rt.store, run) if run.status.value in (run.options.get("compensate_on") or ()) else []
@@ -169,6 +171,7 @@ async def cmd_watch(args: argparse.Namespace) -> int:
     """Follow a run from the store until it ends or pauses: one line (or JSON object) per event,
     and a notice when no process drives it any more."""
     with opened(args, args.graph) as rt:
+        refuse_checkpoint_id(rt, args.run)
         shown = 0
         notices = asyncio.create_task(_notice_orphaned(rt, args, lambda: shown))
         try:
