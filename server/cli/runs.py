@@ -105,7 +105,16 @@ async def cmd_resume(args: argparse.Namespace) -> int:
                     # several questions wait: say how to answer them from here, not from Python
                     raise InvalidAnswer(f"{e}; from the command line: --answers '{{\"ID\": ANSWER, ...}}'") from None
             else:
-                run = await rt.resume(args.run, answers=answers, queue=args.queue, **limit_args(args))
+                try:
+                    run = await rt.resume(args.run, answers=answers, queue=args.queue, **limit_args(args))
+                except InvalidAnswer as e:
+                    pending = await rt.interrupts(args.run) if answers is None else []
+                    if not pending:
+                        raise
+                    # no answer given to a paused run: say how to give one from here
+                    raise InvalidAnswer(f"{e}; answer with --answers '{{\"ID\": ANSWER, ...}}'" if len(pending) > 1 else
+                                        f"{e}; answer with --response JSON (harness show {args.run} "
+                                        f"shows the question)") from None
         except asyncio.CancelledError:
             # a Ctrl-C: a run driven here (or the continuation made for it) is cancelled as a
             # caller that stops waiting cancels it; one another process drives goes on there
