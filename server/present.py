@@ -64,10 +64,17 @@ def value_text(value: JSON, limit: int | None = None) -> str:
 # ------------------------------------------------------------------ runs and checkpoints
 
 def run_line(run: Run) -> str:
-    """``run_…  status  kind  graph  (from parent)  Error: message``."""
-    err = f"  {run.error.get('class')}: {run.error.get('message')}" if run.error else ""
+    """``run_…  status  kind  graph  (from parent)  class: message (node INSTANCE)``: the
+    instance that failed is named, as on the run's page (which item of a map of 300)."""
+    err = f"  {run.error.get('class')}: {run.error.get('message')}{failed_node(run)}" if run.error else ""
     parent = f"  (from {run.parent_run_id})" if run.parent_run_id else ""
     return f"{run.id}  {run.status.value:<11}  {run.kind.value:<12}  {run.graph_name}{parent}{err}"
+
+
+def failed_node(run: Run) -> str:
+    """`` (node INSTANCE)`` for an error recorded with the instance it came from."""
+    node = (run.error or {}).get("node")
+    return f" (node {node})" if isinstance(node, str) and node else ""
 
 
 def dropped_line(run: Run) -> str | None:

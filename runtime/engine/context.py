@@ -80,7 +80,7 @@ class NodeContext:
         self._check_alive()
         call = perform_effect(self._host, self._scope, name, fn, request, key, idempotent, compensate)
         if threading.get_ident() == self._loop_thread:
-            return call
+            return self._scope.handed(f"ctx.effect({name!r}, ...)", call)
         return asyncio.run_coroutine_threadsafe(self._kept_on_attempt(call), self._event_loop).result()
 
     async def _kept_on_attempt(self, call: Coroutine[Any, Any, Any]) -> Any:
@@ -113,7 +113,10 @@ class NodeContext:
         invalid answer is rejected and the run stays paused) and returned as an instance.
         """
         self._check_alive()
-        return self._dispatch(self._interrupt(payload, response))
+        call = self._interrupt(payload, response)
+        if threading.get_ident() == self._loop_thread:
+            return self._scope.handed("ctx.interrupt(...)", call)
+        return asyncio.run_coroutine_threadsafe(call, self._event_loop).result()
 
     def usage(self, tokens: int = 0, cost: float = 0.0) -> None:
         """Report model usage; the run fails with ``limit_exceeded`` past its budget.
@@ -157,12 +160,6 @@ class NodeContext:
         self._host.raise_interrupt(self._scope, InterruptKind.USER,
                                       to_json(payload, "interrupt payload"), slot=slot,
                                       response_schema=schema, response_ref=ref)
-
-    def _dispatch(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        if threading.get_ident() == self._loop_thread:
-            return coro
-        future = asyncio.run_coroutine_threadsafe(coro, self._event_loop)
-        return future.result()
 
     def _check_alive(self) -> None:
         if self._scope.abandoned:

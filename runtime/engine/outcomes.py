@@ -23,6 +23,12 @@ class Outcomes(LoopPart):
 
     def _record_success(self, scope: AttemptScope, outcome: Outcome) -> None:
         node = scope.node
+        if scope.calls is not None and (never := scope.never_awaited()):
+            # its effect never ran, or its question was never asked: not a success to record
+            self._record_failure(scope, NodeError(
+                f"node {node!r} returned without awaiting {', '.join(never)}: in an async def node, "
+                f"write `await ctx.effect(...)` and `await ctx.interrupt(...)`"))
+            return
         try:
             writes, size = self.state.check_writes(node, outcome.value)
         except NodeError as e:

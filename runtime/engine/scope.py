@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Coroutine
 from asyncio import Future
 from typing import Any
 
@@ -26,6 +27,9 @@ class AttemptScope:
     effects_in_thread: list[Future[Any]] | None = None
     #: effect name -> how many times this attempt called it (made at the first call)
     occurrences: dict[str, int] | None = None
+    #: what an ``async def`` node was handed to await (``ctx.effect``, ``ctx.interrupt``),
+    #: said as the node wrote it (made at the first call)
+    calls: list[tuple[str, Coroutine[Any, Any, Any]]] | None = None
 
     def __init__(self, run_id: str, node: str, attempt: int, deadline: float | None,
                  clock: Callable[[], float], started_at: float = 0.0):
@@ -46,6 +50,24 @@ class AttemptScope:
         n = seen.get(name, 0)
         seen[name] = n + 1
         return n
+
+    def handed(self, said: str, call: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
+        """Keep a call handed to an ``async def`` node, to tell later whether it awaited it."""
+        calls = self.calls
+        if calls is None:
+            calls = self.calls = []
+        calls.append((said, call))
+        return call
+
+    def never_awaited(self) -> list[str]:
+        """The calls handed to the node that it never awaited, each closed: the effect never
+        ran, the question was never asked (and Python's own warning would only say so later)."""
+        never = []
+        for said, call in self.calls or ():
+            if inspect.getcoroutinestate(call) == inspect.CORO_CREATED:
+                never.append(said)
+                call.close()
+        return never
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - self.clock()

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NoReturn, cast
 
 from ..core.records import CheckpointSummary, TraceEvent
 from ..core.states import RunStatus
@@ -51,9 +52,11 @@ class RunStream:
     ``await events.aclose()`` (Python closes an abandoned iterator only when it is
     collected, so a ``break`` alone does not stop the call behind a kept stream)."""
 
-    def __init__(self, events: AsyncGenerator[StreamEvent, None], held: _Buffer | None = None):
+    def __init__(self, events: AsyncGenerator[StreamEvent, None], held: _Buffer | None = None,
+                 call: Awaitable[object] | None = None):
         self._events = events
         self._held = held
+        self._call = call   # not begun until the stream is read
 
     @property
     def buffered(self) -> int:
@@ -70,6 +73,21 @@ class RunStream:
 
     def __aiter__(self) -> RunStream:
         return self
+
+    def __iter__(self) -> NoReturn:
+        self._misread("a plain `for`")
+
+    def __await__(self) -> NoReturn:
+        self._misread("`await`")
+
+    def _misread(self, how: str) -> NoReturn:
+        # a stream read the wrong way never runs its call: close it, so that the mistake is
+        # said here rather than as a "coroutine was never awaited" warning about the call
+        if inspect.iscoroutine(self._call) and inspect.getcoroutinestate(self._call) == inspect.CORO_CREATED:
+            self._call.close()
+        raise TypeError(f"a RunStream is read with `async for ev in rt.stream(...)` (or `async with "
+                        f"rt.stream(...) as events:`), not with {how}; to wait for the run without its "
+                        f"events, await the call itself (`await rt.start(...)`)")
 
     async def __anext__(self) -> StreamEvent:
         return await self._events.__anext__()
@@ -281,7 +299,7 @@ class _Buffer:
 def stream_call(call: Awaitable[object], store: CheckpointStore, buffer: int = DEFAULT_BUFFER,
                 recorded: bool = True) -> RunStream:
     held = _Buffer(store, buffer, recorded)
-    return RunStream(_stream_call(call, held), held)
+    return RunStream(_stream_call(call, held), held, call)
 
 
 async def _stream_call(call: Awaitable[object], held: _Buffer) -> AsyncGenerator[StreamEvent, None]:

@@ -97,6 +97,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
                if args.answers is not None else None)
     response = parse_json(args.response, "--response") if args.response is not None else None
     with opened(args, args.graph) as rt:
+        refuse_checkpoint_id(rt, args.run)
         try:
             if args.response is not None:
                 try:
@@ -107,7 +108,16 @@ async def cmd_resume(args: argparse.Namespace) -> int:
                     # several questions wait: say how to answer them from here, not from Python
                     raise InvalidAnswer(f"{e}; from the command line: --answers '{{\"ID\": ANSWER, ...}}'") from None
             else:
-                run = await rt.resume(args.run, answers=answers, queue=args.queue, **limit_args(args))
+                try:
+                    run = await rt.resume(args.run, answers=answers, queue=args.queue, **limit_args(args))
+                except InvalidAnswer as e:
+                    pending = await rt.interrupts(args.run) if answers is None else []
+                    if not pending:
+                        raise
+                    # no answer given to a paused run: say how to give one from here
+                    raise InvalidAnswer(f"{e}; answer with --answers '{{\"ID\": ANSWER, ...}}'" if len(pending) > 1 else
+                                        f"{e}; answer with --response JSON (harness show {args.run} "
+                                        f"shows the question)") from None
         except asyncio.CancelledError:
             # a Ctrl-C: a run driven here (or the continuation made for it) is cancelled as a
             # caller that stops waiting cancels it; one another process drives goes on there
@@ -132,6 +142,7 @@ def _driven(rt: Runtime, run_id: str) -> str:
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
     with opened(args, args.graph) as rt:
+        refuse_checkpoint_id(rt, args.run)
         run = await rt.cancel(args.run, args.reason)
         # its policy undoes its effects when cancelled: an undo this process could not run is said
         left = left_to_undo(rt.store, run) if run.status.value in (run.options.get("compensate_on") or ()) else []
@@ -172,6 +183,7 @@ async def cmd_watch(args: argparse.Namespace) -> int:
     """Follow a run from the store until it ends or pauses: one line (or JSON object) per event,
     and a notice when no process drives it any more."""
     with opened(args, args.graph) as rt:
+        refuse_checkpoint_id(rt, args.run)
         shown = 0
         notices = asyncio.create_task(_notice_orphaned(rt, args, lambda: shown))
         try:

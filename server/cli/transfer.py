@@ -12,7 +12,7 @@ from server.inputs import MAX_DEPTH, InputError, parse_json
 from server.present import run_line
 
 from . import exits
-from .common import add_command, emit, opened
+from .common import add_command, emit, opened, refuse_checkpoint_id
 
 #: an exported thread holds values of up to MAX_DEPTH levels inside an envelope of its
 #: own, six levels at the deepest (runs[i].run.options.mocks.NAME, runs[i].checkpoints[j]
@@ -22,6 +22,7 @@ DOCUMENT_DEPTH = MAX_DEPTH + 10
 
 async def cmd_export(args: argparse.Namespace) -> int:
     with opened(args) as rt:
+        refuse_checkpoint_id(rt, args.run)
         document = await rt.export_thread(args.run)
     text = json.dumps(document, indent=2)
     if not args.out:

@@ -129,6 +129,7 @@ async def cmd_replay(args: argparse.Namespace) -> int:
 
 async def cmd_compensate(args: argparse.Namespace) -> int:
     with opened(args) as rt:
+        refuse_checkpoint_id(rt, args.run)
         report = await rt.compensate(args.run, retry_in_doubt=args.retry_in_doubt, queue=args.queue)
     emit(args, report.to_json(), "\n".join(compensation_lines(report)))
     return exits.for_outcome(report.complete or report.queued)

@@ -89,6 +89,18 @@ def test_run_show_resume_round_trip(workdir: Path, capsys: pytest.CaptureFixture
     assert [cp["seq"] for cp in doc["checkpoints"]] == list(range(len(doc["checkpoints"])))
 
 
+def test_resume_without_an_answer_says_which_option_gives_one(workdir: Path, capsys: pytest.CaptureFixture[str]):
+    mod = (workdir / "module_name").read_text()
+    run_id = json.loads(harness(capsys, "run", f"{mod}:graph", "--input", '{"order_id": 1}', "--json")[1])["run"]["id"]
+    code, out, err = harness(capsys, "resume", run_id)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "is waiting for an answer to int_" in err
+    assert f"answer with --response JSON (harness show {run_id} shows the question)" in err
+    two = json.loads(harness(capsys, "run", f"{mod}:two", "--input", '{"order_id": 1}', "--json")[1])["run"]["id"]
+    code, _, err = harness(capsys, "resume", two)
+    assert code == 2 and "answer with --answers '{\"ID\": ANSWER, ...}'" in err
+
+
 def test_runs_lists_newest_first_and_filters(workdir: Path, capsys: pytest.CaptureFixture[str]):
     mod = (workdir / "module_name").read_text()
     harness(capsys, "run", f"{mod}:graph", "--input", '{"order_id": 1}')

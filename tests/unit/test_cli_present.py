@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from runtime import Graph, NodeStatus, Runtime, SqlStore
+from runtime import Graph, MemoryStore, NodeStatus, Runtime, SqlStore
 from runtime.core.records import EffectStatus, JournalEntry, NodeAttempt
 from server.present import (
     attempt_json,
@@ -17,6 +17,7 @@ from server.present import (
     journal_line,
     load_run_view,
     plain,
+    run_line,
     value_text,
 )
 
@@ -28,6 +29,10 @@ ENTRY = JournalEntry(run_id="run_1", node="charge", name="payments.charge", occu
 
 class State(BaseModel):
     n: int = 0
+
+
+class Items(BaseModel):
+    items: list[int] = []
 
 
 def graph() -> Graph:
@@ -87,3 +92,20 @@ async def test_run_view_of_a_real_run(tmp_path: Path):
     assert doc["unused_mocks"] == doc["uncalled_mocks"] == [] and doc["sent"] == {}
     lines = view.lines()
     assert lines[0].startswith(f"{run.id}  succeeded") and lines[-1] == 'state: {"n": 5}'
+
+
+async def test_run_line_names_the_instance_a_run_failed_in():
+    g = Graph("present_map", state=Items)
+
+    @g.node(map_over="items")
+    def work(state: Items, item: int) -> dict[str, int]:
+        if item == 2:
+            raise RuntimeError("no answer for 2")
+        return {}
+
+    rt = Runtime(store=MemoryStore())
+    try:
+        run = await rt.start(g, {"items": [1, 2, 3]})
+    finally:
+        rt.close()
+    assert run_line(run).endswith("  internal: RuntimeError: no answer for 2 (node work[1])")

@@ -1,7 +1,8 @@
 """A run id given where a checkpoint id is expected (``fork``, ``diff``) is refused with the
 run's latest checkpoint and the command that lists the others: runs are what ``runs``
-lists, so the slip is an easy one. The other way round (a checkpoint id to ``history`` or
-``show``) is refused naming the run it belongs to."""
+lists, so the slip is an easy one. The other way round (a checkpoint id to a command that
+takes a run: ``history``, ``show``, ``resume``, ``cancel``, ``watch``, ``export``,
+``compensate``) is refused naming the run it belongs to."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_an_id_that_is_neither_is_said_unknown_with_no_hint(module: str, capsys:
     assert code == 2 and err.strip() == "harness: no checkpoint with id 'run_nope'"
 
 
-@pytest.mark.parametrize("command", ["history", "show"])
+@pytest.mark.parametrize("command", ["history", "show", "resume", "cancel", "watch", "export", "compensate"])
 def test_a_checkpoint_id_for_a_run_names_the_run_it_belongs_to(module: str, command: str,
                                                                capsys: pytest.CaptureFixture[str]):
     run_id, cps = recorded(module, capsys)

@@ -386,6 +386,20 @@ async def test_streaming_an_awaitable_that_is_not_a_call_of_the_runtime_is_refus
         other.close()
 
 
+async def test_a_stream_read_with_a_plain_for_or_await_says_how_to_read_it_and_runs_nothing(rt: Runtime):
+    import inspect
+
+    with pytest.raises(TypeError, match=r"read with `async for ev in rt.stream\(...\)`.*not with a plain `for`"):
+        for _ in rt.stream(chain(), {}):
+            pass
+    call = rt.start(chain(), {})
+    with pytest.raises(TypeError, match=r"not with `await`; .*await the call itself"):
+        await rt.stream(call)
+    # the call it would have run is closed, not left to warn that it was never awaited
+    assert inspect.getcoroutinestate(call) == inspect.CORO_CLOSED
+    assert await rt.runs() == []
+
+
 @pytest.mark.parametrize("thread_id, said", [
     ("", "must not be empty"), ("  ", "must not be blank"), ("a\x00b", "must be a non-empty string without NUL"),
     (123, "must be a non-empty string"), ("t" * 501, "must be a non-empty string of at most 500"),
