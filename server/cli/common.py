@@ -159,8 +159,8 @@ def thread_arg(text: str) -> str:
 
 
 def refuse_checkpoint_id(rt: Runtime, given: str) -> None:
-    """No run has the id given for a run: when it is a checkpoint's instead (an easy slip:
-    checkpoints are what ``history`` lists), say whose it is. Called on ``NotFound``."""
+    """When the id given for a run is a checkpoint's (an easy slip: checkpoints are what
+    ``history`` lists), say whose it is; a run's id, or one nothing has, passes."""
     try:
         cp = rt.store.get_checkpoint(given)
     except NotFound:
