@@ -31,13 +31,20 @@ from .state import TURN_INPUT, state_json
 _ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.INTERRUPTED)
 
 
+def compares(run: Run) -> bool:
+    """A replay, or a continuation of one (it carries the replay's options): a comparison
+    with the past, never what the thread's next turn follows."""
+    return run.kind == RunKind.REPLAY or bool(run.options.get("compare"))
+
+
 def thread_head(store: CheckpointStore, thread_id: str) -> Run | None:
-    """The run a new turn follows: the thread's newest run that is not a replay
-    (a replay compares against the past; forks and continuations carry it on)."""
+    """The run a new turn follows: the thread's newest run that is not a replay or the
+    continuation of one (those compare against the past; forks and the continuations of
+    turns and forks carry the thread on)."""
     limit = 16
     while True:
         runs = store.list_runs(thread_id=thread_id, limit=limit)   # newest first
-        found = next((r for r in runs if r.kind != RunKind.REPLAY), None)
+        found = next((r for r in runs if not compares(r)), None)
         if found is not None or len(runs) < limit:
             return found
         limit *= 8

@@ -213,6 +213,32 @@ async def test_fork_and_replay_inside_a_later_turn_start_from_the_threads_state(
     assert report.same
 
 
+async def test_a_replay_continued_after_it_failed_is_not_what_the_next_turn_follows(rt: Runtime):
+    """A replay compares a turn with the past; resumed, its continuation does too: the thread
+    goes on from its latest turn, and numbers the next one after it."""
+    flaky = {"on": False}
+    g = Graph("chat", state=Chat)
+
+    @g.node()
+    def reply(state: Chat) -> dict:
+        if flaky["on"]:
+            raise RuntimeError("model unavailable")
+        return {"messages": [f"echo {state.messages[-1]}"]}
+
+    first = await rt.start(g, {"messages": ["hi"]}, thread_id="r")
+    await rt.start(g, {"messages": ["two"]}, thread_id="r")
+    flaky["on"] = True
+    replay = await rt.replay(first.id)
+    flaky["on"] = False
+    assert (await rt.get_run(replay.run_id)).status == RunStatus.FAILED
+    continued = await rt.resume(replay.run_id)
+    assert (continued.kind, continued.status) == (RunKind.CONTINUATION, RunStatus.SUCCEEDED)
+    assert (await rt.thread_state("r")).messages == ["hi", "echo hi", "two", "echo two"]
+    third = await rt.start(g, {"messages": ["three"]}, thread_id="r")
+    assert third.options["turn"] == 3
+    assert (await rt.thread_state("r")).messages == ["hi", "echo hi", "two", "echo two", "three", "echo three"]
+
+
 async def test_a_thread_is_read_back_by_another_runtime(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 't.db'}"
     rt = Runtime(store=SqlStore(url))
