@@ -30,6 +30,7 @@ from .deps import EngineDeps
 from .leases import lease_expired, orphaned
 from .loop import RunLoop
 from .rehydrate import load_loop
+from .streaming import Mirror
 from .unattended import WAITING, cancel_waiting
 
 log = logging.getLogger(__name__)
@@ -220,10 +221,12 @@ class Driver:
             raise InvalidRequest(f"run {loop.run_id} is running: new limits are given when it has paused or ended")
         given = match_answers(loop.run, loop.questions(), answer, answers)
         checked = validate_answers(self.deps.graphs, given)
+        # the loop's commits go to its own caller's stream: a stream of this call is given them too
+        mirror = Mirror(self.store, loop.run_id, loop.rec.seq)
         if not loop.deliver(checked, by):
-            await loop.stopped.wait()   # it was pausing or ending: answered as a paused run, if it paused
+            await mirror.during(loop.stopped.wait())   # it was pausing or ending: answered as a paused run
             return await self.resume(loop.run_id, answers=checked, by=by)
-        await loop.stopped.wait()
+        await mirror.during(loop.stopped.wait())
         return self.store.get_run(loop.run_id)
 
     async def send(self, run: Run, questions: Sequence[Interrupt], answer: JSON, answers: Mapping[str, JSON] | None,
@@ -233,8 +236,10 @@ class Driver:
         heartbeat, or as it would pause. Returns the run once it next pauses or ends; one that
         paused, or whose process stopped, before taking them is answered here."""
         checked = self._leave(run, questions, answer, answers, limits, by)
+        mirror = Mirror(self.store, run.id, run.event_seq)   # what it does, for a stream of this call
         while True:
-            run = await self.wait_terminal(run.id, float("inf"))
+            await mirror.during(self.wait_terminal(run.id, float("inf")))
+            run = self.store.get_run(run.id)
             left = {i.id: checked[i.id] for i in self.store.interrupts(run.id)
                     if i.id in checked and i.status == InterruptStatus.PENDING}
             if not left or run.status in TERMINAL_RUN:

@@ -25,7 +25,7 @@ import contextvars
 import inspect
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn, cast
 
@@ -158,6 +158,46 @@ async def _follow(store: CheckpointStore, run_id: str, after_seq: int,
         if run.status not in _LIVE and last_seq >= run.event_seq:
             return
         await asyncio.sleep(poll)
+
+
+class Mirror:
+    """A streamed call that hands answers to a run driven elsewhere (by another call of this
+    process, or another process) and waits for it: that run's commits are published to the
+    driving call's stream, not this one's. While it waits, its stream is given the run's
+    events read back from the store, as ``follow`` reads them (ephemeral ones excepted), from
+    where the call began, and once the wait is over, all that was committed by then; each
+    wait takes up where the last one stopped."""
+
+    POLL = 0.05
+
+    def __init__(self, store: CheckpointStore, run_id: str, after_seq: int):
+        self.store, self.run_id, self.at, self.cp = store, run_id, after_seq, -1
+
+    async def during(self, wait: Awaitable[object]) -> None:
+        sink = SINK.get()
+        if sink is None:
+            await wait
+            return
+        waiting = asyncio.ensure_future(wait)
+        try:
+            while True:
+                over = waiting.done()   # read before the store: what it committed is then read too
+                self._give(sink)
+                if over:
+                    break
+                await asyncio.wait({waiting}, timeout=self.POLL)
+        finally:
+            if not waiting.done():
+                waiting.cancel()
+                await asyncio.gather(waiting, return_exceptions=True)
+        waiting.result()
+
+    def _give(self, sink: Callable[[list[StreamEvent]], None]) -> None:
+        events = self.store.events(self.run_id, self.at)
+        if events:
+            items, top, self.cp = _read_back(self.store, self.run_id, self.at, self.cp, events)
+            sink([i for i in items if i.seq > self.at])   # (a checkpoint carries the seq it reflects)
+            self.at = top
 
 
 # ---------------------------------------------------------------------- the live stream
