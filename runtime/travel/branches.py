@@ -187,10 +187,28 @@ def new_replay(deps: EngineDeps, target_id: str, graph: ExecutableGraph | None,
     kept = [(n, writes[n]) for n in compiled.canonical(list(statuses))
             if statuses[n] == NodeStatus.SUCCEEDED and n in writes]
     snapshot = fold(recorded_input, kept, compiled.reducers)
+    if kept and compiled.version != base_run.graph_version:
+        _check_start_state(compiled, snapshot, kept)
     deps.graphs.register(compiled, current=False)
     run, head = insert_run(deps.store, deps.env, run, statuses, snapshot=snapshot, claim=claim,
                            source=CheckpointSource.REPLAY, inherited=inherited_of(statuses))
     return run, compiled, head
+
+
+def _check_start_state(compiled: ExecutableGraph, state: Mapping[str, JSON],
+                       kept: list[tuple[str, Mapping[str, JSON]]]) -> None:
+    """New code must accept the state its replay starts from: the recorded input with the
+    writes of the nodes it does not run again (refused naming them, before anything is written)."""
+    try:
+        compiled.state_model.model_validate(state)
+    except ValidationError as e:
+        fields = {str(err["loc"][0]) for err in e.errors() if err["loc"]}
+        writers = [n for n, w in kept if fields & set(w)]
+        raise InvalidRequest(
+            f"the state this replay starts from does not fit {compiled.state_model.__name__} of the graph "
+            f"given: {problems(e, 'state')}" + (f" (written by {', '.join(writers)}, which it does not run "
+                                                 f"again: replay from a checkpoint before them)" if writers else "")
+        ) from None
 
 
 def branch_code(given: Graph | ExecutableGraph | None, queued: bool = False) -> ExecutableGraph | None:

@@ -908,6 +908,30 @@ async def test_a_replay_whose_graph_refuses_the_recorded_input_names_every_field
     assert await rt.runs() == before
 
 
+async def test_a_replay_whose_graph_refuses_the_writes_it_starts_from_names_their_node(rt: Runtime):
+    """New code that types a field another way than the writes the replay keeps is refused
+    before anything is written (it failed at the next node, and its state could not be read)."""
+    run = await rt.start(abc([]), {"x": 1})
+
+    class Listed(BaseModel):
+        x: int = 0
+        log: Annotated[list[int], append] = []   # the recorded writes hold strings
+
+    g = Graph("abc", state=Listed)
+    for name, after in (("a", []), ("b", ["a"]), ("c", ["b"])):
+        g.add_node(name, lambda s: {"log": [1]}, after=after)
+
+    before = await rt.runs()
+    with pytest.raises(InvalidRequest) as refused:
+        await rt.replay(await checkpoint_after(rt, run.id, "b"), graph=g)
+    assert "state this replay starts from does not fit Listed" in str(refused.value)
+    assert "log.0: Input should be a valid integer" in str(refused.value)
+    assert "written by a, b" in str(refused.value)
+    assert await rt.runs() == before
+    report = await rt.replay(run.id, graph=g)   # from the start nothing is kept: it runs
+    assert report.run.status == RunStatus.SUCCEEDED
+
+
 async def test_a_fork_asking_about_an_effect_the_source_left_in_doubt_says_so(rt: Runtime):
     from runtime import RetryPolicy
     from server.present import interrupt_question
