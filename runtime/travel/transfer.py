@@ -33,7 +33,7 @@ from ..core.records import (
 )
 from ..graph.refs import resolve_ref
 from ..graph.spec import ExecutableGraph
-from ..store.base import CheckpointStore
+from ..store.base import MAX_SEQ, CheckpointStore
 from .branches import effects_mode
 from .transfer_checks import (
     Check,
@@ -320,4 +320,10 @@ def _load(cls: type[T], data: Any, where: str, found: list[Problem]) -> T | None
     odd = [f.name for f in dataclasses.fields(record) if isinstance(v := getattr(record, f.name), float)
            and not math.isfinite(v) and not isinstance(data[f.name], float)]
     found.extend(Problem(f"{where}.{name}", f"is {data[name]!r}, which is not a finite number") for name in odd)
-    return None if odd else record
+    # every whole number of a record (a seq, an attempt, a fence) counts up from 0, and a store
+    # keeps at most MAX_SEQ (PostgreSQL's are 32-bit): refused here, not by the database midway
+    wide = [f.name for f in dataclasses.fields(record) if type(v := getattr(record, f.name)) is int
+            and not 0 <= v <= MAX_SEQ]
+    found.extend(Problem(f"{where}.{name}", f"is {getattr(record, name)}, out of range: a whole number from 0 "
+                                            f"to {MAX_SEQ}") for name in wide)
+    return None if odd or wide else record

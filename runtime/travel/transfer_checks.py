@@ -18,6 +18,7 @@ from ..core.records import Batch, EffectsMode, Run, RunKind
 from ..core.states import RunStatus
 from ..graph.spec import ExecutableGraph
 from ..history.state import DROPPED_FIELDS
+from ..store.base import MAX_SEQ
 
 __all__ = ["Check", "GraphInfo", "LoadedRun", "Thread", "check_graph_versions", "check_references", "check_settings",
            "check_statuses", "check_unique_ids", "is_integer", "is_member", "is_number", "names"]
@@ -220,6 +221,9 @@ def _option_problems(opts: Mapping[str, Any], run_ids: Set[str], cps: Set[str]) 
     if not (isinstance(imported, Mapping) and is_number(imported.get("at"))
             and is_member(imported.get("effects"), modes)):
         yield f"options.imported must be an object {{at: time, effects: {names(sorted(modes))}}}, got {imported!r}"
+    turn = opts.get("turn", 1)   # a thread's turn number: the next turn counts on from it
+    if not is_integer(turn) or not 1 <= turn <= MAX_SEQ:
+        yield f"options.turn must be a whole number from 1, got {turn!r}"
     for flag in ("patched", "compare"):
         if not isinstance(opts.get(flag, False), bool):
             yield f"options.{flag} must be true or false, got {opts[flag]!r}"

@@ -239,6 +239,25 @@ async def test_a_non_finite_number_is_rejected_with_its_path(doc, target):
     assert "holds nan at runs[0].checkpoints[4].created_at, which has no JSON form" in await rejected(target, doc)
 
 
+@pytest.mark.parametrize("key, j, field", [("run", None, "fence"), ("run", None, "max_concurrency"),
+                                           ("attempts", 0, "attempt"), ("events", 2, "seq"),
+                                           ("checkpoints", 1, "seq")])
+@pytest.mark.parametrize("value", [2**40, 2**70, -1])
+async def test_a_whole_number_a_store_cannot_keep_is_rejected_with_its_path(doc, target, key, j, field, value):
+    """PostgreSQL's columns are 32-bit: refused by name here, on every store alike, not by the
+    database halfway through the import (or, on SQLite, as an overflow)."""
+    record = doc["runs"][0][key] if j is None else doc["runs"][0][key][j]
+    record[field] = value
+    message = await rejected(target, doc)
+    assert f"{field}: is {value}, out of range: a whole number from 0 to 2147483647" in message
+
+
+@pytest.mark.parametrize("turn", ["two", [2], 0, True])
+async def test_a_turn_number_that_is_no_whole_number_from_1_is_rejected(doc, target, turn):
+    run_of(doc, 0)["options"]["turn"] = turn
+    assert f"options.turn must be a whole number from 1, got {turn!r}" in await rejected(target, doc)
+
+
 async def test_a_number_field_given_as_the_string_nan_is_rejected(doc, target):
     doc["runs"][0]["events"][3]["at"] = "NaN"
     assert "runs[0].events[3].at: is 'NaN', which is not a finite number" in await rejected(target, doc)
