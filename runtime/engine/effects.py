@@ -50,7 +50,7 @@ from ..core.errors import (
     LimitExceeded,
     NodeError,
 )
-from ..core.jsonvalues import JSON, to_json
+from ..core.jsonvalues import JSON, json_equal, to_json
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
 from .questions import unrecorded_question
 from .scope import AttemptScope
@@ -312,7 +312,7 @@ def _mocked(host: JournalHost, scope: AttemptScope, name: str, occurrence: int, 
         return result
 
     recorded = host.source_entry(node, name, occurrence, req)
-    if recorded is not None and (recorded.request == req or host.serve_changed):
+    if recorded is not None and (json_equal(recorded.request, req) or host.serve_changed):
         return serve(recorded.result, f"run:{recorded.run_id}", recorded.key)
     found, value = host.mock_result(name)
     if found:

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..core.errors import InvalidRequest, NodeError, NotFound
-from ..core.jsonvalues import JSON, problems, to_json
+from ..core.jsonvalues import JSON, json_equal, problems, to_json
 from ..core.records import SERVED_STATUSES, Checkpoint, CheckpointSource, EffectsMode, Run, RunKind
 from ..core.states import COMPLETED_NODE, NodeStatus, RunStatus
 from ..engine.decisions import with_limits
@@ -40,7 +40,6 @@ from ..history.lineage import branch_sources, continued_chain, writes_lineage
 from ..history.registry import RUN_GRAPH_REF, compiled, found_ref
 from ..history.state import base_state, state_json
 from ..store.base import CheckpointStore
-from .diff import json_equal
 
 
 def apply_patch(graph: ExecutableGraph, base: Mapping[str, JSON], patch: Any) -> dict[str, JSON]:

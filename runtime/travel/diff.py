@@ -24,6 +24,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.jsonvalues import json_equal
+
 __all__ = ["Change", "apply", "diff", "summary"]
 
 Path = tuple[str | int, ...]
@@ -184,40 +186,6 @@ def _index(items: list[Any], key: str | int, extra: int = 0) -> int:
     if type(key) is not int or not 0 <= key < len(items) + extra:
         raise IndexError(f"index {key!r} out of range for a list of {len(items)}")
     return key
-
-
-def json_equal(x: Any, y: Any) -> bool:
-    """JSON equality: ``==``, except that a bool never equals a number, at any depth.
-
-    This runs on every item of a diffed list, hence one function with flat loops.
-    """
-    if x is y:
-        return True
-    try:
-        if x != y:  # C-speed; JSON-equal values are always ``==``
-            return False
-    except RecursionError:
-        return False  # too deep for the C comparison: the caller walks it level by level
-    # ``==`` matched the structure; what is left is a bool where the other side has a number.
-    if type(x) is not type(y):
-        return type(x) is not bool and type(y) is not bool
-    stack = [(x, y)]
-    while stack:
-        x, y = stack.pop()
-        if type(x) is dict:
-            pairs: Any = ((v, y[k]) for k, v in x.items())
-        elif type(x) is list:
-            pairs = zip(x, y)
-        else:
-            continue
-        for v, w in pairs:
-            tv = type(v)
-            if tv is type(w):
-                if (tv is dict or tv is list) and v is not w:
-                    stack.append((v, w))
-            elif tv is bool or type(w) is bool:
-                return False
-    return True
 
 
 def _deep_copy(value: Any) -> Any:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..core.jsonvalues import JSON
+from ..core.jsonvalues import JSON, json_equal
 from ..core.records import SERVED_STATUSES, EffectStatus, JournalEntry
 from ..core.states import NodeStatus
 from .diff import Change, diff
@@ -188,7 +188,7 @@ def _effects(recorded: Sequence[JournalEntry], replayed: Sequence[JournalEntry])
         old = before.get(ident)
         if old is None:
             out.append(EffectReport(e.name, e.occurrence, EV.NEW, request=e.request))
-        elif old.request == e.request:
+        elif json_equal(old.request, e.request):   # (1 is not true: the diff would find no change)
             out.append(EffectReport(e.name, e.occurrence, EV.SAME, e.request, old.request))
         else:
             out.append(EffectReport(e.name, e.occurrence, EV.CHANGED, e.request, old.request,
