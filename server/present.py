@@ -37,6 +37,8 @@ from runtime import (
 from runtime.core.records import SentAnswer
 from runtime.history.lineage import uncalled_mocks, unused_mocks
 
+from .at_limit import limit_lines
+
 #: longest value shown in a report row (the JSON views hold them whole)
 LONG = 160
 
@@ -134,6 +136,8 @@ class RunView:
     sent: Mapping[str, SentAnswer] = field(default_factory=dict)
     #: names the branch's ``mocks`` gave that no effect has called yet (see ``uncalled_mock_lines``)
     uncalled_mocks: Sequence[str] = ()
+    #: what can be done about a failure at a limit, until the run is continued (``at_limit``)
+    limit_lines: Sequence[str] = ()
 
     def to_json(self) -> dict[str, JSON]:
         out: dict[str, JSON] = plain({"run": self.run, "checkpoints": self.checkpoints, "state": self.state,
@@ -156,6 +160,7 @@ class RunView:
             lines += queued_lines(self.run)
         lines += waiting_lines(self.run.id, self.interrupts, self.sent)
         lines += uncalled_mock_lines(self.uncalled_mocks, self.interrupts)
+        lines += self.limit_lines
         if self.unused_mocks:
             names = ", ".join(map(repr, self.unused_mocks))
             lines.append(f"mocks never used: {names} (no effect of that name was called; check the name against "
@@ -184,8 +189,11 @@ async def load_run_view(rt: Runtime, run_id: str) -> RunView:
     pending = await rt.interrupts(run_id)
     state = (await rt.state_at(cps[-1].id)).model_dump(mode="json") if cps else {}
     sent = rt.store.sent_answers(run_id) if run.status == RunStatus.RUNNING else {}
-    return RunView(run, cps, state, pending, rt.store.child_runs(run_id), rt.orphaned(run),
-                   unused_mocks(rt.store, run), sent, uncalled_mocks(rt.store, run) if pending else ())
+    children = rt.store.child_runs(run_id)
+    continued = any(c.kind == RunKind.CONTINUATION for c in children)
+    return RunView(run, cps, state, pending, children, rt.orphaned(run),
+                   unused_mocks(rt.store, run), sent, uncalled_mocks(rt.store, run) if pending else (),
+                   limit_lines(rt.store, run) if not continued else ())
 
 
 async def load_waiting_lines(rt: Runtime, run_id: str) -> list[str]:

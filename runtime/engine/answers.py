@@ -6,9 +6,10 @@ rejected with a clear error and the run stays exactly as it was.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..core.errors import InvalidAnswer
 from ..core.jsonvalues import JSON, problems, to_json, unstorable
@@ -86,7 +87,22 @@ def validate_answer(graphs: GraphRegistry, interrupt: Interrupt, value: JSON) ->
     try:
         return model.model_validate(value).model_dump(mode="json")
     except ValidationError as e:
-        raise InvalidAnswer(f"answer to interrupt {interrupt.id} is invalid: {problems(e, 'answer')}") from None
+        raise InvalidAnswer(f"answer to interrupt {interrupt.id} is invalid: {problems(e, 'answer')}"
+                            f"{_unknown_fields(model, value)}") from None
+
+
+def _unknown_fields(model: type[BaseModel], value: JSON) -> str:
+    """``; unknown field 'aprove' (did you mean 'approve'?)`` for the keys of an answer that
+    did not fit which ``model`` has no field of (a misspelt key is why a field is missing);
+    nothing for a model that takes extra fields."""
+    if not isinstance(value, Mapping) or model.model_config.get("extra") == "allow":
+        return ""
+    given = [f.alias or n for n, f in model.model_fields.items()]   # as an answer names them
+    out = []
+    for key in sorted(str(k) for k in value if k not in given and k not in model.model_fields):
+        close = difflib.get_close_matches(key, given, n=1)
+        out.append(f"; unknown field {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return "".join(out) + (f" ({model.__name__} has: {', '.join(given)})" if out else "")
 
 
 def check_effect_answer(answer: JSON, kind: str) -> None:

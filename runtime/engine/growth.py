@@ -7,6 +7,7 @@ scheduling and outcomes.
 
 from __future__ import annotations
 
+import re
 from abc import abstractmethod
 
 from ..core.errors import ErrorClass, InvalidWrites
@@ -17,6 +18,24 @@ from . import scheduler
 from .parts import LoopPart
 
 N = NodeStatus
+
+_OVER_BOUND = re.compile(r"loop '(?P<entry>[^']+)' reached max_iterations=\d+( \([^)]*\))?: "
+                         r"'(?P<node>[^']+)' led back to it again")
+
+
+def over_bound_message(entry: str, bound: int | None, its: tuple[int, ...], node: str) -> str:
+    """The error of a run whose loop ``entry`` (in iterations ``its``) was led back to past
+    its bound by ``node``."""
+    # a loop inside another is bounded in each iteration of the outer one
+    where = ("" if len(its) == 1 else f" (in iteration {its[0]} of the loop around it)" if len(its) == 2 else
+             f" (in iterations {'.'.join(map(str, its[:-1]))} of the loops around it)")
+    return f"loop {entry!r} reached max_iterations={bound}{where}: {node!r} led back to it again"
+
+
+def bound_reached(message: str) -> tuple[str, str] | None:
+    """(the loop's entry, the node that led back to it) of an ``over_bound_message``, or None."""
+    found = _OVER_BOUND.fullmatch(message)
+    return None if found is None else (found["entry"], found["node"])
 
 
 class Growth(LoopPart):
@@ -42,11 +61,7 @@ class Growth(LoopPart):
         entry, its = nxt
         if scheduler.over_bound(self.inst, entry, its):
             bound = self.graph.nodes[entry].max_iterations
-            # a loop inside another is bounded in each iteration of the outer one
-            where = ("" if len(its) == 1 else f" (in iteration {its[0]} of the loop around it)" if len(its) == 2 else
-                     f" (in iterations {'.'.join(map(str, its[:-1]))} of the loops around it)")
-            self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
-                            f"loop {entry!r} reached max_iterations={bound}{where}: {node!r} led back to it again")
+            self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED, over_bound_message(entry, bound, its, node))
             return
         new = self.inst.add_iteration(entry, its)
         self.rec.add_instances(new)

@@ -101,13 +101,12 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
     outer loop's members including those of the loops inside it)."""
     where = f"node {cycle[0]!r}"
     shown = " → ".join([*cycle, cycle[0]])
-    if not any(decls[n].when is not None for n in comp):
-        return Problem(where, f"cycle: {shown} has no exit: give one of its nodes a when= condition "
-                              "(and its entry max_iterations) to make it a loop")
     entries = sorted(n for n in comp if decls[n].max_iterations is not None)
     # the members that wait for a node outside the cycle: the run reaches the cycle there
     # (for a loop inside another, from the outer loop's body)
     entered = sorted(n for n in comp if any(d not in comp for d in deps[n]))
+    if not any(decls[n].when is not None for n in comp):
+        return _no_exit(comp, entries, entered, deps, decls)
     if not entries:
         if len(entered) == 1:
             where, shown = f"node {entered[0]!r}", " → ".join([*_through(entered[0], comp, deps), entered[0]])
@@ -170,6 +169,26 @@ def check_loop(comp: set[str], cycle: list[str], deps: Mapping[str, Sequence[str
     loops.update(found)
     loops[entry] = sorted(comp)
     return None
+
+
+def _no_exit(comp: set[str], entries: list[str], entered: list[str], deps: Mapping[str, Sequence[str]],
+             decls: Mapping[str, NodeDecl]) -> Problem:
+    """A cycle without a ``when=``: named from where it starts, with where a condition can go
+    (not inside a subgraph on it) and, when it has none, where its bound goes."""
+    subgraphs = sorted(n for n in comp if decls[n].subgraph_root is not None and _subgraph_around(n, comp, decls) is None)
+    outside = sorted(n for n in comp if decls[n].subgraph_root is None and _subgraph_around(n, comp, decls) is None)
+    start = ([e for e in entries if e in entered] or entered[:1] or entries or outside[:1] or [min(comp)])[0]
+    shown = " → ".join([*_through(start, comp, deps), start])
+    bound = "" if entries else f"; it needs max_iterations too, on {_start_hint(entered, comp, deps)}"
+    if not subgraphs:
+        return Problem(f"node {start!r}", f"cycle: {shown} has no exit: give one of its nodes a when= condition "
+                                          f"to make it a loop{bound}")
+    names = f"subgraph{'s' if len(subgraphs) > 1 else ''} {', '.join(map(repr, subgraphs))}"
+    whom = (f"one of its nodes outside {names} ({', '.join(map(repr, outside))})" if outside
+            else f"a node outside {names}, added to it,")
+    return Problem(f"node {start!r}", f"cycle: {shown} has no exit: give {whom} a when= condition to make it a "
+                                      f"loop (a condition inside {names} is no exit: a subgraph once entered "
+                                      f"always ends){bound}")
 
 
 def _subgraph_around(node: str, comp: set[str], decls: Mapping[str, NodeDecl]) -> str | None:

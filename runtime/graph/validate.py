@@ -214,6 +214,9 @@ def _check_node(d: NodeDecl, state: type[BaseModel], problems: list[Problem]) ->
     elif d.when is not None and _is_async(d.when):
         problems.append(Problem(d.location, "when= must be a plain function, not async: it decides "
                                             "from the state alone"))
+    elif d.when is not None and (why := _not_callable_with_state(d.when)) is not None:
+        problems.append(Problem(d.location, f"when= must take one parameter, the state (it is called as "
+                                            f"when(state)); {why}"))
     _check_retry(d, problems)
     deep = nesting_path(d.args)
     if deep is not None:
@@ -292,6 +295,19 @@ def _is_async(fn: object) -> bool:
     """Async functions, async callable objects, and partials of either."""
     target = getattr(fn, "func", fn)  # functools.partial
     return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(getattr(target, "__call__", None))
+
+
+def _not_callable_with_state(fn: Any) -> str | None:
+    """Why ``fn(state)`` cannot be called, as its signature says (None when it can, or has none)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(None)
+    except TypeError as e:
+        return f"got {getattr(fn, '__name__', type(fn).__name__)}{sig}: {e}"
+    return None
 
 
 def _check_signature(d: NodeDecl, problems: list[Problem]) -> tuple[bool, bool, dict[str, object]]:

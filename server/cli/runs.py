@@ -156,13 +156,17 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 async def cmd_thread(args: argparse.Namespace) -> int:
-    """A conversation thread: its runs, oldest first, and the state its next turn starts from."""
+    """A conversation thread: its runs, oldest first, the state its next turn starts from, and
+    what its latest run waits for when it paused."""
     with opened(args, args.graph) as rt:
         runs = list(reversed(await rt.runs(thread_id=args.thread, limit=args.limit)))
         if not runs:
             raise exits.UsageError(f"no thread {args.thread!r}")
         state = (await rt.thread_state(args.thread)).model_dump(mode="json")
-    text = "\n".join([*map(turn_line, runs), "state: " + json.dumps(state)])
+        # its latest run paused: what it waits for and the command that answers it, as ``show`` says
+        waiting = (await load_waiting_lines(rt, runs[-1].id)
+                   if runs[-1].status == RunStatus.INTERRUPTED and not args.json else [])
+    text = "\n".join([*map(turn_line, runs), "state: " + json.dumps(state), *waiting])
     emit(args, {"thread_id": args.thread, "runs": runs, "state": state}, text)
     return exits.OK
 

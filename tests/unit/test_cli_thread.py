@@ -78,3 +78,44 @@ def test_a_blank_thread_id_is_refused_as_blank(chat: str, capsys: pytest.Capture
                                          "got ' ' (see: harness run --help)")
     code, _, err = harness(capsys, "runs", "--thread", "")
     assert code == 2 and err.strip() == "harness: argument --thread: must not be empty, got '' (see: harness runs --help)"
+
+
+ASKING = textwrap.dedent('''
+    from typing import Annotated
+    from pydantic import BaseModel
+    from runtime import Graph, append
+
+    class Chat(BaseModel):
+        messages: Annotated[list[str], append] = []
+
+    class Approval(BaseModel):
+        approve: bool
+
+    graph = Graph("chat_asks", state=Chat)
+
+    @graph.node()
+    async def reply(state, ctx):
+        answer = await ctx.interrupt({"question": "send it?"}, response=Approval)
+        return {"messages": [f"sent={answer.approve}"]}
+''')
+
+
+def test_thread_says_what_its_paused_latest_turn_waits_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]):
+    mod = f"chat_asks_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{mod}.py").write_text(ASKING)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HARNESS_DB", raising=False)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    code, _, err = harness(capsys, "run", f"{mod}:graph", "--input", '{"messages": ["hi"]}', "--thread", "c3")
+    assert code == 0, err
+    code, out, _ = harness(capsys, "thread", "c3")
+    _, shown, _ = harness(capsys, "runs", "--thread", "c3", "--json")
+    run_id = json.loads(shown)[0]["id"]
+    lines = out.splitlines()
+    assert code == 0 and lines[1] == 'state: {"messages": ["hi"]}'
+    assert lines[2].startswith("waiting: interrupt int_") and lines[2].endswith(
+        """from node 'reply' (user): {"question": "send it?"}""")
+    assert lines[3] == f"  answer with: harness resume {run_id} --response '<json>'"
+    code, out, _ = harness(capsys, "thread", "c3", "--json")
+    assert code == 0 and json.loads(out)["runs"][0]["status"] == "interrupted"   # the JSON is the data only

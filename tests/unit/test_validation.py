@@ -74,6 +74,27 @@ def test_empty_graph_and_bad_options_are_rejected():
     assert "when= must be a callable" in str(e.value)
 
 
+def test_a_when_that_cannot_take_the_state_alone_is_refused_at_compile():
+    g = Graph("g")
+    g.add_node("a", noop)
+    g.add_node("b", noop, after=["a"], when=lambda s, c: True)
+    g.add_node("c", noop, after=["a"], when=lambda: True)
+    with pytest.raises(GraphError) as e:
+        g.compile()
+    b, c = map(str, e.value.problems)
+    assert b.startswith("node 'b' (") and b.endswith("when= must take one parameter, the state (it is called as "
+                                                    "when(state)); got <lambda>(s, c): missing a required argument: 'c'")
+    assert c.startswith("node 'c' (") and c.endswith("got <lambda>(): too many positional arguments")
+
+
+def test_a_when_with_defaults_or_star_args_takes_the_state():
+    g = Graph("g")
+    g.add_node("a", noop)
+    g.add_node("b", noop, after=["a"], when=lambda s, limit=3: True)
+    g.add_node("c", noop, after=["a"], when=lambda *args: True)
+    g.compile()
+
+
 def test_canonical_order_does_not_depend_on_declaration_order():
     def build(names):
         g = Graph("g")
