@@ -270,10 +270,14 @@ def _check_new(store: CheckpointStore, thread: Thread) -> None:
         except NotFound:
             continue
         raise InvalidRequest(f"run {r.run.id} already exists in this store; import into another store")
-    ids = {i.id: r.at("interrupts", j) for r in thread.runs for j, i in enumerate(r.batch.interrupts)}
-    for existing in store.interrupts():
-        if existing.id in ids:  # a store would answer (or move) the interrupt it has
-            raise InvalidRequest(f"{ids[existing.id]}: interrupt {existing.id} already exists in this store "
+    for r in thread.runs:
+        for j, i in enumerate(r.batch.interrupts):
+            try:   # one read each, by id: not every interrupt the store holds
+                existing = store.interrupt(i.id)
+            except NotFound:
+                continue
+            # a store would answer (or move) the interrupt it has
+            raise InvalidRequest(f"{r.at('interrupts', j)}: interrupt {existing.id} already exists in this store "
                                  f"(run {existing.run_id}); import into another store")
     if store.list_runs(thread_id=thread.thread_id, limit=1):
         # the imported runs would join that conversation: its next turn would follow them
