@@ -15,7 +15,7 @@ from ..core.errors import InvalidAnswer
 from ..core.jsonvalues import JSON, problems, to_json, unstorable
 from ..core.records import Interrupt, InterruptKind, InterruptStatus, Run
 from ..history.registry import GraphRegistry
-from .effects import validate_in_doubt_answer, validate_unrecorded_answer
+from .effect_answers import validate_in_doubt_answer, validate_unrecorded_answer
 
 #: ``resume(run_id)`` with no answer at all
 MISSING: JSON = object()

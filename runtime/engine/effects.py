@@ -37,21 +37,19 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Protocol
-
-from pydantic import BaseModel, ValidationError
+from typing import Any, NoReturn, Protocol
 
 from ..core.errors import (
     AttemptCancelled,
     DeadlineExceeded,
     ErrorClass,
-    InvalidAnswer,
     InvalidInputError,
     LimitExceeded,
     NodeError,
 )
 from ..core.jsonvalues import JSON, json_equal, to_json
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
+from .effect_answers import InDoubtAnswer, UnrecordedAnswer, validate_in_doubt_answer, validate_unrecorded_answer
 from .questions import unrecorded_question
 from .scope import AttemptScope
 
@@ -98,20 +96,6 @@ def check_usage(what: str, tokens: object, cost: object) -> None:
         raise InvalidInputError(f"{what} tokens must be a whole number of at least 0, got {tokens!r}")
     if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
         raise InvalidInputError(f"{what} cost must be a finite number of at least 0, got {cost!r}")
-
-
-class InDoubtAnswer(BaseModel):
-    """How a person settles an effect whose outcome is unknown."""
-
-    action: Literal["result", "retry", "abort"]
-    result: JSON = None
-
-
-class UnrecordedAnswer(BaseModel):
-    """How a person settles an effect that a mocked run has no record of."""
-
-    action: Literal["mock", "live", "abort"]
-    result: JSON = None
 
 
 class InDoubtEffectError(NodeError):
@@ -166,29 +150,6 @@ class JournalHost(Protocol):
         """Whether the run still records (it has not ended, or been abandoned by its driver)."""
     def cancelling(self) -> bool:
         """Whether the run is stopping because it was cancelled."""
-
-
-def validate_unrecorded_answer(answer: JSON) -> UnrecordedAnswer:
-    try:
-        decided = UnrecordedAnswer.model_validate(answer)
-    except ValidationError as e:
-        raise InvalidAnswer(
-            "an unrecorded effect needs {\"action\": \"mock\", \"result\": ...}, "
-            f"{{\"action\": \"live\"}} or {{\"action\": \"abort\"}}: {e.errors()[0]['msg']}"
-        ) from None
-    if decided.action == "mock" and "result" not in (answer or {}):
-        raise InvalidAnswer('a "mock" answer needs the "result" the effect should return')
-    return decided
-
-
-def validate_in_doubt_answer(answer: JSON) -> InDoubtAnswer:
-    try:
-        return InDoubtAnswer.model_validate(answer)
-    except ValidationError as e:
-        raise InvalidAnswer(
-            "an in-doubt effect needs {\"action\": \"result\", \"result\": ...}, "
-            f"{{\"action\": \"retry\"}} or {{\"action\": \"abort\"}}: {e.errors()[0]['msg']}"
-        ) from None
 
 
 async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
@@ -362,6 +323,8 @@ async def _outlive_cancel(thread: asyncio.Future[Any], on_late: Callable[[asynci
         done, _ = await asyncio.wait({thread}, timeout=CANCEL_GRACE)
         if done:
             on_late(thread)
+        else:   # not waited for any longer, but its outcome is still kept once it has one
+            thread.add_done_callback(lambda t: None if t.cancelled() else on_late(t))
         raise
 
 

@@ -264,6 +264,37 @@ class LateRun:
         return task, run
 
 
+@pytest.mark.usefixtures("short_grace")
+async def test_a_sync_effect_of_an_async_node_given_up_on_by_a_cancel_is_journaled_once_it_ends(rt: Runtime):
+    """As for a ``def`` node: the cancel stops waiting for the thread after its grace, but the
+    outcome the thread comes to is journaled, so the continuation is served it rather than
+    asking whether it happened (or calling it again)."""
+    calls, started, release = Calls(), threading.Event(), threading.Event()
+    call = late_answer(calls, started, release, lambda: "late answer")
+    g = Graph("late_async", state=S)
+
+    @g.node()
+    async def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+        return {"text": await ctx.effect("llm", call)}
+
+    task = asyncio.create_task(rt.start(g, {}, max_tokens=1000))
+    await asyncio.to_thread(started.wait, 10)
+    [run] = await rt.runs()
+    await rt.cancel(run.id, "stop")
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    release.set()
+    for _ in range(500):
+        if len(rt.store.journal([run.id])) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert [e.status for e in rt.store.journal([run.id])] == [EffectStatus.STARTED, EffectStatus.SUCCEEDED]
+    assert (await rt.get_run(run.id)).usage["tokens"] == 500
+    going_on = await rt.resume(run.id)
+    assert going_on.status == RunStatus.SUCCEEDED and calls.counts == {"model": 1}
+    assert (await rt.state_at((await rt.history(going_on.id))[-1].id)).text == "late answer"
+
+
 @pytest.mark.parametrize("end", ["cancel", "stop_waiting"])
 @pytest.mark.usefixtures("short_grace")
 async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_lineage(rt: Runtime, end: str):
