@@ -50,6 +50,7 @@ from ..core.errors import (
 from ..core.jsonvalues import JSON, json_equal, to_json
 from ..core.records import EffectsMode, EffectStatus, Interrupt, InterruptKind, JournalEntry
 from .effect_answers import InDoubtAnswer, UnrecordedAnswer, validate_in_doubt_answer, validate_unrecorded_answer
+from .identity import occurrence_of
 from .questions import unrecorded_question
 from .scope import AttemptScope
 
@@ -114,8 +115,10 @@ class EffectDivergence(NodeError):
     def __init__(self, node: str, name: str, occurrence: int, expected: JSON, recorded: JSON):
         self.expected, self.recorded = expected, recorded
         super().__init__(
-            f"node {node!r} effect {name!r} #{occurrence}: request {expected!r} differs from the "
-            f"recorded request {recorded!r}; the node is not deterministic up to its effects"
+            f"node {node!r} effect {name!r} #{occurrence}: request {expected!r} differs from the recorded "
+            f"request {recorded!r} and from every other recorded call of that name: the node does not make "
+            f"the calls it made (a request holding the time or a random id, say); keep requests to what the "
+            f"call depends on, or fork from the last checkpoint to start the node afresh"
         )
 
 
@@ -158,13 +161,13 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
     node, attempt = scope.node, scope.attempt
     if not host.recording():   # code of a node went on after its run ended: neither start nor serve
         raise AttemptCancelled(f"the run stopped before effect {name!r} could start")
-    occurrence = scope.next_occurrence(name)
     req = to_json(request, f"effect {name!r} request")
+    occurrence = occurrence_of(host, scope, name, req, key)
     key = key or effect_key(host.key_scope, node, name, occurrence)
     undo = host.compensation_ref(key, compensate)
     latest = host.journal_latest(node, name, occurrence)
     if latest is not None and latest.status in (EffectStatus.SUCCEEDED, EffectStatus.MOCKED):
-        if latest.request != req:
+        if not json_equal(latest.request, req):
             raise EffectDivergence(node, name, occurrence, req, latest.request)
         return latest.result
     if latest is not None and latest.status == EffectStatus.STARTED and not idempotent:

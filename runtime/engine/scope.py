@@ -25,8 +25,8 @@ class AttemptScope:
     #: effects a ``def`` node's thread handed to the event loop, running there (made
     #: when first needed: most attempts never call an effect from a thread)
     effects_in_thread: list[Future[Any]] | None = None
-    #: effect name -> how many times this attempt called it (made at the first call)
-    occurrences: dict[str, int] | None = None
+    #: effect name -> the occurrences this attempt's calls of it took (made at the first call)
+    occurrences: dict[str, set[int]] | None = None
     #: what an ``async def`` node was handed to await (``ctx.effect``, ``ctx.interrupt``),
     #: said as the node wrote it (made at the first call)
     calls: list[tuple[str, Coroutine[Any, Any, Any]]] | None = None
@@ -43,13 +43,15 @@ class AttemptScope:
     def __repr__(self) -> str:
         return f"AttemptScope(run_id={self.run_id!r}, node={self.node!r}, attempt={self.attempt})"
 
-    def next_occurrence(self, name: str) -> int:
+    def claimed(self, name: str) -> set[int]:
+        """The occurrences of effect ``name`` this attempt's calls have taken so far."""
         seen = self.occurrences
         if seen is None:
             seen = self.occurrences = {}
-        n = seen.get(name, 0)
-        seen[name] = n + 1
-        return n
+        taken = seen.get(name)
+        if taken is None:
+            taken = seen[name] = set()
+        return taken
 
     def handed(self, said: str, call: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
         """Keep a call handed to an ``async def`` node, to tell later whether it awaited it."""
