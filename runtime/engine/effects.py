@@ -177,7 +177,10 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
         if settled is None or settled.answer is None:
             host.raise_interrupt(scope, InterruptKind.IN_DOUBT, {
                 "effect": name, "occurrence": occurrence, "key": latest.key, "request": latest.request,
-                "question": "This effect started but its outcome was never recorded; did it happen?",
+                "question": "This effect started but its outcome was never recorded (its attempt was "
+                            "stopped while it ran: a timeout, a cancel or a crash); did it happen? (An effect "
+                            "safe to call again with its key can say idempotent=True: it is then retried "
+                            "without asking.)",
                 "answers": ["result", "retry", "abort"],
             }, slot=slot, response_schema=InDoubtAnswer.model_json_schema())
         decision = validate_in_doubt_answer(settled.answer)
