@@ -2,11 +2,12 @@
 
 A run holds a lease (owner, expiry) renewed by its driver's heartbeat; every write
 carries the lease's fencing token. A lease whose owner died need not be waited out
-when the owner ran on this host: its PID is checked.
+when the owner ran on this host (in the same PID namespace): its PID is checked.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -18,9 +19,21 @@ from ..core.states import RunStatus
 log = logging.getLogger(__name__)
 
 
+@functools.cache
+def _host() -> str:
+    """This host as far as PIDs go: its name, and its PID namespace where one is known.
+    Containers may share a host name but not their PIDs: a PID one cannot see may be alive
+    in the other."""
+    try:
+        space = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}~{space}"
+
+
 def make_owner(short_id: str) -> str:
-    """A lease owner name: ``host:pid:short-id``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{short_id}"
+    """A lease owner name: ``host:pid:short-id`` (the host with its PID namespace)."""
+    return f"{_host()}:{os.getpid()}:{short_id}"
 
 
 def lease_expired(run: Run, env: Environment, *, driven_here: bool) -> bool:
@@ -30,7 +43,7 @@ def lease_expired(run: Run, env: Environment, *, driven_here: bool) -> bool:
         return True  # ours, and nothing here drives it any more
     host, _, rest = (run.lease_owner or "").partition(":")
     pid = rest.partition(":")[0]
-    if host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid():
+    if host == _host() and pid.isdigit() and int(pid) != os.getpid():
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
