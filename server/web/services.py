@@ -207,19 +207,19 @@ def events_window(rt: Runtime, run_id: str, page: int, query: str = "",
     # read a chunk at a time and stop once the page and one match more are found: memory
     # stays a chunk and a page, and an early page does not read the rest of the trace
     while True:
-        chunk = rt.store.events(run_id, after, SEARCH_CHUNK)
-        for e in chunk:
-            # the data as the trace shows it (JSON), so text copied from the page is found
+        read = rt.store.events(run_id, after, SEARCH_CHUNK)
+        # the data as the trace shows it (JSON, a node's writes in it), so text copied from the page is found
+        for e in with_writes(rt.store, run_id, read):
             if q in e.type.lower() or q in (e.node or "").lower() or q in as_json(e.data).lower():
                 if skip:
                     skip -= 1
                 elif len(shown) == per_page:
-                    return with_writes(rt.store, run_id, shown), True
+                    return shown, True
                 else:
                     shown.append(e)
-        if len(chunk) < SEARCH_CHUNK:
-            return with_writes(rt.store, run_id, shown), False
-        after = chunk[-1].seq
+        if len(read) < SEARCH_CHUNK:
+            return shown, False
+        after = read[-1].seq
 
 
 def node_instances(rt: Runtime, page: RunPage, node: str, number: int = 1, per_page: int = INSTANCES_PER_PAGE,
