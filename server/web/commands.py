@@ -199,7 +199,10 @@ async def compensate_submit(request: Request[Any, Any, Any], run_id: FromPath[st
                             data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Response[Any]:
     report = await actions.compensate(_rt(request), request.app.state.tasks, run_id,
                                       retry_in_doubt=data.get("retry_in_doubt") == "on")
-    return render(request, "compensated.html", {"run_id": run_id, "report": report}, block="message")
+    # the notice goes to #flash; the page reloads what the compensation changed (the action
+    # bar, the journal's statuses) on the event this names (run.html)
+    return render(request, "compensated.html", {"run_id": run_id, "report": report}, block="message",
+                  headers={"HX-Trigger": "run-changed"})
 
 
 # ------------------------------------------------------------------ export and import
