@@ -22,6 +22,7 @@ from runtime.core.records import (
     Checkpoint,
     CheckpointSummary,
     Interrupt,
+    InterruptStatus,
     NodeAttempt,
     PendingWrite,
     Run,
@@ -33,11 +34,13 @@ from runtime.core.trace import states_after
 from runtime.graph.instances import base_node, parse_instance
 from runtime.engine.compensation import left_to_undo
 from runtime.history.events import with_writes
-from runtime.history.lineage import compensated, unused_mocks
+from runtime.history.lineage import compensated, uncalled_mocks, unused_mocks
 from runtime.history.state import state_json
 from runtime.store.base import MAX_SEQ
 from runtime.travel.diff import Change, diff
 from runtime.travel.views import CheckpointView
+
+from server.present import uncalled_mock_lines
 
 from .journal import EffectRow as EffectRow, as_of, journal_rows as journal_rows
 from .render import as_json
@@ -125,6 +128,8 @@ class RunPage:
     children: Sequence[Run]
     orphaned: bool
     unused_mocks: Sequence[str] = ()   # the branch's ``mocks`` no effect called
+    #: paused on an unrecorded effect: each mock no effect has called yet, and what it likely meant
+    mock_hints: Sequence[str] = ()
     #: an ended run whose effects were undone (or may have been): it is forked, never continued
     compensated: bool = False
     #: an ended run with live effects of its own line that an undo is registered for and not done
@@ -176,11 +181,14 @@ def run_page(rt: Runtime, run_id: str, *, cp: int | None = None, node: str | Non
         head = rt.store.find_checkpoint(run_id) if chosen.seq < run.head_seq else None
         if head is None or not _has_node(head.node_states, node or ""):
             raise NotFound(f"run {run_id} has no node {node!r} at checkpoint #{chosen.seq}")
+    asked = complete(rt.interrupts(run_id, pending=False))
+    pending = [i for i in asked if i.status == InterruptStatus.PENDING]
     return RunPage(
         run=run, description=graph_description(rt, run), checkpoints=window, total_checkpoints=last + 1,
         selected=view, previous=previous, changes=changes, node=node, node_absent=absent, node_states=states,
-        interrupts=complete(rt.interrupts(run_id, pending=False)), children=rt.store.child_runs(run_id),
+        interrupts=asked, children=rt.store.child_runs(run_id),
         orphaned=rt.orphaned(run), unused_mocks=unused_mocks(rt.store, run),
+        mock_hints=uncalled_mock_lines(uncalled_mocks(rt.store, run), pending) if pending else (),
         compensated=run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and compensated(rt.store, run),
         undoable=(run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
                   and not run.effects_elsewhere and bool(left_to_undo(rt.store, run))),

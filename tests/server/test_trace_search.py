@@ -25,3 +25,4 @@ def test_searching_the_trace_for_a_written_value_finds_the_node_that_wrote_it(
     html = reader.get(f"/runs/{run_id}/panels/events", params={"eq": '"results": [4]'}).text
     assert rows(html) == [wrote[0].seq]
     assert "work[2]" in html
+
