@@ -140,6 +140,9 @@ class JournalHost(Protocol):
     def mock_result(self, name: str) -> tuple[bool, JSON]: ...
     def compensation_ref(self, key: str, fn: Callable[..., Any] | None) -> str | None: ...
     def journal_latest(self, node: str, name: str, occurrence: int) -> JournalEntry | None: ...
+    #: (node, name, occurrence) -> the thread of a sync effect still running (``keep_running``)
+    running_effects: dict[tuple[str, str, int], asyncio.Future[Any]]
+    def keep_running(self, ident: tuple[str, str, int], thread: asyncio.Future[Any]) -> None: ...
     def record_effect(self, entry: JournalEntry, durable: bool) -> None: ...
     def find_interrupt(self, node: str, slot: str, kind: InterruptKind,
                        accepts: Callable[[JSON], bool] | None = None) -> Interrupt | None: ...
@@ -165,6 +168,13 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
     occurrence = occurrence_of(host, scope, name, req, key)
     key = key or effect_key(host.key_scope, node, name, occurrence)
     undo = host.compensation_ref(key, compensate)
+    running = host.running_effects.get((node, name, occurrence))
+    if running is not None and not running.done():
+        # an earlier attempt was stopped (its timeout) while this call's thread ran on: its
+        # outcome is recorded as the thread ends, worth a wait rather than a question — but
+        # not all of this attempt's time (or without end): it must still be able to ask
+        left = scope.remaining()
+        await asyncio.wait({running}, timeout=CANCEL_GRACE if left is None else max(0.0, left / 2))
     latest = host.journal_latest(node, name, occurrence)
     if latest is not None and latest.status in (EffectStatus.SUCCEEDED, EffectStatus.MOCKED):
         if not json_equal(latest.request, req):
@@ -247,7 +257,8 @@ async def perform_effect(host: JournalHost, scope: AttemptScope, name: str,
             log.exception("effect %r finished after its attempt stopped; its outcome was not recorded", name)
 
     try:
-        result = await call_effect_fn(fn, info, scope.remaining(), record_late, host.cancelling)
+        result = await call_effect_fn(fn, info, scope.remaining(), record_late, host.cancelling,
+                                      on_thread=lambda thread: host.keep_running((node, name, occurrence), thread))
     except (asyncio.CancelledError, TimeoutError):
         # Outcome unknown (unless ``record_late`` had it): the entry stays STARTED, so
         # recovery treats it as in doubt.
@@ -336,16 +347,20 @@ async def _outlive_cancel(thread: asyncio.Future[Any], on_late: Callable[[asynci
 
 async def call_effect_fn(fn: Callable[..., Any], info: EffectInfo, remaining: float | None,
                          on_late: Callable[[asyncio.Future[Any]], None] | None = None,
-                         cancelling: Callable[[], bool] = lambda: False) -> Any:
+                         cancelling: Callable[[], bool] = lambda: False,
+                         on_thread: Callable[[asyncio.Future[Any]], None] | None = None) -> Any:
     """Call an effect's function: a coroutine function on the loop, any other in a thread.
     ``on_late`` receives a thread that finished while the run was being cancelled
-    (``cancelling``; see ``_outlive_cancel``)."""
+    (``cancelling``; see ``_outlive_cancel``); ``on_thread`` the thread as it starts."""
     args = (info,) if _takes_arg(fn) else ()
     coro: Any
     if inspect.iscoroutinefunction(fn):
         coro = fn(*args)
     elif on_late is not None:
-        coro = _outlive_cancel(asyncio.ensure_future(asyncio.to_thread(fn, *args)), on_late, cancelling)
+        thread = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        if on_thread is not None:
+            on_thread(thread)
+        coro = _outlive_cancel(thread, on_late, cancelling)
     else:
         coro = asyncio.to_thread(fn, *args)
     if remaining is None:

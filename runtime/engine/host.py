@@ -9,6 +9,7 @@ report usage from worker threads).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -65,6 +66,7 @@ class RunHost:
         self.serve_changed = bool(run.options.get("compare"))
         self._mocks: Mapping[str, JSON] = run.options.get("mocks") or {}
         self._journal: dict[tuple[str, str, int], JournalEntry] = {}
+        self.running_effects: dict[tuple[str, str, int], asyncio.Future[Any]] = {}
         for e in journal:  # lineage order is oldest run first, so our own entries win
             if e.status not in COMPENSATION_STATUSES:
                 self._journal[(e.node, e.name, e.occurrence)] = e
@@ -116,6 +118,13 @@ class RunHost:
 
     def journal_latest(self, node: str, name: str, occurrence: int) -> JournalEntry | None:
         return self._journal.get((node, name, occurrence))
+
+    def keep_running(self, ident: tuple[str, str, int], thread: asyncio.Future[Any]) -> None:
+        """A sync effect's thread, known until it ends: an attempt stopped while it ran may
+        leave it running, and the retry then waits for its outcome (``perform_effect``)."""
+        self.running_effects[ident] = thread
+        thread.add_done_callback(lambda _: self.running_effects.pop(ident, None)
+                                 if self.running_effects.get(ident) is thread else None)
 
     def source_entry(self, node: str, name: str, occurrence: int, request: JSON) -> JournalEntry | None:
         found = self._source.get((node, name, occurrence))

@@ -110,5 +110,29 @@ async def test_an_outcome_still_unknown_when_the_retry_comes_is_asked_about(rt: 
     assert (await rt.thread_state(run.thread_id)).receipt == "late"
 
 
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_retry_that_comes_while_the_call_still_runs_here_waits_for_it(rt: Runtime, idempotent: bool) -> None:
+    """The thread ends within the retry's own time: its outcome is waited for and served —
+    nobody is asked, and an idempotent effect is not called a second time beside it."""
+    calls: list[int] = []
+    g = Graph("late-charge", state=S)
+
+    def charge() -> str:   # outlasts the first attempt (0.5 s), ends early in the second
+        calls.append(1)
+        time.sleep(0.6 if len(calls) == 1 else 0)
+        return f"receipt-{len(calls)}"
+
+    @g.node(timeout=0.5, retry=RetryPolicy(max_attempts=2, initial_interval=0.01))
+    async def pay(s: S, ctx) -> dict:
+        return {"receipt": await ctx.effect("charge", charge, request={"amount": 10}, idempotent=idempotent)}
+
+    started = time.monotonic()
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert calls == [1] and (await rt.thread_state(run.thread_id)).receipt == "receipt-1"
+    assert rt.store.interrupts(run.id) == []
+    assert time.monotonic() - started < 1.0
+
+
 async def _pause() -> None:
     await asyncio.sleep(0.02)
