@@ -1,0 +1,39 @@
+"""What pages say, pinned: why a closed question cannot be answered, a fork's patch
+checkpoint named in the compare page's choices as its timeline names it, the runs list's
+thread column, and an answer field's help without a raw regular expression."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from typing import Any
+
+from conftest import Seeded
+from local_client import TestClient
+from pydantic import BaseModel, Field
+
+from runtime.core.states import RunStatus
+from server.web import forms
+
+Client = TestClient[Any]
+
+
+def answer_closed(client: Client, interrupt_id: str) -> Any:
+    """An answer posted to a question that no longer shows a form (a valid token, from the cookie)."""
+    client.get(f"/interrupts/{interrupt_id}")
+    return client.post(f"/interrupts/{interrupt_id}/answer", data={"f.approve": "true"}, follow_redirects=False,
+                       headers={"x-csrftoken": client.cookies["csrftoken"]})
+
+
+def test_a_question_of_a_cancelled_run_says_it_was_never_answered(seeded: Seeded, client: Client) -> None:
+    [question] = asyncio.run(seeded.rt.interrupts(seeded.interrupted))
+    asyncio.run(seeded.rt.cancel(seeded.interrupted, "not needed"))
+    assert asyncio.run(seeded.rt.get_run(seeded.interrupted)).status == RunStatus.CANCELLED
+    reply = answer_closed(client, question.id)
+    assert reply.status_code == 409
+    said = html.unescape(reply.text)
+    assert f"interrupt {question.id} was never answered and cannot be answered now: its run was cancelled" in said
+    assert "answered again" not in said
+    api = client.post(f"/api/interrupts/{question.id}/answer", json={"answer": {"approve": True}})
+    assert api.status_code == 409 and "its run was cancelled" in api.text and "answered again" not in api.text
