@@ -156,7 +156,7 @@ async def diff_page(request: Request[Any, Any, Any], a: FromQuery[str], b: FromQ
         suggest = later[-1].id if later else cp_a.parent_id
         # nothing compared yet: the page says so and links the suggestion (never an empty diff)
         suggested = next((c for _, cps in options for c in cps if c.id == suggest), None)
-        labels = {c.id: timeline.words(c) for _, cps in options for c in cps}
+        labels = {c.id: timeline.words(rt, c) for _, cps in options for c in cps}
         return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes, "rows": DIFF_ROWS,
                 "suggest": suggest, "suggested": suggested, "labels": labels}
 

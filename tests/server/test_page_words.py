@@ -37,3 +37,14 @@ def test_a_question_of_a_cancelled_run_says_it_was_never_answered(seeded: Seeded
     assert "answered again" not in said
     api = client.post(f"/api/interrupts/{question.id}/answer", json={"answer": {"approve": True}})
     assert api.status_code == 409 and "its run was cancelled" in api.text and "answered again" not in api.text
+
+
+def test_the_compare_choices_name_a_patch_checkpoint_as_the_timeline_does(seeded: Seeded, client: Client) -> None:
+    cps = seeded.rt.store.checkpoints(seeded.failed)
+    fork = asyncio.run(seeded.rt.fork(cps[1].id, patch={"n": 2}))
+    patch = next(c for c in seeded.rt.store.checkpoints(fork.id) if c.source == "patch")
+    entry = re.search(rf'data-seq="{patch.seq}"[^>]*>\s*<span class="seq">(#\d+)</span> <span class="src">(\w+)</span> '
+                      r'<span class="folded"[^>]*>([^<]*)</span>', client.get(f"/runs/{fork.id}").text)
+    assert entry and entry.groups() == (f"#{patch.seq}", "patch", "patched: n")
+    option = re.search(rf'<option value="{patch.id}"[^>]*>([^<]*)</option>', client.get(f"/diff?a={cps[0].id}").text)
+    assert option and option.group(1) == " ".join(entry.groups()) == f"#{patch.seq} patch patched: n"
