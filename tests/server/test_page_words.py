@@ -48,3 +48,15 @@ def test_the_compare_choices_name_a_patch_checkpoint_as_the_timeline_does(seeded
     assert entry and entry.groups() == (f"#{patch.seq}", "patch", "patched: n")
     option = re.search(rf'<option value="{patch.id}"[^>]*>([^<]*)</option>', client.get(f"/diff?a={cps[0].id}").text)
     assert option and option.group(1) == " ".join(entry.groups()) == f"#{patch.seq} patch patched: n"
+
+
+def test_the_runs_list_names_a_runs_thread_only_when_it_is_another_runs(seeded: Seeded, client: Client) -> None:
+    fork = asyncio.run(seeded.rt.fork(seeded.rt.store.checkpoints(seeded.failed)[1].id, patch={"n": 2}))
+    rows = dict(re.findall(r'<tr>\s*<td><a href="/runs/(run_\w+)">.*?<td class="thread">(.*?)</td>',
+                           client.get("/runs").text, re.S))
+    assert fork.id in rows and seeded.failed in rows
+    # a fork is in the thread of the run it came from: named, linked
+    assert rows[fork.id] == f'<a href="/threads/{seeded.failed}">{seeded.failed}</a>'
+    # a main run is its own thread: linked, its id not said twice on the row
+    assert seeded.failed not in re.sub(r'"[^"]*"', "", rows[seeded.failed])
+    assert f'href="/threads/{seeded.failed}"' in rows[seeded.failed]
