@@ -60,3 +60,42 @@ def test_the_runs_list_names_a_runs_thread_only_when_it_is_another_runs(seeded: 
     # a main run is its own thread: linked, its id not said twice on the row
     assert seeded.failed not in re.sub(r'"[^"]*"', "", rows[seeded.failed])
     assert f'href="/threads/{seeded.failed}"' in rows[seeded.failed]
+
+
+class Mail(BaseModel):
+    to: str = Field(pattern=r"^[^@\s]+@[^@\s]+$", description="Recipient address.")
+    code: str = Field(pattern=r"^[A-Z]{3}-\d+$")
+    sent: str = Field(json_schema_extra={"format": "email"}, pattern=r"^\S+$")
+
+
+def test_a_pattern_is_not_shown_beside_a_description_and_otherwise_said_plainly() -> None:
+    helps = {f.name: f.help for f in forms.build(Mail.model_json_schema())}
+    assert helps == {"f.to": "Recipient address.", "f.code": r"(must match the pattern ^[A-Z]{3}-\d+$)",
+                     "f.sent": "(an email address)"}
+    assert all("pattern:" not in h for h in helps.values())
+
+
+def test_the_answer_page_says_no_pattern_and_the_pattern_still_refuses(seeded: Seeded, client: Client) -> None:
+    from runtime import Graph, NodeContext
+
+    g = Graph("mail", state=Mailbox)
+
+    @g.node()
+    async def ask(s: Mailbox, ctx: NodeContext) -> dict[str, Any]:
+        answer = await ctx.interrupt({"question": "send?"}, response=Mail)
+        return {"sent": answer.to}
+
+    run = asyncio.run(seeded.rt.start(g, {}))
+    [question] = asyncio.run(seeded.rt.interrupts(run.id))
+    page = client.get(f"/interrupts/{question.id}").text
+    assert '<p class="help" id="f-to-help">Recipient address.</p>' in page and "pattern:" not in page
+    token = re.search(r'name="_csrf_token" value="([^"]+)"', page)
+    assert token
+    reply = client.post(f"/interrupts/{question.id}/answer", follow_redirects=False, data={
+        "_csrf_token": token.group(1), "f.to": "not an address", "f.code": "ABC-1", "f.sent": "x@y"})
+    assert reply.status_code == 422
+    assert re.search(r'id="f-to-error">To is not in the expected format<', reply.text)
+
+
+class Mailbox(BaseModel):
+    sent: str = ""
