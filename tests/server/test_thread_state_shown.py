@@ -56,7 +56,7 @@ def test_the_thread_page_lists_the_messages_one_per_line_in_order(tmp_path: Path
     lines = [html.unescape(li) for li in re.findall(r"<li>(.*?)</li>", field(page, "messages"))]
     assert lines == ["customer: hi", "agent: re customer: hi", "customer: order 7?", "agent: re customer: order 7?"]
     # the run the next turn follows is named, and other fields are shown as the run page shows state
-    assert re.search(rf'<a href="/runs/{runs[-1]}">{runs[-1]}</a>, the run the thread\'s next turn follows',
+    assert re.search(rf'<a href="/runs/{runs[-1]}\?cp=1" [^>]*>{runs[-1]}</a>, the run the thread\'s next turn follows',
                      html.unescape(page))
     assert '<span class="j-str">"calm"</span>' in field(page, "mood")
     assert '<span class="j-num">1</span>' in field(page, "seen") and '<span class="j-num">3</span>' in field(page, "seen")
