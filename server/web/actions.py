@@ -196,15 +196,26 @@ async def pending_interrupt(rt: Runtime, interrupt_id: str) -> Interrupt:
     return found
 
 
+def closed(i: Interrupt, run: Run) -> str:
+    """Why a question that no longer waits cannot be answered: it was answered, or it
+    was closed unanswered when its run ended (a run that ends leaves no question open)."""
+    if i.status == InterruptStatus.ANSWERED:
+        return f"interrupt {i.id} is answered already: it cannot be answered again"
+    ended = "was cancelled" if run.status == RunStatus.CANCELLED else (
+        "ended" if run.status in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.INTERRUPTED)
+        else f"ended {run.status.value}")
+    return f"interrupt {i.id} was never answered and cannot be answered now: its run {ended} without an answer"
+
+
 async def answer(rt: Runtime, tasks: Tasks, interrupt_id: str, value: JSON, by: str,
                  also: Sequence[str] = (), queue: bool = False) -> str:
     """Answer one interrupt (and, with the same answer, the questions of the same run in
     ``also``); every answer is validated (against the node's response model when it declared
     one) before the run moves. Returns the run id."""
     found = await pending_interrupt(rt, interrupt_id)
-    if found.status != InterruptStatus.PENDING:
-        raise Conflict(f"interrupt {interrupt_id} is {found.status.value}: it cannot be answered again")
     run = await _run(rt, found.run_id)
+    if found.status != InterruptStatus.PENDING:
+        raise Conflict(closed(found, run))
     answers = {interrupt_id: value, **{other: value for other in also}}
     await in_thread(check_answers, rt, found.run_id, answers)
     if queue or getattr(tasks, "queue", False):

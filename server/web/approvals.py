@@ -300,7 +300,7 @@ async def answer_submit(request: Request[Any, Any, Any], interrupt_id: FromPath[
     form = answer_form(i)
     status = 422
     if not ctx["pending"]:
-        form.errors.append(f"interrupt {i.id} is {i.status.value}: it cannot be answered again")
+        form.errors.append(actions.closed(i, ctx["run"]))
         status = 409
     else:
         value, ok = await in_thread(check_answer, rt, i, form, data)

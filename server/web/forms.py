@@ -34,6 +34,10 @@ NULL_OPTION = ""
 YES_NO = {"true": True, "false": False}
 #: a string schema's ``format`` values that ask for a textarea
 MULTILINE_FORMATS = frozenset({"textarea", "multiline", "multi-line"})
+#: a string format in words, for a field's help (others are named as they are)
+FORMATS: Mapping[str, str] = {"email": "an email address", "date": "a date, YYYY-MM-DD",
+                              "date-time": "a date and time, YYYY-MM-DDTHH:MM:SS", "time": "a time, HH:MM:SS",
+                              "uri": "a URL", "uuid": "a UUID", **{f: "" for f in MULTILINE_FORMATS}}
 
 Loc = tuple[str | int, ...]
 
@@ -159,10 +163,12 @@ def _field(path: tuple[str, ...], node: Any, required: bool, root: Mapping[str, 
         for key, attr in (("minLength", "minlength"), ("maxLength", "maxlength")):
             if isinstance(s.get(key), int):
                 f.attrs[attr] = str(s[key])
-        # a schema's pattern is not always a valid HTML pattern: said, and checked by the model
-        for key in ("format", "pattern"):
-            if s.get(key):
-                f.help = (f.help + " " if f.help else "") + f"({key}: {s[key]})"
+        # a schema's pattern is not always a valid HTML pattern: the model checks it. A raw
+        # regular expression helps few people: said only when nothing else explains the field
+        said = FORMATS.get(str(s["format"]), f"format: {s['format']}") if s.get("format") else \
+            f"must match the pattern {s['pattern']}" if s.get("pattern") and not f.help else ""
+        if said:
+            f.help = (f.help + " " if f.help else "") + f"({said})"
         f.text = value if present and isinstance(value, str) else ""
         f.multiline = "\n" in f.text or "\r" in f.text or s.get("format") in MULTILINE_FORMATS
     elif kind == "object" and isinstance(s.get("properties"), Mapping) and depth < MAX_DEPTH and not nullable:

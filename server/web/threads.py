@@ -4,6 +4,7 @@ their parent's line on at its depth) and comparing any two checkpoints of a thre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from litestar.params import FromPath, FromQuery
 from runtime import Runtime
 from runtime.core.errors import NotFound
 from runtime.core.records import Checkpoint, EffectsMode, EffectStatus, Run, RunKind
+from runtime.history import threads
 
 from . import timeline
 from .render import render
@@ -90,16 +92,34 @@ def _patched_fields(rt: Runtime, run: Run) -> tuple[str, ...]:
     return timeline.patched_fields(rt, run.id) if run.options.get("patched") else ()
 
 
+def is_lines(value: Any) -> bool:
+    """A list of strings or of messages (objects with a ``content``): shown one per line."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(v, str) or (isinstance(v, Mapping) and "content" in v) for v in value)
+
+
+def thread_state(rt: Runtime, thread_id: str) -> tuple[Run | None, dict[str, Any]]:
+    """The run the thread's next turn follows and its state now, as the JSON API gives it
+    (no run and no state: the thread has none a turn would follow)."""
+    head = threads.thread_head(rt.store, thread_id)
+    if head is None:
+        return None, {}
+    state: dict[str, Any] = complete(rt.thread_state(thread_id)).model_dump(mode="json")
+    return head, state
+
+
 @get("/threads/{thread_id:str}", include_in_schema=False)
 async def thread_page(request: Request[Any, Any, Any], thread_id: FromPath[str]) -> Response[str]:
     rt: Runtime = request.app.state.runtime
     branches = await in_thread(thread_tree, rt, thread_id)
+    head, state = await in_thread(thread_state, rt, thread_id)
     # the comparison starts at the thread's first checkpoint: its first run's, when it has no base
     first = None
     if branches:
         root = branches[0].run
         first = root.base_checkpoint_id or await in_thread(lambda: rt.store.checkpoints(root.id)[0].id)
-    return render(request, "thread.html", {"thread_id": thread_id, "branches": branches, "first_checkpoint": first})
+    return render(request, "thread.html", {"thread_id": thread_id, "branches": branches, "first_checkpoint": first,
+                                           "head": head, "state": state, "is_lines": is_lines})
 
 
 #: the most runs whose checkpoints the diff page offers (the newest of the thread)
@@ -136,7 +156,7 @@ async def diff_page(request: Request[Any, Any, Any], a: FromQuery[str], b: FromQ
         suggest = later[-1].id if later else cp_a.parent_id
         # nothing compared yet: the page says so and links the suggestion (never an empty diff)
         suggested = next((c for _, cps in options for c in cps if c.id == suggest), None)
-        labels = {c.id: timeline.words(c) for _, cps in options for c in cps}
+        labels = {c.id: timeline.words(rt, c) for _, cps in options for c in cps}
         return {"a": cp_a, "b": cp_b, "run_a": run_a, "options": options, "changes": changes, "rows": DIFF_ROWS,
                 "suggest": suggest, "suggested": suggested, "labels": labels}
 

@@ -58,14 +58,23 @@ def happened(rt: Runtime, run_id: str, window: Sequence[CheckpointSummary]) -> d
     full: list[Checkpoint] = rt.store.checkpoints(run_id, first, last - first + 1)
     out = {}
     for cp in full:
-        if cp.changed is None:
-            continue
-        said = say(cp.changed, cp.node_states, cp.nodes)
-        if not said and cp.source == CheckpointSource.PATCH:
-            said = patched(rt, run_id)
-        if said or not cp.nodes:
-            out[cp.seq] = said or "no node changed"
+        said = besides_folded(rt, cp)
+        if said is not None:
+            out[cp.seq] = said
     return out
+
+
+def besides_folded(rt: Runtime, cp: Checkpoint) -> str | None:
+    """What changed at ``cp`` besides the nodes it folded, in words (None: nothing, or
+    nothing is known); a fork's patch checkpoint names the fields its patch edited."""
+    if cp.changed is None:
+        return None
+    said = say(cp.changed, cp.node_states, cp.nodes)
+    if not said and cp.source == CheckpointSource.PATCH:
+        said = patched(rt, cp.run_id)
+    if said or not cp.nodes:
+        return said or "no node changed"
+    return None
 
 
 def patched_fields(rt: Runtime, run_id: str) -> tuple[str, ...]:
@@ -83,8 +92,9 @@ def patched(rt: Runtime, run_id: str) -> str:
     return "patched: " + ", ".join(fields) if fields else "state patched"
 
 
-def words(cp: Checkpoint) -> str:
-    """A checkpoint in a few words, for a list of choices: the nodes it folded, and what
-    else changed at it."""
-    said = say(cp.changed, cp.node_states, cp.nodes) if cp.changed is not None else ""
-    return " · ".join(part for part in (", ".join(cp.nodes), said) if part)
+def words(rt: Runtime, cp: Checkpoint) -> str:
+    """A checkpoint in the words its timeline entry has, for a list of choices: its source,
+    the nodes it folded, and what else changed at it (``patch patched: sources``)."""
+    said = besides_folded(rt, cp)
+    what = " · ".join(part for part in (", ".join(cp.nodes), said or "") if part)
+    return f"{cp.source} {what or '–'}"

@@ -58,5 +58,5 @@ def test_the_choices_say_what_happened_at_checkpoints_that_folded_nothing(shared
     """As the timeline does: #2 of the failed run folded nothing, and its node failed there."""
     cps = shared.rt.store.checkpoints(shared.failed)
     page = reader.get(f"/diff?a={cps[0].id}").text
-    assert re.search(rf'<option value="{cps[2].id}"[^>]*>#2 failed: second</option>', page)
-    assert re.search(rf'<option value="{cps[1].id}"[^>]*>#1 first</option>', page)
+    assert re.search(rf'<option value="{cps[2].id}"[^>]*>#2 step failed: second</option>', page)
+    assert re.search(rf'<option value="{cps[1].id}"[^>]*>#1 step first</option>', page)
