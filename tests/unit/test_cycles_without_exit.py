@@ -4,26 +4,16 @@ entered always ends), and ``max_iterations`` asked for only when no member has i
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
 from pydantic import BaseModel
+from test_loop_entries import noop, problems
 
-from runtime import Graph, GraphError
+from runtime import Graph
 
 
 class S(BaseModel):
     n: int = 0
 
 
-def noop(s: Any) -> None:
-    return None
-
-
-def problems(g: Graph) -> list[str]:
-    with pytest.raises(GraphError) as e:
-        g.compile()
-    return [str(p) for p in e.value.problems]
 
 
 def child() -> Graph:
