@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,6 +31,26 @@ def worker(folder: Path, url: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+def freeze(p: subprocess.Popen[str], url: str) -> None:
+    """SIGSTOP ``p``; on SQLite, at a moment it holds no write transaction (a process frozen
+    holding the file's write lock holds up every writer: README). On PostgreSQL any moment
+    will do: the server ends a transaction the frozen process left idle."""
+    while True:
+        p.send_signal(signal.SIGSTOP)
+        if not url.startswith("sqlite"):
+            return
+        probe = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return
+        except sqlite3.OperationalError:   # frozen mid-write: let it finish, and try again
+            p.send_signal(signal.SIGCONT)
+            time.sleep(0.02)
+        finally:
+            probe.close()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     (tmp_path / "outage_graphs.py").write_text(GRAPHS)
@@ -49,7 +70,7 @@ def test_a_worker_frozen_past_its_lease_says_it_lost_the_run(url: str, tmp_path:
         run_id = submit(url, 3.0)
         wait_for("the first worker to take the run", lambda: store.get_run(run_id).status == RunStatus.RUNNING, 15)
         owner = store.get_run(run_id).lease_owner
-        first.send_signal(signal.SIGSTOP)
+        freeze(first, url)
         frozen = time.monotonic()
         second = worker(tmp_path, url)
         wait_for("the second worker to take the run over", lambda: store.get_run(run_id).lease_owner != owner, 15)

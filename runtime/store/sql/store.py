@@ -214,8 +214,7 @@ def _create_engine(url: str, echo: bool, sqlite: bool) -> Engine:
     except ValueError:   # SQLAlchemy's int() of the port, which its error does not name
         raise InvalidRequest(f"not a database URL: {masked(url)!r} (its port must be a number, as in "
                              f"host:5432)") from None
-    if sqlite:
-        event.listen(engine, "connect", _sqlite_pragmas)
+    event.listen(engine, "connect", _sqlite_pragmas if sqlite else _pg_session)
     return engine
 
 
@@ -235,6 +234,23 @@ def pg_connect_args(url: str) -> dict[str, int]:
     query = url.partition("?")[2]
     given = {part.partition("=")[0].strip().lower() for part in query.split("&") if part}
     return {k: v for k, v in PG_CONNECT_DEFAULTS.items() if k not in given}
+
+
+#: how long (ms) a PostgreSQL session of the store may sit in a transaction between two
+#: statements before the server ends it. The store's transactions never wait on anything
+#: but the database, so only a frozen process (SIGSTOP, a paused VM) gets there; unbounded,
+#: the run rows it locked stay locked, and a worker taking over its expired lease waits
+#: for it for ever. A bound the server, database or role sets is kept.
+IDLE_IN_TRANSACTION_MS = 5000
+
+
+def _pg_session(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false) "
+                "WHERE current_setting('idle_in_transaction_session_timeout') = '0'",
+                [str(IDLE_IN_TRANSACTION_MS)])
+    cur.close()
+    dbapi_conn.commit()   # a setting made in a transaction rolled back would be undone
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
