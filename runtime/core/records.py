@@ -283,6 +283,11 @@ class NodeAttempt:
     decision: str | None = None   # what the runtime did about the outcome, in words
 
 
+#: a journal entry's ``compensate`` when its undo cannot be imported (a lambda, a closure, a
+#: bound method, a partial): only the process that ran the effect holds it
+LOCAL_UNDO = "<local>"
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
@@ -301,7 +306,7 @@ class JournalEntry:
     at: float = 0.0
     #: for MOCKED entries: where the result came from ("run:<id>", "mocks", "answer:<interrupt id>")
     source: str | None = None
-    #: the effect's compensation: "module:qualname", "<local>" (in-process only), or None
+    #: the effect's compensation: "module:qualname", ``LOCAL_UNDO`` (in-process only), or None
     compensate: str | None = None
 
 

@@ -30,6 +30,7 @@ from ..core.errors import InvalidRequest, LeaseLost, NodeError
 from ..core.jsonvalues import JSON, to_json
 from ..core.records import (
     COMPENSATION_STATUSES,
+    LOCAL_UNDO,
     Batch,
     CompensationAsk,
     EffectStatus,
@@ -153,13 +154,28 @@ def compensable_run(store: CheckpointStore, run_id: str) -> Run:
     return run
 
 
-def ask_worker(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:
+def ask_worker(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False, *,
+               policy: bool = False) -> CompensationReport:
     """Leave the run's compensation to a worker (``harness worker``), which can import its undo
-    functions; refused, with nothing asked, when the run may not be compensated. Nothing to
-    undo asks nothing: the report is complete at once."""
+    functions; refused, with nothing asked, when the run may not be compensated, or when asked
+    by a caller (not a run's ``policy``) for an undo no worker can import. Nothing to undo asks
+    nothing: the report is complete at once."""
     run = compensable_run(deps.store, run_id)
-    if not left_to_undo(deps.store, run):
+    left = left_to_undo(deps.store, run)
+    if not left:
         return CompensationReport(run_id)
+    local = [e for e in left if e.compensate == LOCAL_UNDO]
+    if local and not policy:
+        # no worker can ever import it: the ask would wait for ever
+        e = local[-1]
+        here = all(x.key in deps.compensations.functions for x in local)
+        raise InvalidRequest(
+            f"run {run_id}: the undo of effect {e.name!r} of node {e.node!r} is a lambda, closure, bound "
+            f"method or partial, which no worker can import; " +
+            ("compensate it here, without queue" if here else
+             "only the process that ran it holds it: compensate it there, without queue (or undo it by "
+             "hand if that process has ended)") +
+            "; define compensations as module-level functions")
     deps.store.ask_compensation(run_id, retry_in_doubt, deps.env.now())
     return CompensationReport(run_id, queued=True)
 
@@ -228,7 +244,7 @@ async def _one(deps: EngineDeps, w: _Recorder, e: JournalEntry, last: JournalEnt
         return _step(e, StepStatus.IN_DOUBT, "its compensation started and its outcome was never recorded; "
                      "check it, then compensate again with retry_in_doubt=True")
     fn = deps.compensations.functions.get(e.key)
-    if fn is None and e.compensate and e.compensate != "<local>":
+    if fn is None and e.compensate and e.compensate != LOCAL_UNDO:
         try:
             fn = resolve_callable(e.compensate)
         except InvalidRequest as err:

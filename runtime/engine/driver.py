@@ -83,7 +83,7 @@ class Driver:
         (``undo_here`` False: ask a worker to, where the undo functions are)."""
         if run.status.value in (run.options.get("compensate_on") or ()) and not run.effects_elsewhere:
             if not undo_here:
-                ask_worker(self.deps, run.id)
+                ask_worker(self.deps, run.id, policy=True)
                 return run
             report = await compensate(self.deps, run.id)
             run = self.store.get_run(run.id)

@@ -22,6 +22,7 @@ from ..core.errors import ErrorClass, HarnessError, LimitExceeded, NodeInterrupt
 from ..core.jsonvalues import JSON
 from ..core.records import (
     COMPENSATION_STATUSES,
+    LOCAL_UNDO,
     SERVED_STATUSES,
     EffectStatus,
     EventType,
@@ -146,7 +147,7 @@ class RunHost:
         module = getattr(fn, "__module__", None)
         # a lambda, closure, bound method or partial: another process cannot import it as is
         if not inspect.isfunction(fn) or not module or "<" in qualname:
-            return "<local>"
+            return LOCAL_UNDO
         return f"{module}:{qualname}"
 
     def record_effect(self, entry: JournalEntry, durable: bool) -> None:

@@ -233,3 +233,30 @@ def test_an_undo_whose_result_has_no_json_form_is_recorded_as_made_and_the_worke
     code, _, err = worker(folder, db)   # nothing left: the booking is not released again
     assert code == 0, err
     assert lines(folder, "undone") == ["hotel-Oslo"]
+
+
+def test_asking_a_worker_for_an_undo_no_worker_can_import_is_refused(folder: Path) -> None:
+    """A lambda undo is held by the process that ran the effect alone: the ask would wait for ever."""
+    db = str(folder / "t.db")
+    import asked_graphs
+
+    async def go() -> None:
+        rt = Runtime(store=store(db))
+        try:
+            run = await rt.start(asked_graphs.local_trip, {"city": "Oslo"})
+            await rt.cancel(run.id)
+            with pytest.raises(InvalidRequest, match="'hotel' of node 'book' is a lambda.*compensate it here, "
+                                                     "without queue"):
+                await rt.compensate(run.id, queue=True)
+            other = Runtime(store=store(db))
+            try:
+                with pytest.raises(InvalidRequest, match="only the process that ran it holds it"):
+                    await other.compensate(run.id, queue=True)
+            finally:
+                other.close()
+            assert rt.store.compensation_asks() == [] and lines(folder, "undone") == []
+            report = await rt.compensate(run.id)
+            assert report.complete and lines(folder, "undone") == ["hotel-Oslo"]
+        finally:
+            rt.close()
+    asyncio.run(go())
