@@ -14,7 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ..core.errors import GraphError, Problem
+from ..core.errors import ErrorClass, GraphError, Problem
+from ..core.records import thread_id_problem
+from .aliases import alias_problems
 from .exits import endless_loops
 from .loops import canonical_order, check_loop, cycles
 from .reducers import Reducer, add, append, merge
@@ -34,6 +36,8 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
     problems: list[Problem] = []
     if not isinstance(name, str) or not name:
         problems.append(Problem("graph", "a graph needs a non-empty name"))
+    elif (wrong_name := thread_id_problem(name)) is not None:   # stored as text, as a thread id is
+        problems.append(Problem("graph", f"a graph's name {wrong_name}"))
     if not decls:
         problems.append(Problem("graph", NO_NODES))
     wrong_state = state_problem(state)
@@ -59,6 +63,7 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
         good.append(d)
 
     problems.extend(_reducer_problems(state))
+    problems.extend(alias_problems(state))
     names = set(first_at)
     deps: dict[str, list[str]] = {}
     specs: list[NodeSpec] = []
@@ -245,11 +250,19 @@ def _check_retry(d: NodeDecl, problems: list[Problem]) -> None:
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         problems.append(Problem(f"{d.location} retry.max_attempts",
                                 f"must be a whole number >= 1, got {show(attempts)}"))
-    for name in ("initial_interval", "backoff", "max_interval"):
+    for name, least in (("initial_interval", 0), ("backoff", 1), ("max_interval", 0)):
         value = getattr(retry, name)
-        if not (finite_number(value) and value >= 0):
+        if not (finite_number(value) and value >= least):   # a backoff below 1 would shrink the waits, as plans refuse
             problems.append(Problem(f"{d.location} retry.{name}",
-                                    f"must be a finite number >= 0 (not a bool), got {show(value)}"))
+                                    f"must be a finite number >= {least} (not a bool), got {show(value)}"))
+    on = retry.retry_on
+    # a string passes ``in`` by substring: "transient" would work by accident, a typo never retry
+    wrong = None if isinstance(on, (set, frozenset, list, tuple)) else "a set of error classes"
+    unknown = [c for c in on if not isinstance(c, str) or c not in set(ErrorClass)] if wrong is None else []
+    if wrong or unknown:
+        problems.append(Problem(f"{d.location} retry.retry_on",
+                                f"must be {wrong or 'error classes'} (one of: {', '.join(ErrorClass)}), got "
+                                f"{show(on) if wrong else ', '.join(map(show, unknown))}"))
 
 
 def finite_number(value: object) -> bool:

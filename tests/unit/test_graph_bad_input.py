@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runtime import Graph, GraphError, RetryPolicy, compile_plan
+from runtime import ErrorClass, Graph, GraphError, RetryPolicy, compile_plan
 from runtime.errors import InvalidRequest
 from runtime.graph.refs import resolve_ref
 from server.cli import main
@@ -274,3 +274,26 @@ def test_a_plan_number_given_as_a_string_is_refused_not_read_as_a_number(field: 
     assert f"nodes[0] ('a').{field}: Input should be a number, not a string" in found, found
     retry = problems_of(plan_with(retry={"max_attempts": "2"}))
     assert "nodes[0] ('a').retry.max_attempts: Input should be a number, not a string" in retry, retry
+
+
+@pytest.mark.parametrize("retry_on, said", [
+    (["transiant"], "retry.retry_on: must be error classes (one of: transient, "),
+    ("transient", "retry.retry_on: must be a set of error classes"),
+    ({ErrorClass.TRANSIENT, 3}, "got 3"),
+])
+def test_a_retry_on_that_names_no_error_class_is_refused(retry_on: Any, said: str):
+    """A typo would silently never retry; a bare string would work by substring only."""
+    g = Graph("g")
+    g.add_node("a", noop, retry=RetryPolicy(max_attempts=3, retry_on=retry_on))
+    found = compile_problems(g)
+    assert len(found) == 1 and said in found[0], found
+
+
+def test_a_retry_backoff_below_one_is_refused_as_plans_refuse_it():
+    g = Graph("g")
+    g.add_node("a", noop, retry=RetryPolicy(backoff=0.5))
+    found = compile_problems(g)
+    assert len(found) == 1 and "retry.backoff: must be a finite number >= 1" in found[0], found
+    g = Graph("g")
+    g.add_node("a", noop, retry=RetryPolicy(backoff=1, retry_on=["transient", ErrorClass.INTERNAL]))
+    assert g.compile().nodes["a"].retry.max_attempts == 3
