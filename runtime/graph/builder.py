@@ -131,7 +131,8 @@ def subgraph_decls(name: str, child: ExecutableGraph, after: Sequence[str], pare
     """The declarations that put ``child`` into a graph of state ``parent`` as node ``name``:
     its nodes as ``name/<node>`` (located as ``prefix`` + their own location), then the
     node ``name`` itself (located at ``end``), which settles once they have."""
-    view = None if child.state_model is parent else child.state_model
+    # a child that declares no state sees its parent's, as a plan without one does
+    view = None if child.state_model is parent or child.state_model is AnyState else child.state_model
     decls: list[NodeDecl] = []
     for n in child.order:
         spec = child.nodes[n]
@@ -156,6 +157,10 @@ def view_problems(where: str, child: ExecutableGraph, parent: type[BaseModel]) -
     """A subgraph's state must be a view of its parent's: same fields, types, reducers."""
     if child.state_model is parent or child.state_model is AnyState or not is_model(parent):
         return []   # a parent state that is not a model is reported when the parent compiles
+    if parent is AnyState:
+        return [Problem(where, f"the graph declares no state, and this subgraph's state "
+                               f"{child.state_model.__name__} needs a parent state that has its fields "
+                               f"(of the same types, with the same reducers): give the graph a state")]
     out = []
     mine = reducers_of(parent)
     for field, info in child.state_model.model_fields.items():

@@ -69,7 +69,7 @@ for model in (Parent, Child, Clash):
 CHILD_NODES = [{"id": "search", "fn": "search"}, {"id": "summarise", "fn": "summarise", "after": ["search"]}]
 
 
-def python_child(state: type[BaseModel]) -> Graph:
+def python_child(state: type[BaseModel] | None) -> Graph:
     c = Graph("research", state)
     c.add_node("search", search)
     c.add_node("summarise", summarise, after=["search"])
@@ -111,6 +111,7 @@ def registry_with(name: str, graph: Any) -> Registry:
     ("inline with its own state", {"state": "Child", "nodes": CHILD_NODES}, None, Child),
     ("inline, the parent's state", {"nodes": CHILD_NODES}, None, Parent),
     ("a registered Graph", "research", python_child(Child), Child),
+    ("a registered Graph with no state", "research", python_child(None), Parent),
     ("a registered ExecutableGraph", "research", python_child(Child).compile(), Child),
     ("a registered plan", "research", {"name": "research", "state": "Child", "nodes": CHILD_NODES}, Child),
     ("a registered plan, the parent's state", "research", {"name": "research", "nodes": CHILD_NODES}, Parent),

@@ -151,6 +151,28 @@ def test_a_child_state_that_is_not_a_view_of_the_parent_is_refused() -> None:
     assert "state field 'topic'" in text and "state field 'missing'" in text
 
 
+async def test_a_child_that_declares_no_state_sees_its_parents(rt: Runtime) -> None:
+    c = Graph("stateless")
+    c.add_node("n", lambda s: {"topic": f"{s.topic}!"})
+    p = Graph("parent", Parent)
+    p.subgraph("sub", c)
+    run = await rt.start(p, {"topic": "tides"})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert (await rt.state_at((await rt.history(run.id))[-1].id)).topic == "tides!"
+
+
+def test_a_child_with_a_state_under_a_parent_that_declares_none_is_refused_once() -> None:
+    c = Graph("typed", Child)
+    c.add_node("n", lambda s: None)
+    p = Graph("untyped")
+    p.subgraph("sub", c)
+    with pytest.raises(GraphError) as e:
+        p.compile()
+    assert len(e.value.problems) == 1
+    assert "the graph declares no state, and this subgraph's state Child needs" in str(e.value)
+    assert "AnyState" not in str(e.value)
+
+
 def test_a_broken_subgraph_is_reported_by_its_parent() -> None:
     c = Graph("broken", Child)
     c.add_node("n", lambda s: None, after=["ghost"])
