@@ -35,7 +35,7 @@ from .graph import AnyState, ExecutableGraph, Graph
 from .history.creation import check_concurrency, new_limits
 from .history.events import with_writes
 from .history.new_runs import create_run
-from .history.registry import GraphRegistry
+from .history.registry import GraphRegistry, compiled
 from .history.state import state_json, state_model_at
 from .history.threads import thread_state
 from .store.base import CheckpointStore
@@ -165,10 +165,11 @@ class Runtime:
                             max_cost=max_cost)
         if graph is not None:
             run = self.store.get_run(run_id)
-            given = self.graphs.register(graph_arg(graph), current=False)   # for this run only
-            if given.version != run.graph_version:
+            given = compiled(graph_arg(graph))
+            if given.version != run.graph_version:   # refused before anything is stored
                 raise InvalidRequest(f"run {run_id} was made by graph version {run.graph_version}; "
                                      f"the graph given is version {given.version}")
+            given = self.graphs.register(given, current=False)   # for this run only
             self.graphs.remember_run(run_id, given)
         if answered_by is not None and (not isinstance(answered_by, str) or not answered_by or len(answered_by) > 200):
             raise InvalidRequest(f"answered_by must be a short non-empty string, got {answered_by!r}")

@@ -866,7 +866,7 @@ async def test_replay_with_code_that_dropped_a_finished_node_has_consistent_chec
     assert report.node("b").verdict == "missing"
 
 
-async def test_rejected_fork_and_replay_save_no_graph(rt: Runtime):
+async def test_rejected_fork_replay_and_resume_save_no_graph(rt: Runtime):
     seen: list[tuple[str, int]] = []
     run = await rt.start(abc(seen), {"x": 1})
 
@@ -884,7 +884,10 @@ async def test_rejected_fork_and_replay_save_no_graph(rt: Runtime):
         await rt.fork((await rt.history(run.id))[1].id, graph=other)
     with pytest.raises(InvalidRequest, match="recorded input does not fit"):
         await rt.replay(run.id, graph=other)
+    with pytest.raises(InvalidRequest, match=f"was made by graph version {run.graph_version}"):
+        await rt.resume(run.id, graph=other)
     assert rt.store.graph_description(other.version) is None
+    assert other.version not in {v.version for v in rt.graphs.versions("abc")}
 
 
 async def test_a_replay_whose_graph_refuses_the_recorded_input_names_every_field(rt: Runtime):
