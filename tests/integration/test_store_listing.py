@@ -41,6 +41,9 @@ def test_filters_search_and_pages(store: CheckpointStore) -> None:  # noqa: F811
     assert [r.id for r in store.list_runs(search="_1")] == ["run_11", "run_10"]
     assert {r.id for r in store.list_runs(search="%odd")} == {f"run_{i:02d}" for i in range(1, 12, 2)}
     assert store.list_runs(search="%") and not store.list_runs(search="x%y")
+    # as given, on every store (SQLite's LIKE would ignore case)
+    assert not store.list_runs(search="RUN_") and not store.list_runs(search="T%ODD")
+    assert len(store.list_runs(search="t%o")) == 6
     assert [r.id for r in store.list_runs(thread_id="t_even", kind=RunKind.MAIN, limit=2, offset=1)] == \
         ["run_06", "run_02"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, Select, select
+from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.engine import Connection
 
 from ...core.errors import NotFound
@@ -168,7 +168,10 @@ class Reader:
             stmt = stmt.where(RUNS.c.kind == kind.value)
         if lease_expired_by is not None:
             stmt = stmt.where(RUNS.c.lease_expires_at.is_(None) | (RUNS.c.lease_expires_at <= lease_expired_by))
-        if search:   # an id or a thread id, or part of one: escaped, so % and _ match themselves
+        if search and self.engine.dialect.name == "sqlite":
+            # SQLite's LIKE ignores case: as every store does, an id or a thread id holding the text as given
+            stmt = stmt.where((func.instr(RUNS.c.id, search) > 0) | (func.instr(RUNS.c.thread_id, search) > 0))
+        elif search:   # an id or a thread id, or part of one: escaped, so % and _ match themselves
             pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             stmt = stmt.where(RUNS.c.id.like(pattern, escape="\\") | RUNS.c.thread_id.like(pattern, escape="\\"))
         with self.engine.connect() as conn:
