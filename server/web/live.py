@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request, Response, get
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from litestar.status_codes import HTTP_204_NO_CONTENT
 
@@ -28,11 +28,12 @@ from runtime.core.streams import DROPPED, StreamEvent
 
 from .render import ENV, badge_html
 from .background import Background, LiveHub
-from .services import complete, in_thread
+from .services import MAX_INT, complete, in_thread
 
 #: how often the inbox stream looks for new or answered questions (seconds)
 INBOX_POLL = 1.0
-#: the longest one live connection is kept open; the browser reconnects after it
+#: the longest one live connection is kept open; the browser reconnects after it, going on
+#: from the last event it was sent (``Last-Event-ID``)
 MAX_LIFETIME = 30 * 60
 #: how often the page of a paused run asks whether the run moved on (seconds)
 MOVED_EVERY = 2
@@ -89,9 +90,14 @@ def _chunk(ev: StreamEvent) -> str:
 
 
 @get("/runs/{run_id:str}/live", include_in_schema=False)
-async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after: FromQuery[int] = 0) -> ServerSentEvent:
+async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str],
+                   after: Annotated[int, QueryParameter(ge=0, le=MAX_INT)] = 0) -> ServerSentEvent:
     rt = request.app.state.runtime
     await in_thread(lambda: complete(rt.get_run(run_id)))   # 404 before the stream starts
+    # the browser reconnecting names the last event it was sent: go on after it, not from the start
+    last = request.headers.get("last-event-id", "")
+    if last.isascii() and last.isdigit() and int(last) <= MAX_INT:
+        after = max(after, int(last))
 
     tasks = request.app.state.tasks
     hub = tasks.hub if isinstance(tasks, Background) else None
@@ -112,7 +118,9 @@ async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str], after
                 if status:
                     yield ServerSentEventMessage(event="status", data=badge_html(status))
             if loop.time() > until:
-                break
+                # closed without ``end``: the browser reconnects by itself (the page's
+                # ``sse-close`` would stop following a run that still goes on)
+                return
         run = await in_thread(lambda: complete(rt.get_run(run_id)))
         yield ServerSentEventMessage(event="status", data=badge_html(run.status.value))
         yield ServerSentEventMessage(event="end", data=run.status.value)

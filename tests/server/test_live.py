@@ -101,6 +101,53 @@ async def test_the_stream_of_an_unknown_run_is_404(tmp_path: Path) -> None:
         rt.close()
 
 
+def ticking_graph() -> Graph:
+    g = Graph("ticking")
+
+    @g.node()
+    async def tick(state: Any, ctx: Any) -> dict[str, Any]:
+        for i in range(15):
+            ctx.emit({"tick": i})
+            await asyncio.sleep(0.1)
+        return {"x": 1}
+
+    return g
+
+
+def test_a_stream_that_outlives_its_connection_closes_without_end_and_goes_on_from_the_last_event(
+        tmp_path: Path) -> None:
+    """Past ``MAX_LIFETIME`` the stream closes without ``end`` (which would make the page stop
+    following a run still going); the browser's reconnect names the last event it was sent."""
+    from server.web import live
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    driver, viewer = Runtime(store=SqlStore(url)), Runtime(store=SqlStore(url))
+    worker = threading.Thread(target=lambda: asyncio.run(driver.start(ticking_graph(), {})))
+    live.MAX_LIFETIME, saved_life = 0.3, live.MAX_LIFETIME
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not viewer.store.list_runs() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        run_id = viewer.store.list_runs()[0].id
+        with TestClient(create_app(viewer)) as client:
+            first = client.get(f"/runs/{run_id}/live", timeout=10)
+            assert [k for k, _ in parse(first.text)][-1] != "end"
+            last = [line[3:].strip() for line in first.text.splitlines() if line.startswith("id:")][-1]
+            live.MAX_LIFETIME = 30
+            again = client.get(f"/runs/{run_id}/live", headers={"Last-Event-ID": last}, timeout=10)
+            ids = [int(line[3:]) for line in again.text.splitlines() if line.startswith("id:")]
+            assert ids and ids[0] == int(last) + 1   # nothing sent twice, nothing missed
+            assert parse(again.text)[-1] == ("end", "succeeded")
+            for bad in ("-5", str(2**64)):
+                assert client.get(f"/runs/{run_id}/live?after={bad}").status_code == 400
+    finally:
+        live.MAX_LIFETIME = saved_life
+        worker.join(10)
+        driver.close()
+        viewer.close()
+
+
 def test_the_inbox_stream_says_when_questions_change(tmp_path: Path) -> None:
     from server.web import live
 
