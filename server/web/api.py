@@ -35,7 +35,7 @@ from . import actions, services
 from .bodies import AnswerBody, Body, CancelBody, CompensateBody, ForkBody, ReplayBody, ResumeBody, patch_refused, refused
 from .auth import identity
 from .services import complete, in_thread
-from .threads import thread_tree
+from .threads import thread_in_path, thread_tree
 
 #: an exported thread wraps values of up to MAX_DEPTH levels in an envelope of its own
 DOCUMENT_DEPTH = MAX_DEPTH + 10
@@ -180,10 +180,11 @@ async def get_run(request: Req, run_id: FromPath[str]) -> Json:
     return out
 
 
-@_read("/threads/{thread_id:str}", "A thread and its branches", 404)
+@_read("/threads/{thread_id:path}", "A thread and its branches", 404)
 async def get_thread(request: Req, thread_id: FromPath[str]) -> Json:
     """Every run of the thread as a tree of branches (forks with the fields their patch
     edited), and the state the thread's next turn starts from."""
+    thread_id = thread_in_path(request, thread_id)
     def load(rt: Runtime) -> Json:
         branches = thread_tree(rt, thread_id)
         state = complete(rt.thread_state(thread_id)).model_dump(mode="json")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from litestar import Request, Response, get
 from litestar.params import FromPath, FromQuery
@@ -108,9 +109,19 @@ def thread_state(rt: Runtime, thread_id: str) -> tuple[Run | None, dict[str, Any
     return head, state
 
 
-@get("/threads/{thread_id:str}", include_in_schema=False)
+def thread_in_path(request: Request[Any, Any, Any], given: str) -> str:
+    """The thread id a ``/threads/{thread_id:path}`` URL names: ids may hold '/' (slack/C1/123.4),
+    and are read from the URL as sent, decoded once ('%' in an id is sent as %25)."""
+    raw = request.scope.get("raw_path")
+    if isinstance(raw, bytes) and b"/threads/" in raw:
+        return unquote(raw.decode("ascii", "replace").split("/threads/", 1)[1])
+    return given.removeprefix("/")
+
+
+@get("/threads/{thread_id:path}", include_in_schema=False)
 async def thread_page(request: Request[Any, Any, Any], thread_id: FromPath[str]) -> Response[str]:
     rt: Runtime = request.app.state.runtime
+    thread_id = thread_in_path(request, thread_id)
     branches = await in_thread(thread_tree, rt, thread_id)
     head, state = await in_thread(thread_state, rt, thread_id)
     # the comparison starts at the thread's first checkpoint: its first run's, when it has no base

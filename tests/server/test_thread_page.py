@@ -128,3 +128,28 @@ def test_a_turn_after_a_fork_has_the_number_the_store_gives_it(tmp_path) -> None
         assert conv3 == [("turn 1", a), ("fork", fork3.id), ("turn 2", next3), ("turn 2", b), ("turn 3", c)]
     finally:
         rt.close()
+
+
+def test_a_thread_id_holding_url_characters_is_linked_and_read_by_its_page_and_the_api() -> None:
+    """Conversation ids such as ``slack/C1/123.4`` are common: the links the pages make, and
+    the thread's URL encoded as any client would, reach it (a literal '%' too)."""
+    import html
+    from urllib.parse import quote
+
+    from runtime import Runtime
+    from server.web import create_app
+
+    ids = ["slack/C1/123.4", "q?x=1", "h#1", "ü/ß", "50%2Foff"]
+    rt = Runtime()
+    for t in ids:
+        asyncio.run(rt.start(chat_graph(), {"messages": ["hi"]}, thread_id=t))
+    with TestClient(create_app(rt)) as client:
+        links = {html.unescape(u) for u in re.findall(r'href="(/threads/[^"]*)"', client.get("/runs").text)}
+        assert len(links) == len(ids)
+        for link in links:
+            page = client.get(link)
+            assert page.status_code == 200 and "reply to hi" in page.text, link
+        for t in ids:
+            got = client.get("/api/threads/" + quote(t, safe="/"))
+            assert got.status_code == 200 and got.json()["thread_id"] == t
+    rt.close()
