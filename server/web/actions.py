@@ -18,12 +18,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from runtime import Runtime
-from runtime.core.errors import InvalidAnswer, InvalidRequest
+from runtime.core.errors import InvalidAnswer, InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import Interrupt, InterruptStatus, Run
 from runtime.core.states import RunStatus
 from runtime.engine.answers import validate_answer
 from runtime.engine.compensation import CompensationReport
+from runtime.history.lineage import compensated
 
 from . import bodies
 from .background import start_in_background
@@ -39,6 +40,14 @@ TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 async def _run(rt: Runtime, run_id: str) -> Run:
     run: Run = await in_thread(lambda: complete(rt.get_run(run_id)))
     return run
+
+
+def _run_or_checkpoints_run(rt: Runtime, target_id: str) -> Run:
+    """The run ``target_id`` names, or the run of the checkpoint it names."""
+    try:
+        return rt.store.get_run(target_id)
+    except NotFound:
+        return rt.store.get_run(rt.store.get_checkpoint(target_id).run_id)
 
 
 async def fork(rt: Runtime, tasks: Tasks, checkpoint_id: str, patch: Mapping[str, JSON] | None,
@@ -69,6 +78,9 @@ async def replay(rt: Runtime, tasks: Tasks, target_id: str, version: str | None 
         graph = rt.graphs.registered(version)
         if graph is None:
             raise InvalidRequest(f"graph version {version!r} is not registered with this server")
+    run = await in_thread(_run_or_checkpoints_run, rt, target_id)
+    if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
+        raise Conflict(f"run {run.id} is {run.status.value}; replay it once it has stopped")
     if queue or getattr(tasks, "queue", False):
         return (await rt.submit_replay(target_id, graph, mocks=mocks)).id
     return await start_in_background(rt, rt.replay(target_id, graph, mocks=mocks), tasks)
@@ -82,6 +94,9 @@ async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str
     run = await _run(rt, run_id)
     if run.status == RunStatus.SUCCEEDED:
         raise Conflict(f"run {run_id} already succeeded; a succeeded run never changes (fork it instead)")
+    if run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and await in_thread(compensated, rt.store, run):
+        raise Conflict(f"run {run_id} was compensated (its effects were undone, or may have been): it cannot "
+                       f"be continued; fork it instead")
     if answers is not None and not answers:
         raise InvalidRequest("answers must give at least one {interrupt id: answer}")
     if run.status == RunStatus.INTERRUPTED and answers is None:
@@ -287,6 +302,12 @@ def check_answers(rt: Runtime, run_id: str, answers: Mapping[str, JSON]) -> None
 
 
 async def export_thread(rt: Runtime, run_id: str) -> dict[str, JSON]:
+    run = await _run(rt, run_id)
+    busy = await in_thread(lambda: [r for s in (RunStatus.RUNNING, RunStatus.QUEUED)
+                                    for r in rt.store.list_runs(s, thread_id=run.thread_id, limit=1)])
+    if busy:
+        raise Conflict(f"run {busy[0].id} of thread {run.thread_id!r} is {busy[0].status.value}; an export holds "
+                       f"stopped runs: export it once it has stopped")
     doc: dict[str, JSON] = await in_thread(lambda: complete(rt.export_thread(run_id)))
     return doc
 

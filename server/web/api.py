@@ -277,7 +277,7 @@ async def get_report(request: Req, run_id: FromPath[str]) -> Json:
     return await _load(request, load)
 
 
-@_read("/runs/{run_id:str}/export", "Export the run's thread", 404)
+@_read("/runs/{run_id:str}/export", "Export the run's thread", 404, 409)
 async def export_thread(request: Req, run_id: FromPath[str]) -> Json:
     """The whole thread of the run as one versioned document; POST it to /api/import elsewhere."""
     return await actions.export_thread(_rt(request), run_id)
@@ -350,7 +350,7 @@ async def fork(request: Req, checkpoint_id: FromPath[str]) -> Response[Json]:
     return _started(run_id)
 
 
-@_act("/runs/{run_id:str}/replay", 202, "Replay a run", ReplayBody, 404, 422)
+@_act("/runs/{run_id:str}/replay", 202, "Replay a run", ReplayBody, 404, 409, 422)
 async def replay(request: Req, run_id: FromPath[str]) -> Response[Json]:
     """Re-execute the run with effects mocked (``queue``: left QUEUED for a worker); its report is
     GET /api/runs/{new run id}/report."""

@@ -546,6 +546,11 @@ def test_cancel_a_running_run_then_it_has_ended(seeded: Seeded, client: Client) 
     assert "reason" in error(client.post(f"/api/runs/{held}/cancel", json={"reason": 3}), 422)
     assert "reason" in error(client.post(f"/api/runs/{held}/cancel", json={"reason": "x" * 501}), 422)
     assert "compensate a run once it has ended" in error(client.post(f"/api/runs/{held}/compensate"), 409)
+    # a state that does not allow it is a conflict (409), not bad input
+    assert "replay it once it has stopped" in error(client.post(f"/api/runs/{held}/replay", json={}), 409)
+    assert "replay it once it has stopped" in error(
+        client.post(f"/api/runs/{checkpoints(client, held)[0]['id']}/replay", json={}), 409)
+    assert "export it once it has stopped" in error(client.get(f"/api/runs/{held}/export"), 409)
     r = client.post(f"/api/runs/{held}/cancel", json={"reason": "wrong order"})
     assert r.status_code == 202 and r.json() == {"run_id": held}
     run = wait_for(seeded.rt, held, [RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED])
@@ -569,6 +574,24 @@ def test_compensate_undoes_live_effects_and_reports(seeded: Seeded, client: Clie
     again = client.post(f"/api/runs/{seeded.succeeded}/compensate").json()
     assert [s["status"] for s in again["steps"]] == ["already"] and seeded.world.refunds == ["rcpt-7"]
     error(client.post("/api/runs/run_nope/compensate"), 404)
+
+
+def test_resuming_a_compensated_run_is_a_conflict(seeded: Seeded, client: Client) -> None:
+    from runtime import Graph, NodeContext
+
+    undone: list[str] = []
+    g = Graph("api_undone")
+
+    @g.node()
+    async def book(s: Any, ctx: NodeContext) -> dict[str, Any]:
+        await ctx.effect("hotel", lambda: "room-1", compensate=lambda info: undone.append(info.result))
+        raise ValueError("then it fails")
+
+    run = asyncio.run(seeded.rt.start(g, {}))
+    assert run.status == RunStatus.FAILED
+    assert client.post(f"/api/runs/{run.id}/compensate").json()["complete"] is True and undone == ["room-1"]
+    assert "was compensated" in error(client.post(f"/api/runs/{run.id}/resume"), 409)
+    assert [r.id for r in seeded.rt.store.list_runs(thread_id=run.thread_id)] == [run.id]   # nothing continued
 
 
 # ------------------------------------------------------------------ replay
@@ -700,6 +723,8 @@ def test_openapi_lists_every_route_with_its_body_and_statuses(reader: Client) ->
     assert set(fork["responses"]) == {"202", "404", "422"}
     assert set(doc["paths"]["/api/import"]["post"]["responses"]) == {"201", "422"}
     assert set(doc["paths"]["/api/runs/{run_id}/compensate"]["post"]["responses"]) == {"200", "404", "409", "422"}
+    assert set(doc["paths"]["/api/runs/{run_id}/export"]["get"]["responses"]) == {"200", "404", "409"}
+    assert set(doc["paths"]["/api/runs/{run_id}/replay"]["post"]["responses"]) == {"202", "404", "409", "422"}
     assert all("requestBody" in ops["post"] for ops in doc["paths"].values() if "post" in ops)
 
 
