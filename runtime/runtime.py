@@ -166,7 +166,7 @@ class Runtime:
         if graph is not None:
             run = self.store.get_run(run_id)
             given = compiled(graph_arg(graph))
-            if given.version != run.graph_version:   # refused before anything is stored
+            if not self.graphs.made_by(given, run.graph_version):   # refused before anything is stored
                 raise InvalidRequest(f"run {run_id} was made by graph version {run.graph_version}; "
                                      f"the graph given is version {given.version}")
             given = self.graphs.register(given, current=False)   # for this run only

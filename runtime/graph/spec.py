@@ -132,7 +132,7 @@ class ExecutableGraph:
     Build it with ``Graph.compile()`` (builder) or ``compile_plan()`` (plan); both validate first.
     """
 
-    __slots__ = ("name", "state_model", "nodes", "order", "index", "reducers", "version", "ref",
+    __slots__ = ("name", "state_model", "nodes", "order", "index", "reducers", "version", "legacy_version", "ref",
                  "loops", "loop_of", "loop_path", "back_sources", "block", "_ancestors", "_children", "_frozen")
 
     def __init__(self, name: str, state_model: type[BaseModel], nodes: Sequence[NodeSpec],
@@ -169,7 +169,7 @@ class ExecutableGraph:
                 mask |= anc[d] | (1 << self.index[d])
             anc[name] = mask
         self._ancestors: Mapping[str, int] = anc
-        self.version = self._structural_hash()
+        self.version, self.legacy_version = self._structural_hashes()
         self.nodes = MappingProxyType(dict(self.nodes))
         self.index = MappingProxyType(dict(self.index))
         self.reducers = MappingProxyType(dict(self.reducers))
@@ -188,14 +188,20 @@ class ExecutableGraph:
             raise AttributeError(f"ExecutableGraph is immutable; cannot set {name!r}")
         object.__setattr__(self, name, value)
 
-    def _structural_hash(self) -> str:
-        doc = {
+    def _structural_hashes(self) -> tuple[str, str]:
+        """(version, legacy version). A field's reducer is structure: it decides every state
+        folded from the recorded writes. A version named no reducer before (the JSON schema
+        leaves them out), so a graph with any keeps that older version as its legacy one, by
+        which runs recorded then are still found (``GraphRegistry.made_by``); a graph with none
+        has one version."""
+        doc: dict[str, Any] = {
             "name": self.name,
             "state": self.state_model.model_json_schema(),
             "nodes": [self.nodes[n].structure() for n in sorted(self.nodes)],
         }
-        raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+        legacy = _digest(doc)
+        folding = folding_reducers({f: r.name for f, r in self.reducers.items()})
+        return (_digest({**doc, "reducers": folding}) if folding else legacy), legacy
 
     def reducer(self, field_name: str) -> Reducer:
         return self.reducers.get(field_name, last_value)
@@ -304,3 +310,13 @@ class FoldShape:
         if not all(isinstance(n, str) for n in named.values()) or not set(named.values()) <= set(BUILTIN):
             return None   # a custom reducer: only its code can fold
         return cls(nodes.name, nodes.order, nodes.index, {f: BUILTIN[n] for f, n in named.items()}, nodes.block)
+
+
+def folding_reducers(names: Mapping[str, Any]) -> dict[str, str]:
+    """The fields of a description's ``reducers`` (field: reducer name) that are not last-value."""
+    return {f: str(n) for f, n in names.items() if n != last_value.name}
+
+
+def _digest(doc: Mapping[str, Any]) -> str:
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]

@@ -17,6 +17,7 @@ from ..core.errors import GraphError, GraphNotRegistered, InvalidRequest, NotFou
 from ..core.jsonvalues import JSON
 from ..core.records import Run
 from ..graph import ExecutableGraph, FoldShape, Graph, NodeOrder
+from ..graph.spec import folding_reducers
 from ..graph.locate import resolve_model
 from ..graph.refs import resolve_ref
 from ..store.base import CheckpointStore
@@ -54,6 +55,8 @@ class GraphRegistry:
     def __init__(self, store: CheckpointStore):
         self.store = store
         self._graphs: dict[str, ExecutableGraph] = {}
+        #: by the version they had before versions named reducers (``ExecutableGraph.legacy_version``)
+        self._legacy: dict[str, ExecutableGraph] = {}
         #: graphs imported for runs that name their own code, by reference
         self._by_ref: dict[str, ExecutableGraph] = {}
         #: the graph object each run was started with here (factories may build several
@@ -77,6 +80,8 @@ class GraphRegistry:
             return done
         first = done.version not in self._graphs
         self._graphs[done.version] = done
+        if done.legacy_version != done.version:
+            self._legacy[done.legacy_version] = done
         ref = getattr(done, "ref", None)
         if not ref and first and not (self.store.graph_description(done.version) or {}).get("ref"):
             ref = found_ref(graph, done)   # only where the store knows of none (``harness run`` stores its own)
@@ -102,7 +107,7 @@ class GraphRegistry:
         own = run.options.get(RUN_GRAPH_REF)
         if isinstance(own, str) and own:
             named = self._by_ref.get(own) or resolve_ref(own)
-            if named.version != run.graph_version:
+            if not self.made_by(named, run.graph_version):
                 raise InvalidRequest(
                     f"run {run.id} was made by graph {run.graph_name!r} version {run.graph_version}, but "
                     f"{own} is now version {named.version} (its structure changed)")
@@ -111,16 +116,35 @@ class GraphRegistry:
         graph = self._graphs.get(run.graph_version)
         if graph is not None:
             return graph
+        graph = self._legacy.get(run.graph_version)
+        if graph is not None and self.made_by(graph, run.graph_version):
+            return graph
         desc = self.store.graph_description(run.graph_version) or {}
         if desc.get("ref"):
             graph = resolve_ref(desc["ref"])
             if graph.version == run.graph_version:
                 self._graphs[graph.version] = graph
                 return graph
+            if self.made_by(graph, run.graph_version):
+                self._legacy[graph.legacy_version] = graph
+                return graph
             raise InvalidRequest(
                 f"run {run.id} was made by graph {run.graph_name!r} version {run.graph_version}, but "
                 f"{desc['ref']} is now version {graph.version} (its structure changed)")
         raise GraphNotRegistered(run.graph_name, run.graph_version)
+
+    def made_by(self, graph: ExecutableGraph, version: str) -> bool:
+        """Whether runs recorded as ``version`` were made by ``graph``'s structure: its version,
+        or, for runs recorded before versions named reducers, its legacy version with the same
+        reducers as the stored description of that version names (a reducer changed since is
+        another structure: the states its runs recorded fold differently)."""
+        if graph.version == version:
+            return True
+        if graph.legacy_version != version:
+            return False
+        recorded = (self.store.graph_description(version) or {}).get("reducers")
+        return isinstance(recorded, Mapping) and \
+            folding_reducers(recorded) == folding_reducers({f: r.name for f, r in graph.reducers.items()})
 
     def shape_for(self, run: Run) -> ExecutableGraph | FoldShape:
         """What folding a run's states needs: its graph, or where the code cannot be found,

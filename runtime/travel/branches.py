@@ -324,7 +324,7 @@ def _same_version(deps: EngineDeps, source: Run, graph: ExecutableGraph | None) 
     if graph is None:
         return deps.graphs.run_graph(source)
     compiled = graph
-    if compiled.version != source.graph_version:
+    if not deps.graphs.made_by(compiled, source.graph_version):
         raise InvalidRequest(f"run {source.id} was made by graph version {source.graph_version}; a fork "
                              f"continues that graph (version {compiled.version} was given); use replay "
                              f"to run new code against a recording")

@@ -1,0 +1,100 @@
+"""A field's reducer is part of a graph's structure: it decides every state folded from the
+recorded writes. Changing one gives a new version, so history recorded under the old
+reducer is read with it, and a run of the old version is not continued by the new code.
+Runs recorded before versions named reducers keep being found by their code, as long as
+its reducers are the ones their stored description names."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel
+
+from runtime import Graph, InvalidRequest, Runtime, append
+from runtime.graph import ExecutableGraph
+from runtime.store.memory import MemoryStore
+
+
+def _plain() -> type[BaseModel]:
+    class Log(BaseModel):
+        log: list[str] = []
+    return Log
+
+
+def _appended() -> type[BaseModel]:
+    class Log(BaseModel):   # the same model, its field's reducer changed
+        log: Annotated[list[str], append] = []
+    return Log
+
+
+Plain, Appended = _plain(), _appended()
+
+
+def logging_graph(state: type[BaseModel], *, ask: bool = False) -> ExecutableGraph:
+    g = Graph("reducer_versions", state=state)
+
+    @g.node()
+    def a(s: Any) -> dict[str, Any]:
+        return {"log": ["a"]}
+
+    @g.node(after=["a"])
+    def b(s: Any, ctx: Any) -> dict[str, Any]:
+        if ask:
+            ctx.interrupt({"q": "go on?"})
+        return {"log": ["b"]}
+
+    @g.node(after=["b"])
+    def c(s: Any) -> dict[str, Any]:
+        return {"log": ["c"]}
+
+    return g.compile()
+
+
+def recorded_before_reducers_counted(graph: ExecutableGraph) -> ExecutableGraph:
+    """``graph`` as a Runtime that did not count reducers in versions would have named it."""
+    object.__setattr__(graph, "version", graph.legacy_version)
+    return graph
+
+
+def test_a_reducer_changes_the_version_and_a_graph_without_one_keeps_its_own() -> None:
+    plain, appended = logging_graph(Plain), logging_graph(Appended)
+    assert plain.version != appended.version
+    assert plain.version == plain.legacy_version == appended.legacy_version
+
+
+async def test_history_recorded_under_the_old_reducer_is_read_with_it() -> None:
+    store = MemoryStore()
+    old = Runtime(store=store)
+    run = await old.start(logging_graph(Plain), {})
+    new = Runtime(store=store)
+    new.register(logging_graph(Appended))   # the new code deployed
+    states = [(await new.state_at(cp.id)).log for cp in await new.history(run.id)]
+    assert states == [[], ["a"], ["b"], ["c"]]   # as recorded, not ['a', 'b'] after b
+
+
+async def test_a_run_recorded_before_reducers_counted_goes_on_with_the_same_code_only() -> None:
+    store = MemoryStore()
+    before = Runtime(store=store)
+    run = await before.start(recorded_before_reducers_counted(logging_graph(Appended, ask=True)), {})
+    assert run.graph_version == logging_graph(Appended).legacy_version
+    same = Runtime(store=store)
+    same.register(logging_graph(Appended, ask=True))
+    done = await same.resume(run.id, True)
+    assert done.status.value == "succeeded", done.error
+    assert (await same.state_at((await same.history(done.id))[-1].id)).log == ["a", "b", "c"]
+
+
+async def test_a_run_recorded_before_reducers_counted_is_not_continued_by_code_whose_reducer_changed() -> None:
+    store = MemoryStore()
+    before = Runtime(store=store)
+    run = await before.start(logging_graph(Plain, ask=True), {})   # no reducer: the same version then and now
+    changed = Runtime(store=store)
+    new = logging_graph(Appended, ask=True)
+    assert new.legacy_version == run.graph_version != new.version
+    changed.register(new)
+    with pytest.raises(Exception, match="not registered"):
+        await changed.resume(run.id, True)
+    with pytest.raises(InvalidRequest, match="was made by graph version"):
+        await changed.resume(run.id, True, graph=new)
+    assert [r.id for r in await changed.runs()] == [run.id]
