@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import math
 import re
-import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -16,11 +14,10 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..core.errors import ErrorClass, GraphError, Problem
 from ..core.records import thread_id_problem
-from .aliases import alias_problems
 from .exits import endless_loops
 from .loops import canonical_order, check_loop, cycles
-from .reducers import Reducer, add, append, merge
 from .spec import AnyState, ExecutableGraph, NodeDecl, NodeSpec, RetryPolicy
+from .state_checks import alias_problems, may_be_list, reducer_problems, show_type
 
 _CTX_NAMES = {"ctx", "context"}
 NO_NODES = "a graph needs at least one node"
@@ -62,7 +59,7 @@ def build(name: str, state: type[BaseModel], decls: Sequence[NodeDecl]) -> Execu
         first_at[d.name] = d.location
         good.append(d)
 
-    problems.extend(_reducer_problems(state))
+    problems.extend(reducer_problems(state))
     problems.extend(alias_problems(state))
     names = set(first_at)
     deps: dict[str, list[str]] = {}
@@ -117,39 +114,6 @@ def state_problem(state: object) -> str | None:
     return f"state must be a pydantic model class (a subclass of BaseModel), got {what}"
 
 
-_NONE = type(None)
-#: field types each built-in reducer can never produce: every write to such a field fails
-#: (append makes a list, merge a dict, add uses ``+``, which dicts and sets lack). Models are
-#: left out: a RootModel may be any of these.
-_MISFITS: dict[Reducer, tuple[tuple[type, ...], str]] = {
-    append: ((str, bytes, int, float, dict, _NONE), "makes a list: type it list[...]"),
-    merge: ((str, bytes, int, float, list, tuple, set, frozenset, _NONE), "makes a dict: type it dict[...]"),
-    add: ((set, frozenset, dict, _NONE),
-          "adds with +: type it a number, a list or a string (to merge a dict, use merge)"),
-}
-
-
-def _reducer_problems(state: type[BaseModel]) -> Iterable[Problem]:
-    """A bare function in a field's ``Annotated`` (``operator.add``, as other libraries take
-    it) would be ignored, leaving the field last-value: each write would replace the value
-    it meant to extend. A built-in reducer whose result the field's type can never hold
-    would fail every write, and is refused before a run is created."""
-    for field, info in getattr(state, "model_fields", {}).items():
-        for m in info.metadata:
-            if inspect.isroutine(m) or isinstance(m, functools.partial):
-                name = getattr(m, "__name__", repr(m))
-                yield Problem(f"state {state.__name__}.{field}",
-                              f"{name} is a plain function, not a reducer (it would be ignored and the "
-                              f"field be last-value): write reducer({name}), or use append, merge or add")
-        used = [m for m in info.metadata if isinstance(m, Reducer)]
-        misfit = _MISFITS.get(used[-1]) if used else None
-        if misfit is not None and not _may_be(info.annotation, misfit[0]):
-            shown = show_type(info.annotation) if isinstance(info.annotation, type) else str(info.annotation)
-            yield Problem(f"state {state.__name__}.{field}",
-                          f"typed {shown.replace('typing.', '')} but its reducer {used[-1].name!r} "
-                          f"{misfit[1]}; as it is, every write to it would fail")
-
-
 def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[str]:
     after = d.after
     if isinstance(after, str) or not isinstance(after, (list, tuple)):
@@ -167,31 +131,6 @@ def _check_deps(d: NodeDecl, names: set[str], problems: list[Problem]) -> list[s
     return out
 
 
-#: field types that can never hold a list (a map over one fails every run)
-_NOT_LISTS = (str, bytes, int, float, bool, dict)
-
-
-def _may_be(annotation: object, never: tuple[type, ...]) -> bool:
-    """Whether a field of this type may hold a value of none of the types ``never``
-    (unions: any member may)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_may_be(a, never) for a in typing.get_args(annotation))
-    if origin is typing.Annotated:
-        return _may_be(typing.get_args(annotation)[0], never)
-    base = _NONE if annotation is None else origin or annotation
-    return not (isinstance(base, type) and issubclass(base, never))
-
-
-def _may_be_list(annotation: object) -> bool:
-    """Whether a field of this type may hold a list."""
-    return _may_be(annotation, _NOT_LISTS)
-
-
-def show_type(annotation: object) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation)
-
-
 def _check_node(d: NodeDecl, state: type[BaseModel], problems: list[Problem]) -> NodeSpec | None:
     before = len(problems)
     if d.max_iterations is not None and (isinstance(d.max_iterations, bool) or not isinstance(d.max_iterations, int)
@@ -205,7 +144,7 @@ def _check_node(d: NodeDecl, state: type[BaseModel], problems: list[Problem]) ->
         elif d.map_over not in state.model_fields and not extra:
             problems.append(Problem(f"{d.location} map_over", f"{d.map_over!r} is not a field of {state.__name__}; "
                                                               f"fields are: {', '.join(state.model_fields)}"))
-        elif d.map_over in state.model_fields and not _may_be_list(state.model_fields[d.map_over].annotation):
+        elif d.map_over in state.model_fields and not may_be_list(state.model_fields[d.map_over].annotation):
             problems.append(Problem(f"{d.location} map_over", f"field {d.map_over!r} is typed "
                                     f"{show_type(state.model_fields[d.map_over].annotation)}; a map runs over a list"))
     if not callable(d.fn):
