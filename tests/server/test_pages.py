@@ -1071,6 +1071,19 @@ def test_a_malformed_import_is_422_and_writes_nothing(empty_rt: Runtime, body: b
     assert snapshot(empty_rt) == {}
 
 
+def test_an_import_form_refuses_an_export_whose_checkpoint_lacks_an_instance_it_changed(
+        seeded: Seeded, client: Client, empty_rt: Runtime) -> None:
+    document = json.loads(client.get(f"/runs/{seeded.looped}/export").content)
+    cps = document["runs"][0]["checkpoints"]
+    j, instance = next((j, n) for j, cp in enumerate(cps) if j for n in cp["changed"] if "#" in n)
+    del cps[j]["node_states"][instance]
+    with TestClient(create_app(empty_rt)) as fresh:
+        r = fresh.post("/import", data={"_csrf_token": csrf(fresh, "/import")},
+                       files={"file": ("t.json", json.dumps(document).encode(), "application/json")})
+        assert "changed names node(s)" in error_page(r, 422)
+    assert snapshot(empty_rt) == {}
+
+
 # ------------------------------------------------------------------ thread and diff
 
 
