@@ -26,6 +26,8 @@ def check_checkpoints(t: Thread) -> Iterator[Problem]:
         if not cps:
             yield Problem(r.at("checkpoints"), f"run {run.id} has no checkpoints")
             continue
+        nodes = t.nodes_of(r) or frozenset()   # unknown: reported by check_graph_versions
+        held: dict[str, NodeStatus] = {}   # the statuses as a store reads them back at the checkpoint before
         # the state every later one is folded from (a turn folds from the turn before it)
         if cps[0].snapshot is None and not (run.kind == RunKind.MAIN and run.options.get("turn")):
             yield Problem(r.at("checkpoints", 0), "a run's first checkpoint holds the full state (snapshot)")
@@ -44,14 +46,36 @@ def check_checkpoints(t: Thread) -> Iterator[Problem]:
             if not 0 <= cp.event_seq <= run.event_seq:
                 yield Problem(where, f"event_seq {cp.event_seq} is not between 0 and the run's event_seq "
                                      f"{run.event_seq}")
-            if j and cp.changed is not None:
-                before = cps[j - 1].node_states
-                moved = [n for n, s in cp.node_states.items() if before.get(n) != s and n not in cp.changed]
-                if moved:  # stores keep node states as changes: a missing one would be lost
-                    yield Problem(where, f"changed omits node(s) {names(moved)}, whose status differs from "
-                                         f"the checkpoint before it")
+            if j:
+                yield from _status_changes(where, cp, held, nodes)
+            held.update(cp.node_states)
         if run.head_seq != cps[-1].seq:
             yield Problem(r.at("run"), f"head_seq is {run.head_seq}, but its last checkpoint is seq {cps[-1].seq}")
+
+
+def _status_changes(where: str, cp: Checkpoint, held: Mapping[str, NodeStatus],
+                    nodes: frozenset[str]) -> Iterator[Problem]:
+    """Stores keep a checkpoint's node statuses as its changes over the checkpoint before
+    (the SQL store writes the status of each node ``changed`` names): every change must be
+    there to write, and no status can be taken away."""
+    states = cp.node_states
+
+    def instance(n: str) -> bool:   # a graph's own node, or a stranger, is reported by check_node_names
+        return n not in nodes and base_node(n) in nodes
+
+    unheld = [n for n in cp.changed or () if n not in states and instance(n)]
+    if unheld:
+        yield Problem(where, f"changed names node(s) {names(unheld)}, which node_states lack: a checkpoint "
+                             f"holds the status of every node it says changed")
+    dropped = [n for n in held if n not in states and n not in unheld and instance(n)]
+    if dropped:
+        yield Problem(where, f"node_states lack node(s) {names(dropped)}, which the checkpoint before it "
+                             f"holds: once a node has a status, every later checkpoint holds one")
+    if cp.changed is not None:
+        moved = [n for n, s in states.items() if held.get(n) != s and n not in cp.changed]
+        if moved:  # a missing one would be lost
+            yield Problem(where, f"changed omits node(s) {names(moved)}, whose status differs from "
+                                 f"the checkpoint before it")
 
 
 def check_events(t: Thread) -> Iterator[Problem]:

@@ -8,7 +8,9 @@ error (HTTP 422 or 409) and creates nothing.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import UploadFile
@@ -212,7 +214,14 @@ async def export_download(request: Request[Any, Any, Any], run_id: FromPath[str]
     doc = await actions.export_thread(_rt(request), run_id)
     body = json.dumps(doc, indent=1).encode()
     return Response(body, media_type="application/json",
-                    headers={"Content-Disposition": f'attachment; filename="thread-{run_id}.json"'})
+                    headers={"Content-Disposition": _attachment(f"thread-{run_id}.json")})
+
+
+def _attachment(filename: str) -> str:
+    """A download's Content-Disposition (RFC 6266): an imported run's id may be any text, which a
+    header cannot carry as it is, so an ASCII stand-in plus the exact name percent-encoded (RFC 5987)."""
+    fallback = re.sub(r"[^A-Za-z0-9._-]", "_", filename)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 @get("/import", include_in_schema=False)

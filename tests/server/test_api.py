@@ -666,6 +666,18 @@ def test_an_invalid_import_is_422_and_writes_nothing(seeded: Seeded, client: Cli
     assert store_contents(seeded.rt) == before
 
 
+def test_an_export_whose_checkpoint_lacks_an_instance_it_changed_is_422(seeded: Seeded, client: Client,
+                                                                         empty_rt: Runtime, make_app: MakeApp) -> None:
+    document = client.get(f"/api/runs/{seeded.looped}/export").json()
+    cps = document["runs"][0]["checkpoints"]
+    j, instance = next((j, n) for j, cp in enumerate(cps) if j for n in cp["changed"] if "#" in n)
+    del cps[j]["node_states"][instance]
+    with TestClient(make_app(empty_rt)) as other:
+        message = error(other.post("/api/import", json=document), 422)
+    assert f"checkpoints[{j}] (run {seeded.looped}): changed names node(s) {instance!r}" in message
+    assert empty_rt.store.list_runs() == []
+
+
 def test_a_body_over_the_limit_is_refused_with_413(reader: Client) -> None:
     r = reader.post("/api/import", content=b" " * (MAX_BODY + 1))
     assert r.status_code == 413

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
 
 import pytest
 from waiting import AnHourLater, wait_for
@@ -998,10 +999,39 @@ def test_compensate_undoes_live_effects_and_says_what_it_did(seeded: Seeded, cli
 def test_export_is_a_json_download(shared: Seeded, reader: Client) -> None:
     r = reader.get(f"/runs/{shared.succeeded}/export")
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
-    assert r.headers["content-disposition"] == f'attachment; filename="thread-{shared.succeeded}.json"'
+    assert r.headers["content-disposition"] == (f'attachment; filename="thread-{shared.succeeded}.json"; '
+                                                f"filename*=UTF-8''thread-{shared.succeeded}.json")
     doc = r.json()
     assert doc["thread_id"] == shared.succeeded
     assert [entry["run"]["id"] for entry in doc["runs"]] == [shared.succeeded]
+
+
+def renamed(value: Any, old: str, new: str) -> Any:
+    """``value`` with every string equal to ``old`` replaced by ``new``."""
+    if isinstance(value, dict):
+        return {k: renamed(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renamed(v, old, new) for v in value]
+    return new if value == old else value
+
+
+@pytest.mark.parametrize("run_id", ["run_ok😀", 'run_"quoted"', "run_a b;c"])
+def test_export_of_a_run_whose_id_a_header_cannot_carry_names_the_file_safely(
+        seeded: Seeded, client: Client, empty_rt: Runtime, run_id: str) -> None:
+    """An import keeps any id; the download names its file in ASCII, the id exact in filename*."""
+    document = client.get(f"/api/runs/{seeded.failed}/export").json()
+    services.complete(empty_rt.import_thread(renamed(document, seeded.failed, run_id)))
+    with TestClient(create_app(empty_rt)) as fresh:
+        r = fresh.get(f"/runs/{quote(run_id, safe='')}/export")
+    assert r.status_code == 200, r.text
+    assert r.json()["thread_id"] == run_id
+    disposition = r.headers["content-disposition"]
+    assert disposition.isascii()
+    found = re.fullmatch(r'attachment; filename="([A-Za-z0-9._-]+)"; filename\*=UTF-8\'\'(\S+)', disposition)
+    assert found, disposition
+    fallback, exact = found.groups()
+    assert fallback.startswith("thread-run_") and fallback.endswith(".json")
+    assert unquote(exact) == f"thread-{run_id}.json"
 
 
 def test_import_a_valid_export_into_a_fresh_store(seeded: Seeded, client: Client, empty_rt: Runtime) -> None:
@@ -1068,6 +1098,19 @@ def test_a_malformed_import_is_422_and_writes_nothing(empty_rt: Runtime, body: b
         assert snapshot(empty_rt) == {}
         missing = fresh.post("/import", data={"_csrf_token": token}, files={"other": ("t.json", b"{}", "text/plain")})
         assert "choose an exported thread" in error_page(missing, 422)
+    assert snapshot(empty_rt) == {}
+
+
+def test_an_import_form_refuses_an_export_whose_checkpoint_lacks_an_instance_it_changed(
+        seeded: Seeded, client: Client, empty_rt: Runtime) -> None:
+    document = json.loads(client.get(f"/runs/{seeded.looped}/export").content)
+    cps = document["runs"][0]["checkpoints"]
+    j, instance = next((j, n) for j, cp in enumerate(cps) if j for n in cp["changed"] if "#" in n)
+    del cps[j]["node_states"][instance]
+    with TestClient(create_app(empty_rt)) as fresh:
+        r = fresh.post("/import", data={"_csrf_token": csrf(fresh, "/import")},
+                       files={"file": ("t.json", json.dumps(document).encode(), "application/json")})
+        assert "changed names node(s)" in error_page(r, 422)
     assert snapshot(empty_rt) == {}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -342,6 +342,75 @@ async def test_a_first_checkpoint_without_a_snapshot_is_rejected(doc, target):
     doc["runs"][1]["checkpoints"][0]["snapshot"] = None
     assert f"{at(doc, 1, 'checkpoints', 0)}: a run's first checkpoint holds the full state" \
         in await rejected(target, doc)
+
+
+# --------------------------------------------------------------------------- a loop's instances
+
+
+def looping() -> ExecutableGraph:
+    """model ⇄ tool three times: model#1, tool#1, … are instances no graph order lists."""
+    g = Graph("looping", state=Ticket)
+
+    @g.node(max_iterations=5, after=["tool"])
+    def model(s: Ticket) -> dict:
+        return {"n": s.n + 1}
+
+    @g.node(after=["model"], when=lambda s: s.n < 3)
+    def tool(s: Ticket) -> dict:
+        return {"log": [f"t{s.n}"]}
+
+    return g.compile()
+
+
+LOOP = looping()
+
+
+@pytest.fixture(scope="module")
+def loop_export() -> str:
+    async def go() -> dict[str, Any]:
+        rt = Runtime(MemoryStore(), graphs=[LOOP])
+        try:
+            return await rt.export_thread((await rt.start(LOOP, {})).id)
+        finally:
+            rt.close()
+    return json.dumps(asyncio.run(go()))
+
+
+@pytest.fixture
+def loop_target(store) -> Iterator[Runtime]:
+    """A fresh store of each kind (the SQL store writes statuses as each checkpoint's changes)."""
+    rt = Runtime(store, graphs=[LOOP])
+    yield rt
+    rt.close()
+
+
+def first_with(document: dict[str, Any], instance: str, key: str) -> int:
+    """The first checkpoint of runs[0] (after its first) whose ``key`` names ``instance``."""
+    cps = document["runs"][0]["checkpoints"]
+    return next(j for j in range(1, len(cps)) if instance in (cps[j][key] or ()))
+
+
+async def test_a_real_loop_export_imports(loop_export, loop_target):
+    assert len(await loop_target.import_thread(json.loads(loop_export))) == 1
+
+
+async def test_changed_naming_an_instance_node_states_lack_is_rejected(loop_export, loop_target):
+    doc = json.loads(loop_export)
+    j = first_with(doc, "model#1", "changed")
+    del doc["runs"][0]["checkpoints"][j]["node_states"]["model#1"]
+    assert f"{at(doc, 0, 'checkpoints', j)}: changed names node(s) 'model#1', which node_states lack" \
+        in await rejected(loop_target, doc)
+
+
+async def test_node_states_dropping_an_instance_the_checkpoint_before_held_are_rejected(loop_export, loop_target):
+    doc = json.loads(loop_export)
+    j = first_with(doc, "model#1", "node_states")
+    j = next(k for k in range(j + 1, len(doc["runs"][0]["checkpoints"]))
+             if "model#1" not in doc["runs"][0]["checkpoints"][k]["changed"])
+    del doc["runs"][0]["checkpoints"][j]["node_states"]["model#1"]
+    message = await rejected(loop_target, doc)
+    assert message.startswith(f"{at(doc, 0, 'checkpoints', j)}: node_states lack node(s) 'model#1', which the "
+                              f"checkpoint before it holds")   # the one problem: not also the next checkpoint's
 
 
 # --------------------------------------------------------------------------- statuses
