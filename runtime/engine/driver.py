@@ -302,8 +302,9 @@ class Driver:
         last = head(self.store, parent.id)
         statuses = branch_statuses(last.node_states)
         now = self.env.now()
+        # the parent's version: the same structure (recorded before versions named reducers, an older name for it)
         run = Run(id=self.env.ids.new("run"), thread_id=parent.thread_id, graph_name=graph.name,
-                  graph_version=graph.version, status=RunStatus.QUEUED, kind=RunKind.CONTINUATION,
+                  graph_version=parent.graph_version, status=RunStatus.QUEUED, kind=RunKind.CONTINUATION,
                   input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
                   base_checkpoint_id=last.id,
                   limits=with_limits(renew_limits(parent.limits, now), limits or {}, now),

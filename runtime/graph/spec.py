@@ -191,17 +191,16 @@ class ExecutableGraph:
     def _structural_hashes(self) -> tuple[str, str]:
         """(version, legacy version). A field's reducer is structure: it decides every state
         folded from the recorded writes. A version named no reducer before (the JSON schema
-        leaves them out), so a graph with any keeps that older version as its legacy one, by
-        which runs recorded then are still found (``GraphRegistry.made_by``); a graph with none
-        has one version."""
+        leaves them out); that older version is kept as the legacy one, by which runs
+        recorded then are still found (``GraphRegistry.made_by``). Every version names the
+        reducers, none included, so no graph's version is another's legacy one."""
         doc: dict[str, Any] = {
             "name": self.name,
             "state": self.state_model.model_json_schema(),
             "nodes": [self.nodes[n].structure() for n in sorted(self.nodes)],
         }
-        legacy = _digest(doc)
         folding = folding_reducers({f: r.name for f, r in self.reducers.items()})
-        return (_digest({**doc, "reducers": folding}) if folding else legacy), legacy
+        return _digest({**doc, "reducers": folding}), _digest(doc)
 
     def reducer(self, field_name: str) -> Reducer:
         return self.reducers.get(field_name, last_value)
@@ -315,6 +314,13 @@ class FoldShape:
 def folding_reducers(names: Mapping[str, Any]) -> dict[str, str]:
     """The fields of a description's ``reducers`` (field: reducer name) that are not last-value."""
     return {f: str(n) for f, n in names.items() if n != last_value.name}
+
+
+def made_as_described(graph: ExecutableGraph, version: str, reducers: object) -> bool:
+    """Whether runs recorded as ``version``, a graph's legacy version (before versions named
+    reducers), whose stored description names ``reducers``, were made by ``graph``'s structure."""
+    return graph.legacy_version == version and isinstance(reducers, Mapping) and \
+        folding_reducers(reducers) == folding_reducers({f: r.name for f, r in graph.reducers.items()})
 
 
 def _digest(doc: Mapping[str, Any]) -> str:

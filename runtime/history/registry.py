@@ -17,7 +17,7 @@ from ..core.errors import GraphError, GraphNotRegistered, InvalidRequest, NotFou
 from ..core.jsonvalues import JSON
 from ..core.records import Run
 from ..graph import ExecutableGraph, FoldShape, Graph, NodeOrder
-from ..graph.spec import folding_reducers
+from ..graph.spec import made_as_described
 from ..graph.locate import resolve_model
 from ..graph.refs import resolve_ref
 from ..store.base import CheckpointStore
@@ -57,6 +57,8 @@ class GraphRegistry:
         self._graphs: dict[str, ExecutableGraph] = {}
         #: by the version they had before versions named reducers (``ExecutableGraph.legacy_version``)
         self._legacy: dict[str, ExecutableGraph] = {}
+        #: ``made_by``'s answers through a legacy version: (graph version, legacy version) -> made
+        self._made: dict[tuple[str, str], bool] = {}
         #: graphs imported for runs that name their own code, by reference
         self._by_ref: dict[str, ExecutableGraph] = {}
         #: the graph object each run was started with here (factories may build several
@@ -116,8 +118,8 @@ class GraphRegistry:
         graph = self._graphs.get(run.graph_version)
         if graph is not None:
             return graph
-        graph = self._legacy.get(run.graph_version)
-        if graph is not None and self.made_by(graph, run.graph_version):
+        graph = self.registered(run.graph_version)
+        if graph is not None:
             return graph
         desc = self.store.graph_description(run.graph_version) or {}
         if desc.get("ref"):
@@ -142,9 +144,12 @@ class GraphRegistry:
             return True
         if graph.legacy_version != version:
             return False
-        recorded = (self.store.graph_description(version) or {}).get("reducers")
-        return isinstance(recorded, Mapping) and \
-            folding_reducers(recorded) == folding_reducers({f: r.name for f, r in graph.reducers.items()})
+        key = (graph.version, version)
+        found = self._made.get(key)
+        if found is None:
+            recorded = (self.store.graph_description(version) or {}).get("reducers")
+            found = self._made[key] = made_as_described(graph, version, recorded)
+        return found
 
     def shape_for(self, run: Run) -> ExecutableGraph | FoldShape:
         """What folding a run's states needs: its graph, or where the code cannot be found,
@@ -169,8 +174,12 @@ class GraphRegistry:
             return found
 
     def registered(self, version: str) -> ExecutableGraph | None:
-        """The graph registered (or already imported) here for a version, if any."""
-        return self._graphs.get(version)
+        """The graph registered (or already imported) here for a version, if any (for a version
+        recorded before versions named reducers, the graph that made it)."""
+        graph = self._graphs.get(version)
+        if graph is None and (legacy := self._legacy.get(version)) is not None and self.made_by(legacy, version):
+            return legacy
+        return graph
 
     def run_graph(self, run: Run) -> ExecutableGraph:
         """The graph object to execute a run with: the one it was started with here, if any."""

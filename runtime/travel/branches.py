@@ -336,8 +336,11 @@ def _new_run(deps: EngineDeps, graph: ExecutableGraph, source: Run, cp: Checkpoi
              given: Mapping[str, JSON] | None = None) -> Run:
     now = deps.env.now()
     limits = with_limits(renew_limits(source.limits, now), given or {}, now)
+    # the same structure as the source's keeps its version (an older name for it, recorded
+    # before versions named reducers); new code has its own
+    version = source.graph_version if deps.graphs.made_by(graph, source.graph_version) else graph.version
     return Run(id=deps.env.ids.new("run"), thread_id=source.thread_id, graph_name=graph.name,
-               graph_version=graph.version, status=RunStatus.QUEUED, kind=kind, input=dict(state),
+               graph_version=version, status=RunStatus.QUEUED, kind=kind, input=dict(state),
                created_at=now, updated_at=now, parent_run_id=source.id, base_checkpoint_id=cp.id,
                limits=limits,
                max_concurrency=source.max_concurrency, options=dict(options))

@@ -123,7 +123,7 @@ def _replay_context(rt: Runtime, run_id: str, checkpoint_id: str | None = None) 
     cp = rt.store.get_checkpoint(checkpoint_id) if checkpoint_id else None
     run = complete(rt.get_run(cp.run_id if cp else run_id))
     versions = [(g.version, _version_label(rt, g.version)) for g in rt.graphs.versions(run.graph_name)
-                if g.version != run.graph_version]
+                if not rt.graphs.made_by(g, run.graph_version)]
     action = f"/checkpoints/{cp.id}/replay" if cp else f"/runs/{run.id}/replay"
     return {"run": run, "cp": cp, "own": _version_label(rt, run.graph_version), "versions": versions,
             "action": action, "error": None, "mocks_text": ""}

@@ -57,10 +57,11 @@ def recorded_before_reducers_counted(graph: ExecutableGraph) -> ExecutableGraph:
     return graph
 
 
-def test_a_reducer_changes_the_version_and_a_graph_without_one_keeps_its_own() -> None:
+def test_a_reducer_changes_the_version_and_no_version_is_another_graphs_legacy_one() -> None:
     plain, appended = logging_graph(Plain), logging_graph(Appended)
     assert plain.version != appended.version
-    assert plain.version == plain.legacy_version == appended.legacy_version
+    assert plain.legacy_version == appended.legacy_version   # before, both were this one
+    assert plain.legacy_version not in (plain.version, appended.version)
 
 
 async def test_history_recorded_under_the_old_reducer_is_read_with_it() -> None:
@@ -73,24 +74,37 @@ async def test_history_recorded_under_the_old_reducer_is_read_with_it() -> None:
     assert states == [[], ["a"], ["b"], ["c"]]   # as recorded, not ['a', 'b'] after b
 
 
-async def test_a_run_recorded_before_reducers_counted_goes_on_with_the_same_code_only() -> None:
+@pytest.mark.parametrize("recorded, now", [(Appended, Appended), (Plain, Plain)], ids=["append", "last_value"])
+async def test_a_run_recorded_before_reducers_counted_goes_on_with_the_same_code(
+        recorded: type[BaseModel], now: type[BaseModel]) -> None:
     store = MemoryStore()
     before = Runtime(store=store)
-    run = await before.start(recorded_before_reducers_counted(logging_graph(Appended, ask=True)), {})
-    assert run.graph_version == logging_graph(Appended).legacy_version
+    run = await before.start(recorded_before_reducers_counted(logging_graph(recorded, ask=True)), {})
+    assert run.graph_version == logging_graph(now).legacy_version
     same = Runtime(store=store)
-    same.register(logging_graph(Appended, ask=True))
+    same.register(logging_graph(now, ask=True))
     done = await same.resume(run.id, True)
     assert done.status.value == "succeeded", done.error
-    assert (await same.state_at((await same.history(done.id))[-1].id)).log == ["a", "b", "c"]
+    want = ["a", "b", "c"] if recorded is Appended else ["c"]
+    assert (await same.state_at((await same.history(done.id))[-1].id)).log == want
+    # a fork of it runs the same structure: under the version its source has, as an export says
+    fork = await same.fork((await same.history(run.id))[1].id)
+    assert fork.graph_version == run.graph_version and fork.status.value == "interrupted"
+    document = await same.export_thread(run.id)
+    elsewhere = Runtime(store=MemoryStore())
+    elsewhere.register(logging_graph(now, ask=True))
+    assert len(await elsewhere.import_thread(document)) == 2   # the run (resumed in place) and its fork
 
 
-async def test_a_run_recorded_before_reducers_counted_is_not_continued_by_code_whose_reducer_changed() -> None:
+@pytest.mark.parametrize("recorded, now", [(Plain, Appended), (Appended, Plain)],
+                         ids=["append added", "append dropped"])
+async def test_a_run_recorded_before_reducers_counted_is_not_continued_by_code_whose_reducer_changed(
+        recorded: type[BaseModel], now: type[BaseModel]) -> None:
     store = MemoryStore()
     before = Runtime(store=store)
-    run = await before.start(logging_graph(Plain, ask=True), {})   # no reducer: the same version then and now
+    run = await before.start(recorded_before_reducers_counted(logging_graph(recorded, ask=True)), {})
     changed = Runtime(store=store)
-    new = logging_graph(Appended, ask=True)
+    new = logging_graph(now, ask=True)
     assert new.legacy_version == run.graph_version != new.version
     changed.register(new)
     with pytest.raises(Exception, match="not registered"):
@@ -98,3 +112,15 @@ async def test_a_run_recorded_before_reducers_counted_is_not_continued_by_code_w
     with pytest.raises(InvalidRequest, match="was made by graph version"):
         await changed.resume(run.id, True, graph=new)
     assert [r.id for r in await changed.runs()] == [run.id]
+
+
+@pytest.mark.parametrize("recorded, now", [(Plain, Appended), (Appended, Plain)],
+                         ids=["append added", "append dropped"])
+async def test_history_recorded_before_reducers_counted_is_read_as_recorded(
+        recorded: type[BaseModel], now: type[BaseModel]) -> None:
+    store = MemoryStore()
+    run = await Runtime(store=store).start(recorded_before_reducers_counted(logging_graph(recorded)), {})
+    changed = Runtime(store=store)
+    changed.register(logging_graph(now))
+    want = [[], ["a"], ["a", "b"], ["a", "b", "c"]] if recorded is Appended else [[], ["a"], ["b"], ["c"]]
+    assert [(await changed.state_at(cp.id)).log for cp in await changed.history(run.id)] == want
