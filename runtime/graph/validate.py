@@ -189,15 +189,18 @@ def _check_retry(d: NodeDecl, problems: list[Problem]) -> None:
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         problems.append(Problem(f"{d.location} retry.max_attempts",
                                 f"must be a whole number >= 1, got {show(attempts)}"))
-    for name, least in (("initial_interval", 0), ("backoff", 1), ("max_interval", 0)):
+    for name in ("initial_interval", "backoff", "max_interval"):
         value = getattr(retry, name)
-        if not (finite_number(value) and value >= least):   # a backoff below 1 would shrink the waits, as plans refuse
+        if not (finite_number(value) and value >= 0):
             problems.append(Problem(f"{d.location} retry.{name}",
-                                    f"must be a finite number >= {least} (not a bool), got {show(value)}"))
+                                    f"must be a finite number >= 0 (not a bool), got {show(value)}"))
     on = retry.retry_on
-    # a string passes ``in`` by substring: "transient" would work by accident, a typo never retry
-    wrong = None if isinstance(on, (set, frozenset, list, tuple)) else "a set of error classes"
-    unknown = [c for c in on if not isinstance(c, str) or c not in set(ErrorClass)] if wrong is None else []
+    classes = set(ErrorClass)
+    # one class's name as a string works (``in`` a string: no class's name is in another's);
+    # a typo would silently never retry
+    wrong = None if isinstance(on, (set, frozenset, list, tuple, str)) else "a set of error classes"
+    unknown = ([] if wrong or on in classes else [on]) if isinstance(on, str) else \
+        [c for c in on if not isinstance(c, str) or c not in classes] if wrong is None else []
     if wrong or unknown:
         problems.append(Problem(f"{d.location} retry.retry_on",
                                 f"must be {wrong or 'error classes'} (one of: {', '.join(ErrorClass)}), got "
