@@ -17,7 +17,8 @@ import types
 import typing
 from collections.abc import Iterable
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel
+from pydantic.fields import FieldInfo
 
 from ..core.errors import Problem
 from .reducers import Reducer, add, append, merge
@@ -87,17 +88,28 @@ def alias_problems(state: type[BaseModel]) -> Iterable[Problem]:
         config = model.model_config
         if config.get("validate_by_name") or config.get("populate_by_name"):
             continue
-        aliased = [(name, info) for name, info in model.model_fields.items()
-                   if (info.alias is not None and info.alias != name)
-                   or (info.validation_alias is not None and info.validation_alias != name)]
+        aliased = [(name, alias) for name, info in model.model_fields.items()
+                   if not _takes_name(name, alias := _validated_as(info))]
         if aliased:
-            name, info = aliased[0]
-            alias = info.validation_alias if info.validation_alias is not None else info.alias
+            name, alias = aliased[0]
             more = f" (and {len(aliased) - 1} more)" if len(aliased) > 1 else ""
             yield Problem(where, f"field {name!r} of {model.__name__} has the alias {alias!r}{more}, and the "
                                  f"model takes only aliases: a run stores its state by field name, so every "
                                  f"value would be dropped; set model_config = ConfigDict(validate_by_name=True) "
                                  f"on {model.__name__}, or drop the aliases")
+
+
+def _validated_as(info: FieldInfo) -> object:
+    """What validation reads a field by: its validation alias, else its alias (None: its name)."""
+    return info.validation_alias if info.validation_alias is not None else info.alias
+
+
+def _takes_name(name: str, alias: object) -> bool:
+    """Whether validation takes the field by its name: no alias, the name itself, or one of
+    its choices (``AliasChoices("full_name", "fullName")``)."""
+    if alias is None or alias == name:
+        return True
+    return isinstance(alias, AliasChoices) and name in alias.choices
 
 
 def _models(model: type[BaseModel], where: str, seen: set[type[BaseModel]]

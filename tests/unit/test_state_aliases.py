@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from runtime import Graph, GraphError, Runtime, SqlStore, append
@@ -54,6 +54,23 @@ def test_a_state_model_that_takes_only_its_aliases_is_refused_naming_the_field_a
     text = str(e.value)
     assert "field 'user_name' of Camel has the alias 'userName' (and 1 more)" in text
     assert "validate_by_name=True" in text
+
+
+class TakesNames(BaseModel):
+    full_name: str = Field("", validation_alias=AliasChoices("full_name", "fullName"))
+    nick: str = Field("", alias="nickName", validation_alias="nick")
+
+
+def test_a_model_whose_validation_takes_the_field_names_runs():
+    g = Graph("named_aliases", state=TakesNames)
+    g.add_node("a", lambda s: {"full_name": s.full_name + "!", "nick": s.nick + "?"})
+
+    async def go() -> None:
+        rt = Runtime()
+        run = await rt.start(g, {"full_name": "Ada", "nick": "ada"})
+        state = await rt.state_at((await rt.history(run.id))[-1].id)
+        assert (state.full_name, state.nick) == ("Ada!", "ada?")
+    asyncio.run(go())
 
 
 def test_a_nested_model_with_aliases_is_refused_at_its_path():
