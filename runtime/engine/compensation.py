@@ -154,21 +154,18 @@ def compensable_run(store: CheckpointStore, run_id: str) -> Run:
     return run
 
 
-def ask_worker(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False, *,
-               policy: bool = False) -> CompensationReport:
+def ask_worker(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:
     """Leave the run's compensation to a worker (``harness worker``), which can import its undo
-    functions; refused, with nothing asked, when the run may not be compensated, or when asked
-    by a caller (not a run's ``policy``) for an undo no worker can import. Nothing to undo asks
-    nothing: the report is complete at once."""
+    functions; refused, with nothing asked, when the run may not be compensated, or when an
+    undo left to make is one no worker can import. Nothing to undo asks nothing: the report is
+    complete at once."""
     run = compensable_run(deps.store, run_id)
     left = left_to_undo(deps.store, run)
     if not left:
         return CompensationReport(run_id)
-    local = [e for e in left if e.compensate == LOCAL_UNDO]
-    if local and not policy:
-        # no worker can ever import it: the ask would wait for ever
+    local, here = local_undos(deps, left)
+    if local:   # the ask would wait for ever
         e = local[-1]
-        here = all(x.key in deps.compensations.functions for x in local)
         raise InvalidRequest(
             f"run {run_id}: the undo of effect {e.name!r} of node {e.node!r} is a lambda, closure, bound "
             f"method or partial, which no worker can import; " +
@@ -178,6 +175,13 @@ def ask_worker(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False, *,
             "; define compensations as module-level functions")
     deps.store.ask_compensation(run_id, retry_in_doubt, deps.env.now())
     return CompensationReport(run_id, queued=True)
+
+
+def local_undos(deps: EngineDeps, left: list[JournalEntry]) -> tuple[list[JournalEntry], bool]:
+    """(the effects of ``left`` whose undo no other process can import, whether this one holds
+    every one of them)."""
+    local = [e for e in left if e.compensate == LOCAL_UNDO]
+    return local, all(e.key in deps.compensations.functions for e in local)
 
 
 async def compensate(deps: EngineDeps, run_id: str, retry_in_doubt: bool = False) -> CompensationReport:

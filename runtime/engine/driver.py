@@ -24,7 +24,7 @@ from ..history.creation import branch_statuses, inherited_of, insert_run, renew_
 from ..history.lineage import compensated, continuations, head
 from ..history.state import state_json
 from .answers import MISSING, match_answers, validate_answers
-from .compensation import ask_worker, compensate
+from .compensation import ask_worker, compensate, left_to_undo, local_undos
 from .decisions import with_limits
 from .deps import EngineDeps
 from .leases import lease_expired, orphaned
@@ -82,8 +82,15 @@ class Driver:
         """A run's opt-in policy: compensate its effects when it ends failed or cancelled
         (``undo_here`` False: ask a worker to, where the undo functions are)."""
         if run.status.value in (run.options.get("compensate_on") or ()) and not run.effects_elsewhere:
-            if not undo_here:
-                ask_worker(self.deps, run.id, policy=True)
+            local, here = local_undos(self.deps, left_to_undo(self.store, run)) if not undo_here else ([], True)
+            if local and not here:   # no worker could make it: an ask would wait for ever
+                log.warning("run %s ended %s and its policy undoes its effects, but the undo of %s of node %s "
+                            "is a lambda, closure, bound method or partial that only the process that ran it "
+                            "holds; nothing was asked of the workers", run.id, run.status.value,
+                            local[-1].name, local[-1].node)
+                return run
+            if not undo_here and not local:
+                ask_worker(self.deps, run.id)
                 return run
             report = await compensate(self.deps, run.id)
             run = self.store.get_run(run.id)

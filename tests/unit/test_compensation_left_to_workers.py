@@ -69,6 +69,12 @@ GRAPHS = textwrap.dedent('''
     odd_trip = booking_graph("asked_odd_trip", release_oddly)
     # its undo a lambda: no other process can import it
     local_trip = booking_graph("asked_local_trip", lambda info: note("undone", info.result))
+
+    if os.environ.get("ASKED_UNDO_HERE"):   # defined in the asking process only, not in the worker
+        def release_here(info):
+            note("undone", info.result)
+
+        here_trip = booking_graph("asked_here_trip", release_here)
 ''')
 
 
@@ -88,7 +94,8 @@ def lines(folder: Path, name: str) -> list[str]:
 
 def worker(folder: Path, db: str) -> tuple[int, str, str]:
     """A real ``harness worker`` process, until nothing is left to take."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
+    env = {**{k: v for k, v in os.environ.items() if k != "ASKED_UNDO_HERE"},
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
     done = subprocess.run([sys.executable, "-m", "server.cli", "--db", db, "worker", "asked_graphs:trip",
                            "asked_graphs:local_trip", "asked_graphs:odd_trip", "--once", "--poll", "0.05"],
                           cwd=folder, env=env, text=True, capture_output=True, timeout=120)
@@ -163,9 +170,11 @@ def test_a_cancel_that_leaves_its_policy_to_workers_undoes_nothing_itself(folder
     assert lines(folder, "undone") == ["hotel-Oslo"]
 
 
-def test_a_worker_that_cannot_import_an_undo_leaves_the_ask_for_one_that_can(folder: Path) -> None:
+def test_a_worker_that_cannot_import_an_undo_leaves_the_ask_for_one_that_can(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = str(folder / "t.db")
-    run_id = paused_trip(db, "local_trip", compensate_on=["cancelled"])
+    monkeypatch.setenv("ASKED_UNDO_HERE", "1")   # the undo exists here, not where the worker runs
+    run_id = paused_trip(db, "here_trip", compensate_on=["cancelled"])
 
     async def cancel() -> None:
         rt = Runtime(store=store(db))
@@ -260,3 +269,35 @@ def test_asking_a_worker_for_an_undo_no_worker_can_import_is_refused(folder: Pat
         finally:
             rt.close()
     asyncio.run(go())
+
+
+def test_a_cancel_whose_policy_meets_a_lambda_undo_undoes_it_where_it_is_held_and_asks_no_worker(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """No worker could make such an ask: it would wait for ever. The process that ran the
+    effect holds the undo and makes it; another says so and asks nothing."""
+    db = str(folder / "t.db")
+    import asked_graphs
+
+    async def go() -> None:
+        rt = Runtime(store=store(db))
+        try:
+            held = await rt.start(asked_graphs.local_trip, {"city": "Oslo"}, compensate_on=["cancelled"])
+            await rt.cancel(held.id, queue=True)
+            assert lines(folder, "undone") == ["hotel-Oslo"] and rt.store.compensation_asks() == []
+        finally:
+            rt.close()
+    asyncio.run(go())
+
+    run_id = paused_trip(db, "local_trip", compensate_on=["cancelled"])   # its process has ended
+
+    async def cancel() -> None:
+        rt = Runtime(store=store(db))
+        try:
+            await rt.cancel(run_id, queue=True)
+            assert rt.store.compensation_asks() == []
+        finally:
+            rt.close()
+    asyncio.run(cancel())
+    assert lines(folder, "undone") == ["hotel-Oslo"]
+    assert any(f"run {run_id} ended cancelled" in r.getMessage() and "nothing was asked of the workers"
+               in r.getMessage() for r in caplog.records)
