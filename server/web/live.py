@@ -104,7 +104,7 @@ async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str],
 
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
         loop = asyncio.get_running_loop()
-        until = loop.time() + MAX_LIFETIME
+        until, sent = loop.time() + MAX_LIFETIME, False
         async for ev in merged(rt.follow(run_id, after_seq=after, poll=0.2), hub, run_id):
             if ev.ephemeral:   # a token chunk of a run this server drives: shown as it arrives
                 yield ServerSentEventMessage(event="chunk", data=_chunk(ev))
@@ -112,15 +112,18 @@ async def run_live(request: Request[Any, Any, Any], run_id: FromPath[str],
             if ev.type == "checkpoint":
                 yield ServerSentEventMessage(event="checkpoint", data=str(ev.data.get("seq", "")))
                 continue
+            if sent and loop.time() > until:
+                # closed without ``end``, before this event (what came with the last one sent,
+                # its checkpoint, has gone too): the browser reconnects by itself, after the
+                # last event it was sent (the page's ``sse-close`` would stop following a run
+                # that still goes on)
+                return
             yield ServerSentEventMessage(event="event", data=_line(ev), id=ev.seq)
+            sent = True
             if ev.type.startswith("run."):
                 status = str(ev.data.get("status", ""))
                 if status:
                     yield ServerSentEventMessage(event="status", data=badge_html(status))
-            if loop.time() > until:
-                # closed without ``end``: the browser reconnects by itself (the page's
-                # ``sse-close`` would stop following a run that still goes on)
-                return
         run = await in_thread(lambda: complete(rt.get_run(run_id)))
         yield ServerSentEventMessage(event="status", data=badge_html(run.status.value))
         yield ServerSentEventMessage(event="end", data=run.status.value)

@@ -148,6 +148,36 @@ def test_a_stream_that_outlives_its_connection_closes_without_end_and_goes_on_fr
         viewer.close()
 
 
+def test_reconnecting_after_every_event_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    """Each connection closes at its first chance: what the run's one stream sends (events,
+    checkpoints, the end) arrives all the same, each once, over the reconnects."""
+    from server.web import live
+
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'h.db'}"))
+    try:
+        run = asyncio.run(rt.start(slow_graph(), {}))
+        with TestClient(create_app(rt)) as client:
+            whole = parse(client.get(f"/runs/{run.id}/live", timeout=10).text)
+            live.MAX_LIFETIME, saved = -1.0, live.MAX_LIFETIME
+            try:
+                pieces: list[tuple[str, str]] = []
+                last, connections = None, 0
+                while not pieces or pieces[-1][0] != "end":
+                    connections += 1
+                    assert connections < 50
+                    r = client.get(f"/runs/{run.id}/live", headers={"Last-Event-ID": last} if last else {},
+                                   timeout=10)
+                    ids = [line[3:].strip() for line in r.text.splitlines() if line.startswith("id:")]
+                    last = ids[-1] if ids else last
+                    pieces += parse(r.text)
+            finally:
+                live.MAX_LIFETIME = saved
+        assert connections > 3
+        assert [m for m in pieces if m[0] != "status"] == [m for m in whole if m[0] != "status"]
+    finally:
+        rt.close()
+
+
 def test_the_inbox_stream_says_when_questions_change(tmp_path: Path) -> None:
     from server.web import live
 
