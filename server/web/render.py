@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -100,6 +101,8 @@ def _removed_from(c: Change) -> tuple[str | int, ...] | None:
 
 ENV.filters["fmt_time"] = _fmt_time
 ENV.filters["reading_order"] = reading_order
+# one path segment, '/' and all: a thread id such as a/../b must not be read as a path
+ENV.filters["segment"] = lambda value: quote(str(value), safe="")
 ENV.filters["fmt_duration"] = _fmt_duration
 
 _macros: Any = ENV.get_template("_macros.html").module

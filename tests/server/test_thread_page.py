@@ -139,7 +139,7 @@ def test_a_thread_id_holding_url_characters_is_linked_and_read_by_its_page_and_t
     from runtime import Runtime
     from server.web import create_app
 
-    ids = ["slack/C1/123.4", "q?x=1", "h#1", "ü/ß", "50%2Foff"]
+    ids = ["slack/C1/123.4", "q?x=1", "h#1", "ü/ß", "50%2Foff", "a/../b", "b", "./c", "..."]
     rt = Runtime()
     for t in ids:
         asyncio.run(rt.start(chat_graph(), {"messages": ["hi"]}, thread_id=t))
@@ -149,7 +149,8 @@ def test_a_thread_id_holding_url_characters_is_linked_and_read_by_its_page_and_t
         for link in links:
             page = client.get(link)
             assert page.status_code == 200 and "reply to hi" in page.text, link
+            assert page.text.count("/runs/run_") >= 1
         for t in ids:
-            got = client.get("/api/threads/" + quote(t, safe="/"))
+            got = client.get("/api/threads/" + quote(t, safe=""))   # one segment, as a client sends an id
             assert got.status_code == 200 and got.json()["thread_id"] == t
     rt.close()
