@@ -331,4 +331,9 @@ def _load(cls: type[T], data: Any, where: str, found: list[Problem]) -> T | None
             and not 0 <= v <= MAX_SEQ]
     found.extend(Problem(f"{where}.{name}", f"is {getattr(record, name)}, out of range: a whole number from 0 "
                                             f"to {MAX_SEQ}") for name in wide)
-    return None if odd or wide else record
+    # text columns (ids, names, keys) cannot hold NUL on PostgreSQL: refused here on every store
+    # (an error's or a decision's text is free text, which the stores keep as it is)
+    nul = [f.name for f in dataclasses.fields(record) if str(f.type).startswith("str")
+           and f.name not in ("error", "decision") and isinstance(v := getattr(record, f.name), str) and "\x00" in v]
+    found.extend(Problem(f"{where}.{name}", "holds a NUL character, which no id or name may") for name in nul)
+    return None if odd or wide or nul else record

@@ -579,3 +579,15 @@ async def test_every_problem_is_reported_in_one_error(doc, target):
     message = await rejected(target, doc)
     assert message.startswith("invalid exported thread (2 problems):\n")
     assert at(doc, 0, "attempts", 0) in message and at(doc, 1, "run") in message
+
+
+@pytest.mark.parametrize("key, j, field", [("run", None, "id"), ("checkpoints", 1, "id"),
+                                           ("checkpoints", 1, "source"), ("events", 2, "type")])
+async def test_a_nul_in_an_id_or_name_is_rejected_on_every_store(loop_export, loop_target, key, j, field):
+    """PostgreSQL's text columns cannot hold NUL: refused by name before anything is read or
+    written, on every store alike (it failed with the driver's error, a run id even before the checks)."""
+    doc = json.loads(loop_export)
+    record = doc["runs"][0][key] if j is None else doc["runs"][0][key][j]
+    record[field] = record[field][:3] + "\x00" + record[field][3:]
+    message = await rejected(loop_target, doc)
+    assert f".{field}: holds a NUL character, which no id or name may" in message
