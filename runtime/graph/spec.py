@@ -316,10 +316,17 @@ def folding_reducers(names: Mapping[str, Any]) -> dict[str, str]:
     return {f: str(n) for f, n in names.items() if n != last_value.name}
 
 
-def made_as_described(graph: ExecutableGraph, version: str, reducers: object) -> bool:
+def made_as_described(graph: ExecutableGraph, version: str, described: Mapping[str, Any]) -> bool:
     """Whether runs recorded as ``version``, a graph's legacy version (before versions named
-    reducers), whose stored description names ``reducers``, were made by ``graph``'s structure."""
-    return graph.legacy_version == version and isinstance(reducers, Mapping) and \
+    reducers), of the stored description ``described``, were made by ``graph``'s structure: the
+    reducers it names are the graph's. A description written before descriptions named
+    reducers cannot tell: the same legacy version is taken as the same structure, as it was."""
+    if graph.legacy_version != version:
+        return False
+    reducers = described.get("reducers")
+    if reducers is None:
+        return True
+    return isinstance(reducers, Mapping) and \
         folding_reducers(reducers) == folding_reducers({f: r.name for f, r in graph.reducers.items()})
 
 

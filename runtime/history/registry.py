@@ -56,7 +56,7 @@ class GraphRegistry:
         self.store = store
         self._graphs: dict[str, ExecutableGraph] = {}
         #: by the version they had before versions named reducers (``ExecutableGraph.legacy_version``)
-        self._legacy: dict[str, ExecutableGraph] = {}
+        self._legacy: dict[str, list[ExecutableGraph]] = {}
         #: ``made_by``'s answers through a legacy version: (graph version, legacy version) -> made
         self._made: dict[tuple[str, str], bool] = {}
         #: graphs imported for runs that name their own code, by reference
@@ -83,7 +83,7 @@ class GraphRegistry:
         first = done.version not in self._graphs
         self._graphs[done.version] = done
         if done.legacy_version != done.version:
-            self._legacy[done.legacy_version] = done
+            self._add_legacy(done)
         ref = getattr(done, "ref", None)
         if not ref and first and not (self.store.graph_description(done.version) or {}).get("ref"):
             ref = found_ref(graph, done)   # only where the store knows of none (``harness run`` stores its own)
@@ -128,7 +128,7 @@ class GraphRegistry:
                 self._graphs[graph.version] = graph
                 return graph
             if self.made_by(graph, run.graph_version):
-                self._legacy[graph.legacy_version] = graph
+                self._add_legacy(graph)
                 return graph
             raise InvalidRequest(
                 f"run {run.id} was made by graph {run.graph_name!r} version {run.graph_version}, but "
@@ -147,8 +147,10 @@ class GraphRegistry:
         key = (graph.version, version)
         found = self._made.get(key)
         if found is None:
-            recorded = (self.store.graph_description(version) or {}).get("reducers")
-            found = self._made[key] = made_as_described(graph, version, recorded)
+            described = self.store.graph_description(version)
+            if described is None:
+                return False   # not stored yet (an import checks its code first): asked again later
+            found = self._made[key] = made_as_described(graph, version, described)
         return found
 
     def shape_for(self, run: Run) -> ExecutableGraph | FoldShape:
@@ -177,9 +179,14 @@ class GraphRegistry:
         """The graph registered (or already imported) here for a version, if any (for a version
         recorded before versions named reducers, the graph that made it)."""
         graph = self._graphs.get(version)
-        if graph is None and (legacy := self._legacy.get(version)) is not None and self.made_by(legacy, version):
-            return legacy
+        if graph is None:   # several graphs may share a legacy version: their reducers tell them apart
+            graph = next((g for g in self._legacy.get(version, ()) if self.made_by(g, version)), None)
         return graph
+
+    def _add_legacy(self, graph: ExecutableGraph) -> None:
+        same = self._legacy.setdefault(graph.legacy_version, [])
+        if all(g.version != graph.version for g in same):
+            same.append(graph)
 
     def run_graph(self, run: Run) -> ExecutableGraph:
         """The graph object to execute a run with: the one it was started with here, if any."""

@@ -234,7 +234,7 @@ def _graph_info(version: str, where: str, desc: Mapping[str, JSON], store: Check
     # the graph later reads will use: registered, else by the stored ref (the file's, once stored)
     ref = stored.get("ref") or desc.get("ref")
     if graph is None and isinstance(ref, str) and ref:
-        graph = _resolve(ref, version, (stored or desc).get("reducers"))
+        graph = _resolve(ref, version, stored or desc)
     if graph is not None:
         known: list[str] | None = list(graph.order)
     else:
@@ -249,13 +249,13 @@ def _graph_info(version: str, where: str, desc: Mapping[str, JSON], store: Check
                      tuple(nodes) if nodes is not None else None, graph)
 
 
-def _resolve(ref: str, version: str, reducers: object) -> ExecutableGraph | None:
+def _resolve(ref: str, version: str, described: Mapping[str, Any]) -> ExecutableGraph | None:
     try:
         graph = resolve_ref(ref)
     except HarnessError:  # not importable here: its states are checked as JSON objects only
         return None
     # its code changed since, unless only its version's name did (recorded before versions named reducers)
-    return graph if graph.version == version or made_as_described(graph, version, reducers) else None
+    return graph if graph.version == version or made_as_described(graph, version, described) else None
 
 
 def _node_list(value: Any) -> bool:

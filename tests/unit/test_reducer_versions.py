@@ -124,3 +124,36 @@ async def test_history_recorded_before_reducers_counted_is_read_as_recorded(
     changed.register(logging_graph(now))
     want = [[], ["a"], ["a", "b"], ["a", "b", "c"]] if recorded is Appended else [[], ["a"], ["b"], ["c"]]
     assert [(await changed.state_at(cp.id)).log for cp in await changed.history(run.id)] == want
+
+
+async def test_an_imported_legacy_run_goes_on_in_the_process_that_imported_it() -> None:
+    """The import looks the code up before it stores the version's description: that first
+    answer must not stick."""
+    before = Runtime(store=MemoryStore())
+    run = await before.start(recorded_before_reducers_counted(logging_graph(Appended, ask=True)), {})
+    document = await before.export_thread(run.id)
+    here = Runtime(store=MemoryStore())
+    here.register(logging_graph(Appended, ask=True))
+    await here.import_thread(document)
+    done = await here.resume(run.id, True)
+    assert done.status.value == "succeeded", done.error
+
+
+async def test_graphs_sharing_a_legacy_version_are_told_apart_by_their_reducers() -> None:
+    store = MemoryStore()
+    run = await Runtime(store=store).start(recorded_before_reducers_counted(logging_graph(Plain, ask=True)), {})
+    both = Runtime(store=store)
+    both.register(logging_graph(Plain, ask=True))
+    both.register(logging_graph(Appended, ask=True))   # registered last: it must not hide the other
+    done = await both.resume(run.id, True)
+    assert done.status.value == "succeeded", done.error
+    assert (await both.state_at((await both.history(done.id))[-1].id)).log == ["c"]
+
+
+async def test_a_description_written_before_descriptions_named_reducers_cannot_tell_and_is_taken_as_the_same() -> None:
+    store = MemoryStore()
+    run = await Runtime(store=store).start(recorded_before_reducers_counted(logging_graph(Appended, ask=True)), {})
+    store._graphs[run.graph_version].pop("reducers")   # as such a store holds it
+    later = Runtime(store=store)
+    later.register(logging_graph(Appended, ask=True))
+    assert (await later.resume(run.id, True)).status.value == "succeeded"
