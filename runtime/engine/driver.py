@@ -82,14 +82,9 @@ class Driver:
         """A run's opt-in policy: compensate its effects when it ends failed or cancelled
         (``undo_here`` False: ask a worker to, where the undo functions are)."""
         if run.status.value in (run.options.get("compensate_on") or ()) and not run.effects_elsewhere:
-            local, here = local_undos(self.deps, left_to_undo(self.store, run)) if not undo_here else ([], True)
-            if local and not here:   # no worker could make it: an ask would wait for ever
-                log.warning("run %s ended %s and its policy undoes its effects, but the undo of %s of node %s "
-                            "is a lambda, closure, bound method or partial that only the process that ran it "
-                            "holds; nothing was asked of the workers", run.id, run.status.value,
-                            local[-1].name, local[-1].node)
-                return run
-            if not undo_here and not local:
+            # an undo only the process that ran it holds (a lambda): no worker could make an ask,
+            # which would wait for ever; it is made here instead, as far as this process can
+            if not undo_here and not local_undos(self.deps, left_to_undo(self.store, run))[0]:
                 ask_worker(self.deps, run.id)
                 return run
             report = await compensate(self.deps, run.id)
