@@ -385,7 +385,7 @@ def thread_id_problem(value: object) -> str | None:
         return f"must not be {'blank (whitespace only)' if value else 'empty'}, got {value!r}"
     if not isinstance(value, str) or "\x00" in value:
         return f"must be a non-empty string without NUL characters, got {value!r}"
-    if value in (".", ".."):   # a URL's path would read it as a step up or nowhere
+    if value in (".", "..") or not value.strip("/"):   # a URL's path would read it as a step up or nowhere
         return f"must not be {value!r}"
     if len(value) > MAX_THREAD_ID:
         return f"must be a non-empty string of at most {MAX_THREAD_ID} characters, got one of {len(value):,}"

@@ -403,7 +403,7 @@ async def test_a_stream_read_with_a_plain_for_or_await_says_how_to_read_it_and_r
 @pytest.mark.parametrize("thread_id, said", [
     ("", "must not be empty"), ("  ", "must not be blank"), ("a\x00b", "must be a non-empty string without NUL"),
     (123, "must be a non-empty string"), ("t" * 501, "must be a non-empty string of at most 500"),
-    ("..", "must not be '..'"), (".", "must not be '.'"),
+    ("..", "must not be '..'"), (".", "must not be '.'"), ("//", "must not be '//'"),
 ])
 async def test_a_bad_thread_id_is_refused_everywhere_alike(rt: Runtime, thread_id, said: str):
     with pytest.raises(Exception, match=f"thread_id {said}"):
