@@ -58,6 +58,14 @@ def parse(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def first_run(viewer: Runtime) -> str:
+    """The id of the run another Runtime over the same file has just started."""
+    deadline = time.monotonic() + 10
+    while not viewer.store.list_runs() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return viewer.store.list_runs()[0].id
+
+
 def test_a_run_stream_carries_its_events_and_ends_with_the_run(tmp_path: Path) -> None:
     """The run is driven by another Runtime over the same file (as another process would);
     the page follows it from the store."""
@@ -67,10 +75,7 @@ def test_a_run_stream_carries_its_events_and_ends_with_the_run(tmp_path: Path) -
     worker = threading.Thread(target=lambda: (asyncio.run(driver.start(slow_graph(), {})), done.set()))
     worker.start()
     try:
-        deadline = time.monotonic() + 10
-        while not viewer.store.list_runs() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        run_id = viewer.store.list_runs()[0].id
+        run_id = first_run(viewer)
         with TestClient(create_app(viewer)) as client:
             page = client.get(f"/runs/{run_id}")
             live_page = 'sse-connect="/runs/' in page.text
@@ -126,10 +131,7 @@ def test_a_stream_that_outlives_its_connection_closes_without_end_and_goes_on_fr
     live.MAX_LIFETIME, saved_life = 0.3, live.MAX_LIFETIME
     worker.start()
     try:
-        deadline = time.monotonic() + 10
-        while not viewer.store.list_runs() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        run_id = viewer.store.list_runs()[0].id
+        run_id = first_run(viewer)
         with TestClient(create_app(viewer)) as client:
             first = client.get(f"/runs/{run_id}/live", timeout=10)
             assert [k for k, _ in parse(first.text)][-1] != "end"
