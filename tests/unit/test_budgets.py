@@ -366,7 +366,7 @@ async def test_usage_of_an_effect_that_outlived_its_deadline_counts_once_across_
         finally:
             reported.set()
 
-    @g.node(timeout=0.2)
+    @g.node(timeout=1.0)   # room for the continuation on a loaded machine: its served call returns at once
     def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
         return {"text": ctx.effect("llm", call)}
 
