@@ -59,6 +59,8 @@ def test_a_running_runs_trace_and_time_so_far_stay_current_until_it_ends(page: P
     expect(page.locator("#run-status")).to_have_text("succeeded")
     last = steady.api(f"/api/runs/{run_id}/events?after=0&limit=1000")["events"][-1]["seq"]
     page.wait_for_function(f"Math.max(0, ...{TRACE_SEQS}) === {last}", timeout=4000)
+    # the page the run's end brings (its recorded time, no counter), then nothing moves
+    expect(page.locator("#run-took[data-took]")).to_have_count(0, timeout=5000)
     final = started.inner_text()
     page.wait_for_timeout(1200)
     assert started.inner_text() == final and page.locator("#run-took[data-took]").count() == 0
