@@ -108,3 +108,44 @@ def test_a_node_opened_while_the_run_goes_on_follows_its_end(page: Page, demo: A
     drawer.get_by_role("link", name="close").click()
     expect(page.locator("#drawer")).to_have_count(0)
     expect(page).to_have_url(re.compile(rf"/runs/{run_id}$"))
+
+
+def test_a_refresh_answered_after_the_drawer_closed_does_not_open_it_again(page: Page, demo: Any) -> None:
+    """The run ends while a node's drawer is open; its refreshes, asked for at the drawer's
+    address, are answered only after the drawer was closed: the drawer stays closed and the
+    page still comes to show how the run ended."""
+    run_id = start_slow_run(demo)
+    page.goto(f"/runs/{run_id}?node=crawl")
+    drawer = page.locator("#drawer")
+    expect(drawer.locator("details.instance > summary")).to_contain_text("running")
+    held: list[Any] = []
+    answered: list[str] = []
+    at_drawer = f"/runs/{run_id}?node=crawl"
+    page.route(lambda url: url.endswith(at_drawer),
+               lambda route: held.append(route) if route.request.headers.get("hx-request") else route.continue_())
+    page.on("requestfinished", lambda request: answered.append(request.url))
+
+    demo.post(f"/api/runs/{run_id}/cancel", {"reason": "closed while it ended"})
+    expect(page.locator("#run-status")).to_have_text("cancelled")   # over the live stream
+    for _ in range(100):   # the refreshes the run's end asks for, held at the drawer's address
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the run's end asked for no refresh"
+    drawer.get_by_role("link", name="close").click()
+    expect(drawer).to_have_count(0)
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}$"))
+
+    asked = len(held)
+    for route in held:
+        route.continue_()
+    for _ in range(100):
+        if sum(url.endswith(at_drawer) for url in answered) >= asked:
+            break
+        page.wait_for_timeout(100)
+    page.wait_for_timeout(1000)   # what the held answers would have swapped in
+    expect(drawer).to_have_count(0)
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}$"))
+    expect(page.locator(".actions").get_by_role("button", name="Resume")).to_be_visible()
+    expect(page.locator(".timeline a.cp-link.selected")).to_have_attribute(
+        "data-seq", str(demo.api(f"/api/runs/{run_id}")["checkpoint_count"] - 1))

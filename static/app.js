@@ -119,6 +119,16 @@
     // The trace is kept through swaps of the page (hx-preserve): it is read at the checkpoint shown now.
     if (elt && elt.id === "events") { e.detail.path = atShown(e.detail.path); }
   });
+  // A refresh asked for at one address and answered after the page moved on (a node's drawer
+  // closed, a checkpoint picked) would put back what was just left: it is asked for again at
+  // the address shown now instead.
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var cfg = e.detail.requestConfig, elt = cfg && cfg.elt;
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-refresh")) { return; }
+    if (cfg.path === window.location.pathname + window.location.search) { return; }
+    e.detail.shouldSwap = false;
+    htmx.trigger(document.body, "run-changed");
+  });
   function atShown(path) {   // ``path`` with the checkpoint shown as its ``cp``
     var seq = shownSeq(), url = new URL(path, window.location.href);
     if (seq !== null) { url.searchParams.set("cp", seq); }
