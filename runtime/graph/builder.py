@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
@@ -44,8 +45,11 @@ class Graph:
         self.name = name
         self.state = state or AnyState
         self.default_retry = retry or NO_RETRY
-        self._decls: list[NodeDecl] = []
+        #: in declaration order; a subgraph is expanded when this graph compiles, so nodes
+        #: added to it after ``subgraph()`` are part of it, as they are of a graph itself
+        self._decls: list[NodeDecl | _Sub] = []
         self._problems: list[Problem] = []
+        self._compiling = False   # a graph that is (through subgraphs) its own subgraph
 
     @overload
     def node(self, name: _F, /) -> _F: ...
@@ -100,30 +104,57 @@ class Graph:
         (same checkpoints, concurrency budget and interrupts), after ``after``; nodes
         after ``name`` run once the subgraph's last nodes have. Its nodes see their own
         state model, a view of this graph's state: each of its fields must be a field
-        here with the same type and reducer."""
+        here with the same type and reducer. A ``Graph`` is read when this one compiles:
+        nodes added to it after this call are part of it."""
         if not isinstance(graph, (Graph, ExecutableGraph)):   # declaration never raises: reported at compile
             self._problems.append(Problem(f"subgraph {name!r}", f"must be a Graph or a compiled graph, got "
                                                                 f"{type(graph).__name__} {graph!r:.60}"))
             return
-        try:
-            child = graph.compile() if isinstance(graph, Graph) else graph
-        except GraphError as e:
-            self._problems.extend(Problem(f"subgraph {name!r}: {p.location}", p.message) for p in e.problems)
-            return
-        where = f"subgraph {name!r}"
-        self._problems.extend(view_problems(where, child, self.state))
-        deps = tuple(after) if not isinstance(after, str) else (after,)
-        self._decls.extend(subgraph_decls(name, child, deps, self.state, prefix=f"{where} ",
-                                          end=f"{where} (its end)"))
+        self._decls.append(_Sub(name, graph, tuple(after) if not isinstance(after, str) else (after,)))
 
     def compile(self) -> ExecutableGraph:
-        if self._problems:
+        if self._compiling:
+            raise GraphError([Problem(f"graph {self.name!r}", "it is a subgraph of itself (directly or "
+                                                               "through other subgraphs)")])
+        self._compiling = True
+        try:
+            problems = list(self._problems)
+            decls = self._expanded(problems)
+        finally:
+            self._compiling = False
+        if problems:
             try:
-                build(self.name, self.state, self._decls)
+                build(self.name, self.state, decls)
             except GraphError as e:
-                raise GraphError([*self._problems, *e.problems]) from None
-            raise GraphError(list(self._problems))
-        return build(self.name, self.state, self._decls)
+                raise GraphError([*problems, *e.problems]) from None
+            raise GraphError(problems)
+        return build(self.name, self.state, decls)
+
+    def _expanded(self, problems: list[Problem]) -> list[NodeDecl]:
+        """The declarations with every subgraph put in as its nodes, as the subgraph is now."""
+        decls: list[NodeDecl] = []
+        for d in self._decls:
+            if isinstance(d, NodeDecl):
+                decls.append(d)
+                continue
+            where = f"subgraph {d.name!r}"
+            try:
+                child = d.graph.compile() if isinstance(d.graph, Graph) else d.graph
+            except GraphError as e:
+                problems.extend(Problem(f"{where}: {p.location}", p.message) for p in e.problems)
+                continue
+            problems.extend(view_problems(where, child, self.state))
+            decls.extend(subgraph_decls(d.name, child, d.after, self.state, prefix=f"{where} ",
+                                        end=f"{where} (its end)"))
+        return decls
+
+
+@dataclass(frozen=True)
+class _Sub:
+    """``Graph.subgraph``'s declaration, expanded when the graph compiles."""
+    name: str
+    graph: Graph | ExecutableGraph
+    after: tuple[str, ...]
 
 
 def subgraph_decls(name: str, child: ExecutableGraph, after: Sequence[str], parent: type[BaseModel], *,

@@ -183,6 +183,41 @@ def test_a_broken_subgraph_is_reported_by_its_parent() -> None:
     assert "subgraph 'sub'" in str(e.value) and "unknown dependency 'ghost'" in str(e.value)
 
 
+async def test_a_child_is_taken_as_it_is_when_its_parent_compiles(rt: Runtime) -> None:
+    """Nodes added to a child after ``subgraph()`` (later in the module, say) run in the
+    parent as they do in the child alone; a child with no nodes yet at that call is fine."""
+    c = Graph("research", Child)
+    p = Graph("parent", Parent)
+    p.subgraph("research", c)
+
+    @c.node()
+    def search(s: Child) -> dict[str, Any]:
+        return {"log": ["search"]}
+
+    @c.node(after=["search"])
+    def notify(s: Child) -> dict[str, Any]:
+        return {"log": ["notify"]}
+
+    assert list(p.compile().nodes) == ["research/search", "research/notify", "research"]
+    run = await rt.start(p, {})
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert (await rt.state_at((await rt.history(run.id))[-1].id)).log == ["search", "notify"]
+
+
+def test_a_graph_that_is_its_own_subgraph_is_refused_in_words() -> None:
+    a, b = Graph("a", Parent), Graph("b", Parent)
+    a.add_node("n", lambda s: None)
+    b.add_node("m", lambda s: None)
+    a.subgraph("inner", b)
+    b.subgraph("outer", a)
+    with pytest.raises(GraphError) as e:
+        a.compile()
+    assert "graph 'a': it is a subgraph of itself" in str(e.value)
+    with pytest.raises(GraphError, match="subgraph of itself"):
+        b.compile()
+    assert not a._compiling and not b._compiling   # refused, they are left as they were
+
+
 def test_slashes_are_reserved_for_subgraph_paths() -> None:
     g = Graph("slash")
     g.add_node("a/b", lambda s: None)
