@@ -164,6 +164,13 @@ class NodeContext:
     def _check_alive(self) -> None:
         if self._scope.abandoned:
             raise AttemptCancelled(f"attempt {self.attempt} of node {self.node!r} was abandoned")
+        if self._scope.ended:
+            # kept by a client, or used by a task the node left running: what it did would be
+            # recorded against a node whose outcome is already settled
+            raise InvalidInputError(
+                f"the context of node {self.node!r} (attempt {self.attempt}) was used after that attempt "
+                f"ended: a node's ctx works only while the node runs; use the ctx each node is given, "
+                f"and await what uses it before the node returns")
 
 
 def _fits(model: type[BaseModel]) -> Callable[[JSON], bool]:

@@ -78,6 +78,7 @@ async def execute_attempt(spec: NodeSpec, state: Any, ctx: NodeContext, scope: A
         # their callers, which for an attempt started eagerly include the run loop's (a cycle)
         return Outcome(OutcomeKind.FAILED, error=_without_traceback(e))
     finally:
+        scope.ended = True
         if scope.deadline is not None and (scope.remaining() or 0) <= 0:
             # a sync node keeps its thread after a timeout; stop it from doing more
             scope.abandoned = True

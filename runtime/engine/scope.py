@@ -17,6 +17,8 @@ class AttemptScope:
 
     #: set once the attempt no longer counts (cancelled, past its deadline, its run gone)
     abandoned: bool = False
+    #: set once the attempt's node code has returned or raised: its ctx is done with
+    ended: bool = False
     #: set when the attempt raised an interrupt, even if node code caught the signal
     interrupt_id: str | None = None
     interrupts: int = 0
