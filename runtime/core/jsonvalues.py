@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from .errors import NodeError
+from .errors import InvalidInputError
 
 __all__ = ["JSON", "MAX_DEPTH", "problems", "to_json", "unstorable"]
 
@@ -30,15 +30,17 @@ MAX_DEPTH = 120
 
 
 def to_json(value: Any, what: str) -> JSON:
-    """``value`` as plain JSON data; ``NodeError`` naming ``what`` when it has no JSON
-    form (an unserialisable object, NaN or infinity, nesting past ``MAX_DEPTH``)."""
+    """``value`` as plain JSON data; ``InvalidInputError`` (a ``NodeError`` of class
+    ``invalid_input``: the value a node gave, not the runtime, is at fault) naming ``what``
+    when it has no JSON form (an unserialisable object, NaN or infinity, nesting past
+    ``MAX_DEPTH``)."""
     try:
         out = to_jsonable_python(value)
     except Exception as e:  # pydantic raises several types for unserialisable values
-        raise NodeError(f"{what} is not JSON-serialisable: {e}") from e
+        raise InvalidInputError(f"{what} is not JSON-serialisable: {e}") from e
     problem = unstorable(out)
     if problem is not None:
-        raise NodeError(f"{what} {problem}")
+        raise InvalidInputError(f"{what} {problem}")
     return out
 
 

@@ -676,3 +676,29 @@ async def test_an_answer_about_an_effect_that_drops_or_misspells_its_result_is_r
     done = await rt.resume(run.id, {"action": "result", "result": "paid by hand"})
     assert done.status == RunStatus.SUCCEEDED and len(calls) == 1
     assert (await final(rt, run.id)).value == "paid by hand"
+
+
+@pytest.mark.parametrize("gives", ["emit", "request", "result", "interrupt"])
+async def test_a_value_with_no_json_form_from_node_code_is_invalid_input_not_internal(rt: Runtime, gives: str):
+    """What the node handed over is at fault, as with writes that have no JSON form: class
+    ``invalid_input`` (which a ``retry_on`` of ``internal`` does not retry), naming the value."""
+    g = Graph(f"no-json-{gives}")
+
+    @g.node()
+    async def a(s, ctx):
+        if gives == "emit":
+            ctx.emit({"at": object()})
+        elif gives == "request":
+            await ctx.effect("e", lambda: 1, request={"at": object()})
+        elif gives == "result":
+            await ctx.effect("e", lambda: object(), request={})
+        else:
+            await ctx.interrupt({"at": float("nan")})
+        return None
+
+    run = await rt.start(g, {})
+    assert run.status == RunStatus.FAILED
+    assert run.error["class"] == "invalid_input", run.error
+    named = {"emit": "emitted payload is not JSON-serialisable", "request": "effect 'e' request is not",
+             "result": "effect 'e' result is not", "interrupt": "interrupt payload holds nan"}[gives]
+    assert named in run.error["message"]
