@@ -63,6 +63,8 @@ DOCUMENT_LEVELS = 8
 VERSION = 1
 _ALL = 10**9
 _SHOWN = 50   # problems listed in one error; the rest are counted
+#: the last second of the year 9999 UTC: a later time (a count of milliseconds, say) no calendar shows
+LAST_TIME = 253402300799.0
 T = TypeVar("T")
 #: the graph the importing Runtime has registered for a version, or None
 GraphLookup = Callable[[str], ExecutableGraph | None]
@@ -331,9 +333,14 @@ def _load(cls: type[T], data: Any, where: str, found: list[Problem]) -> T | None
             and not 0 <= v <= MAX_SEQ]
     found.extend(Problem(f"{where}.{name}", f"is {getattr(record, name)}, out of range: a whole number from 0 "
                                             f"to {MAX_SEQ}") for name in wide)
+    # a time is seconds since 1970 that a calendar shows (not milliseconds, not before 1970)
+    times = [f.name for f in dataclasses.fields(record) if (f.name == "at" or f.name.endswith("_at"))
+             and isinstance(v := getattr(record, f.name), float) and math.isfinite(v) and not 0 <= v <= LAST_TIME]
+    found.extend(Problem(f"{where}.{name}", f"is {getattr(record, name)!r}, not a time: seconds since "
+                                            f"1970-01-01 UTC, before the year 10000") for name in times)
     # text columns (ids, names, keys) cannot hold NUL on PostgreSQL: refused here on every store
     # (an error's or a decision's text is free text, which the stores keep as it is)
     nul = [f.name for f in dataclasses.fields(record) if str(f.type).startswith("str")
            and f.name not in ("error", "decision") and isinstance(v := getattr(record, f.name), str) and "\x00" in v]
     found.extend(Problem(f"{where}.{name}", "holds a NUL character, which no id or name may") for name in nul)
-    return None if odd or wide or nul else record
+    return None if odd or wide or times or nul else record

@@ -72,7 +72,10 @@ def _fmt_time(ts: float | None) -> str:
 
     if ts is None:
         return ""
-    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):   # a store written by other code: shown, not a 500
+        return f"{ts!r} (not a time)"
 
 
 def _fmt_duration(seconds: float) -> str:

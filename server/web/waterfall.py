@@ -81,8 +81,8 @@ def axis(attempts: Sequence[NodeAttempt], run: Run) -> Axis:
         if stop - start > BREAK_AFTER and stop - start > BREAK_SHARE * rest and rest > 0:
             long.append((start, stop))
             kept -= stop - start
-    if not long:
-        return Axis(t0, end, (), 100 / total)
+    if not long:   # (a time so large that a microsecond is lost in it leaves no length at all)
+        return Axis(t0, end, (), 100 / total if total > 0 else 0.0)
     width = min(BREAK_WIDTH, BREAKS_AT_MOST / len(long))
     scale = (100 - width * len(long)) / kept
     breaks, x, last = [], 0.0, t0

@@ -591,3 +591,14 @@ async def test_a_nul_in_an_id_or_name_is_rejected_on_every_store(loop_export, lo
     record[field] = record[field][:3] + "\x00" + record[field][3:]
     message = await rejected(loop_target, doc)
     assert f".{field}: holds a NUL character, which no id or name may" in message
+
+
+@pytest.mark.parametrize("key, j, field", [("run", None, "created_at"), ("events", 2, "at"),
+                                           ("checkpoints", 1, "created_at"), ("attempts", 0, "ended_at")])
+@pytest.mark.parametrize("value", [1796526108815.0, -1.0, 1e300])
+async def test_a_time_no_calendar_shows_is_rejected_with_its_path(doc, target, key: str, j: int | None,
+                                                                  field: str, value: float):
+    """Milliseconds given for seconds, say: stored, every page showing the run failed."""
+    (doc["runs"][0][key] if j is None else doc["runs"][0][key][j])[field] = value
+    where = f"runs[0].{key}" + ("" if j is None else f"[{j}]") + f".{field}"
+    assert f"{where}: is {value!r}, not a time: seconds since 1970-01-01 UTC" in await rejected(target, doc)
