@@ -90,14 +90,16 @@ def nesting_depth(value: Any, stop: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def parse_json(text: str, what: str, max_depth: int = MAX_DEPTH) -> JSON:
+def parse_json(text: str, what: str, max_depth: int = MAX_DEPTH, *, lines: bool = False) -> JSON:
     """``text`` as a JSON value; ``InputError`` naming ``what`` when it is not one we accept
-    (``max_depth``: for documents that wrap such values in an envelope of their own)."""
+    (``max_depth``: for documents that wrap such values in an envelope of their own;
+    ``lines``: where a syntax error is says its line too, for text typed into a box)."""
     try:
         value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int,
                            object_pairs_hook=_object)
     except json.JSONDecodeError as e:
-        raise InputError(f"{what} is not valid JSON: {e.msg} at column {e.colno}") from None
+        where = f"(line {e.lineno}, column {e.colno})" if lines else f"at column {e.colno}"
+        raise InputError(f"{what} is not valid JSON: {e.msg} {where}") from None
     except _Refused as e:
         raise InputError(f"{what} is not accepted: {e}") from None
     except RecursionError:  # the parser's own stack ran out: far deeper than max_depth

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.core.jsonvalues import JSON
+from server.inputs import InputError, parse_json
 
 #: form input names start with this, so no property can clash with ``_csrf_token``
 PREFIX = "f."
@@ -296,9 +297,9 @@ def _text(f: FormField, raw: str) -> JSON:
 
 def _json(f: FormField, raw: str) -> JSON:
     try:
-        value: JSON = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+        value: JSON = parse_json(raw, "", lines=True)
+    except InputError as e:   # said of the field: "<label> is not valid JSON: …"
+        raise ValueError(str(e).lstrip()) from None
     if value is None and f.nullable:
         return value
     if f.json_type == "array" and not isinstance(value, list):

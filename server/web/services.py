@@ -40,6 +40,7 @@ from runtime.store.base import MAX_SEQ
 from runtime.travel.diff import Change, diff
 from runtime.travel.views import CheckpointView
 
+from server.inputs import InputError, parse_json
 from server.present import uncalled_mock_lines
 
 from .journal import EffectRow as EffectRow, as_of, journal_rows as journal_rows
@@ -291,14 +292,13 @@ def require_status(run: Run, allowed: Sequence[RunStatus], action: str) -> None:
 
 
 def parse_json_field(text: str, what: str) -> JSON:
-    import json
-
+    """JSON typed into a form, read as the JSON API reads a body (depth, NaN, huge numbers)."""
     if not text.strip():
         return None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InvalidRequest(f"{what} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+        return parse_json(text, what, lines=True)
+    except InputError as e:
+        raise InvalidRequest(str(e)) from None
 
 
 def parse_json_object(text: str, what: str, shape: str) -> dict[str, JSON] | None:

@@ -439,6 +439,19 @@ def test_an_answer_without_the_csrf_token_is_refused_and_changes_nothing(rt: Run
     assert snapshot(rt, run_id) == before and before[0] == RunStatus.INTERRUPTED
 
 
+def test_json_typed_into_an_answer_field_is_read_as_the_json_api_reads_it(rt: Runtime, client: TestClient[Any]):
+    """Nested past the API's depth, or with NaN: the field says so (not a 500), nothing is answered."""
+    run_id, q = start(rt, review_graph(), {})
+    before = snapshot(rt, run_id)
+    for tags, said in (("[" * 100_000 + "]" * 100_000, "Tags nests deeper than 100 levels"),
+                       ('["a", NaN]', "Tags is not accepted")):
+        reply = post_answer(client, q.id, valid_review(**{"f.tags": tags}))
+        assert reply.status_code == 422, reply.text[:300]
+        found = re.search(r'id="f-tags-error">([^<]*)<', reply.text)
+        assert found and found.group(1).startswith(said), found
+    assert snapshot(rt, run_id) == before
+
+
 def test_an_invalid_answer_shows_errors_by_its_fields_and_keeps_the_run_paused(rt: Runtime, client: TestClient[Any]):
     run_id, q = start(rt, review_graph(), {})
     before = snapshot(rt, run_id)

@@ -732,6 +732,8 @@ def test_fork_create_redirects_to_the_new_run(seeded: Seeded, client: Client) ->
     ("[1]", "must be a JSON object of state fields, got list"),
     ('{"n": ', "patch is not valid JSON"),
     ("null", "must be a JSON object of state fields, got null"),   # typed, not left empty: not "no patch"
+    ("[" * 100_000 + "]" * 100_000, "patch nests deeper than 100 levels"),   # read as the JSON API reads it
+    ('{"n": NaN}', "patch is not accepted"),
 ])
 def test_an_invalid_patch_is_a_422_with_its_message_and_creates_nothing(seeded: Seeded, client: Client,
                                                                          patch: str, named: str) -> None:
@@ -905,7 +907,7 @@ def test_a_replays_report_opens_where_the_replayed_code_cannot_be_imported(seede
 
 @pytest.mark.parametrize(("fields", "named"), [
     ({"version": "nope"}, "&#39;nope&#39; is not registered"), ({"mocks": "3"}, "mocks must be a JSON object"),
-    ({"mocks": "{"}, "mocks is not valid JSON"),
+    ({"mocks": "{"}, "mocks is not valid JSON"), ({"mocks": "[" * 100_000 + "]" * 100_000}, "mocks nests deeper than"),
     ({"mocks": " null "}, "mocks must be a JSON object of {effect name: result}, got null")])
 def test_an_invalid_replay_is_422_and_creates_nothing(seeded: Seeded, client: Client, fields: dict[str, str],
                                                       named: str) -> None:
