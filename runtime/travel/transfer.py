@@ -63,6 +63,7 @@ DOCUMENT_LEVELS = 8
 VERSION = 1
 _ALL = 10**9
 _SHOWN = 50   # problems listed in one error; the rest are counted
+_UNSAFE_IN_ADDRESS = frozenset("/?#%\\") | frozenset(map(chr, range(1, 32))) | {chr(127)}   # NUL: said below
 #: the last second of the year 9999 UTC: a later time (a count of milliseconds, say) no calendar shows
 LAST_TIME = 253402300799.0
 T = TypeVar("T")
@@ -338,9 +339,15 @@ def _load(cls: type[T], data: Any, where: str, found: list[Problem]) -> T | None
              and isinstance(v := getattr(record, f.name), float) and math.isfinite(v) and not 0 <= v <= LAST_TIME]
     found.extend(Problem(f"{where}.{name}", f"is {getattr(record, name)!r}, not a time: seconds since "
                                             f"1970-01-01 UTC, before the year 10000") for name in times)
+    # a run's, a checkpoint's or a question's id is a segment of the debugger's addresses
+    unsafe = [f.name for f in dataclasses.fields(record) if f.name == "id"
+              and isinstance(v := getattr(record, f.name), str) and (not v.strip() or _UNSAFE_IN_ADDRESS & set(v))]
+    found.extend(Problem(f"{where}.{name}", f"is {getattr(record, name)!r}: an id names a page of the debugger, "
+                                            f"so it is not blank and holds no '/', '?', '#', '%', '\\' "
+                                            f"or control character") for name in unsafe)
     # text columns (ids, names, keys) cannot hold NUL on PostgreSQL: refused here on every store
     # (an error's or a decision's text is free text, which the stores keep as it is)
     nul = [f.name for f in dataclasses.fields(record) if str(f.type).startswith("str")
            and f.name not in ("error", "decision") and isinstance(v := getattr(record, f.name), str) and "\x00" in v]
     found.extend(Problem(f"{where}.{name}", "holds a NUL character, which no id or name may") for name in nul)
-    return None if odd or wide or times or nul else record
+    return None if odd or wide or times or unsafe or nul else record

@@ -602,3 +602,14 @@ async def test_a_time_no_calendar_shows_is_rejected_with_its_path(doc, target, k
     (doc["runs"][0][key] if j is None else doc["runs"][0][key][j])[field] = value
     where = f"runs[0].{key}" + ("" if j is None else f"[{j}]") + f".{field}"
     assert f"{where}: is {value!r}, not a time: seconds since 1970-01-01 UTC" in await rejected(target, doc)
+
+
+@pytest.mark.parametrize("key, j", [("run", None), ("checkpoints", 1)])
+@pytest.mark.parametrize("value", ["run?x=1#top", "a/b", "50%", "a\\b", "tab\there", "  "])
+async def test_an_id_that_cannot_name_a_page_is_rejected(doc, target, key: str, j: int | None, value: str):
+    """A run's or a checkpoint's id is a segment of the debugger's addresses: stored with a '?'
+    or a '#', every link to it led elsewhere."""
+    record = doc["runs"][0][key] if j is None else doc["runs"][0][key][j]
+    record["id"] = value
+    where = f"runs[0].{key}" + ("" if j is None else f"[{j}]") + ".id"
+    assert f"{where}: is {value!r}: an id names a page of the debugger" in await rejected(target, doc)
