@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, cast
 
 from litestar import Request, Response, Router, get, post
+from litestar.types import Empty
 from litestar.exceptions import ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Operation, RequestBody, Schema
@@ -32,7 +33,7 @@ from server.inputs import MAX_DEPTH, InputError, kind_of, parse_json
 from server.present import attempt_json, interrupt_question, journal_json, load_run_view, plain
 
 from . import actions, services
-from .bodies import AnswerBody, Body, CancelBody, CompensateBody, ForkBody, ReplayBody, ResumeBody, patch_refused, refused
+from .bodies import MAX_IMPORT_BODY, AnswerBody, Body, CancelBody, CompensateBody, ForkBody, ReplayBody, ResumeBody, patch_refused, refused
 from .auth import identity
 from .services import complete, in_thread
 from .threads import thread_in_path, thread_tree
@@ -63,6 +64,7 @@ class ApiError:
 
 def _errors(*codes: int) -> dict[int, ResponseSpec]:
     meaning = {404: "no such run, checkpoint or interrupt", 409: "the run is not in a state that allows it",
+               413: "the body is larger than this route takes",
                422: "an invalid parameter or body; the message names the field"}
     return {c: ResponseSpec(data_container=ApiError, description=meaning[c], generate_examples=False)
             for c in codes}
@@ -82,7 +84,8 @@ def _read(path: str, summary: str, *errors: int) -> get:
     return get(path, summary=summary, responses=_errors(*errors), operation_class=ApiOperation)
 
 
-def _act(path: str, status: int, summary: str, body: type[Body] | Json, *errors: int) -> post:
+def _act(path: str, status: int, summary: str, body: type[Body] | Json, *errors: int,
+         max_body: int | None = None) -> post:
     """A POST whose JSON body this module parses itself (Litestar's own parsing would answer
     400 for what is a 422 here, and 500 for very deep JSON), documented as OpenAPI's body."""
     schema = body if isinstance(body, dict) else body.model_json_schema()
@@ -94,7 +97,8 @@ def _act(path: str, status: int, summary: str, body: type[Body] | Json, *errors:
             super().__post_init__()
             self.request_body = RequestBody(content=content, required=False)
 
-    return post(path, status_code=status, summary=summary, responses=_errors(*errors), operation_class=WithBody)
+    return post(path, status_code=status, summary=summary, responses=_errors(*errors), operation_class=WithBody,
+                request_max_body_size=Empty if max_body is None else max_body)   # Empty: the app's
 
 
 async def _json_body(request: Req, depth: int = MAX_DEPTH, empty: JSON = None) -> JSON:
@@ -359,7 +363,7 @@ async def replay(request: Req, run_id: FromPath[str]) -> Response[Json]:
                                          queue=body.queue))
 
 
-@_act("/import", 201, "Import an exported thread", EXPORTED, 422)
+@_act("/import", 201, "Import an exported thread", EXPORTED, 413, 422, max_body=MAX_IMPORT_BODY)
 async def import_thread(request: Req, effects: FromQuery[str] = "mock") -> Json:
     """Load the thread into this store (its ids must be new here); a bad document writes nothing.
     ``effects=mock`` (the default): resuming or continuing its runs here serves the effects they

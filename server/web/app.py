@@ -26,10 +26,9 @@ from .auth import TokenMiddleware, check_bind
 from .origin import SameOrigin
 from .render import STATIC, is_htmx, render
 from .background import Background
+from .bodies import MAX_BODY, MAX_IMPORT_BODY as MAX_IMPORT_BODY
 from .services import Conflict
 
-#: the largest request body accepted (an imported thread is the biggest thing posted)
-MAX_BODY = 20 * 1024 * 1024
 
 
 def _status_of(exc: Exception) -> tuple[int, str]:

@@ -23,6 +23,14 @@ from runtime.core.errors import InvalidRequest
 from . import wording
 
 
+#: the largest request body accepted (a fork's patch, an answer, …)
+MAX_BODY = 20 * 1024 * 1024
+#: and for an imported thread: its export holds what those bodies brought, some of it more
+#: than once (a patched value is in the fork's options, its checkpoint's snapshot and its
+#: trace), and a long thread many times over (``harness import FILE`` has no limit)
+MAX_IMPORT_BODY = 256 * 1024 * 1024
+
+
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 

@@ -26,6 +26,7 @@ from runtime.travel.branches import apply_patch, mockable_effects
 from runtime.travel.diff import diff
 
 from . import actions, services, wording
+from .bodies import MAX_IMPORT_BODY
 from .render import is_htmx, render
 from .services import Conflict, complete, in_thread
 
@@ -229,7 +230,7 @@ async def import_form(request: Request[Any, Any, Any]) -> Response[str]:
     return render(request, "import.html", {"error": None, "runs": None})
 
 
-@post("/import", include_in_schema=False)
+@post("/import", include_in_schema=False, request_max_body_size=MAX_IMPORT_BODY)
 async def import_submit(request: Request[Any, Any, Any], data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.MULTI_PART)]) -> Response[Any]:
     upload = data.get("file")
     try:

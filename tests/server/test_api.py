@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from runtime import Graph, InvalidRequest, NodeContext, Runtime, RunStatus, SqlStore, append
 from server.present import plain
 from server.web import api, services
-from server.web.app import MAX_BODY, create_app
+from server.web.app import MAX_BODY, MAX_IMPORT_BODY, create_app
 
 if TYPE_CHECKING:
     from conftest import Seeded
@@ -679,8 +679,26 @@ def test_an_export_whose_checkpoint_lacks_an_instance_it_changed_is_422(seeded: 
 
 
 def test_a_body_over_the_limit_is_refused_with_413(reader: Client) -> None:
-    r = reader.post("/api/import", content=b" " * (MAX_BODY + 1))
+    r = reader.post(f"/api/runs/{'x' * 8}/resume", content=b" " * (MAX_BODY + 1))
     assert r.status_code == 413
+    r = reader.post("/api/import", content=b" " * (MAX_IMPORT_BODY + 1))
+    assert r.status_code == 413
+
+
+def test_a_thread_forked_with_the_largest_patch_a_body_takes_imports_back(seeded: Seeded, client: Client,
+                                                                          empty_rt: Runtime, make_app: MakeApp) -> None:
+    """Its export holds the patched value several times over (the fork's options, its
+    checkpoint's snapshot, its trace), more than any other body may hold: import takes it."""
+    base = checkpoints(client, seeded.interrupted)[0]
+    patch = {"doc": "x" * (MAX_BODY // 3)}
+    fork_id = client.post(f"/api/checkpoints/{base['id']}/fork", json={"patch": patch}).json()["run_id"]
+    wait_for(seeded.rt, fork_id)
+    exported = client.get(f"/api/runs/{seeded.interrupted}/export").content
+    assert len(exported) > MAX_BODY
+    with TestClient(make_app(empty_rt)) as other:
+        r = other.post("/api/import", content=exported, headers={"content-type": "application/json"})
+        assert r.status_code == 201, r.text[:300]
+        assert other.get(f"/api/runs/{fork_id}").json()["state"]["doc"] == patch["doc"]
 
 
 # ------------------------------------------------------------------ the token rule
