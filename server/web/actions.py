@@ -24,7 +24,7 @@ from runtime.core.records import Interrupt, InterruptStatus, Run
 from runtime.core.states import RunStatus
 from runtime.engine.answers import validate_answer
 from runtime.engine.compensation import CompensationReport
-from runtime.history.lineage import compensated
+from runtime.history.lineage import compensated, continuations
 
 from . import bodies
 from .background import start_in_background
@@ -47,7 +47,12 @@ def _run_or_checkpoints_run(rt: Runtime, target_id: str) -> Run:
     try:
         return rt.store.get_run(target_id)
     except NotFound:
-        return rt.store.get_run(rt.store.get_checkpoint(target_id).run_id)
+        pass
+    try:
+        checkpoint = rt.store.get_checkpoint(target_id)
+    except NotFound:
+        raise NotFound(f"no run or checkpoint with id {target_id!r}") from None
+    return rt.store.get_run(checkpoint.run_id)
 
 
 async def fork(rt: Runtime, tasks: Tasks, checkpoint_id: str, patch: Mapping[str, JSON] | None,
@@ -97,6 +102,10 @@ async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str
     if run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and await in_thread(compensated, rt.store, run):
         raise Conflict(f"run {run_id} was compensated (its effects were undone, or may have been): it cannot "
                        f"be continued; fork it instead")
+    if run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+        done = await in_thread(continuations, rt.store, run.id)
+        if done:   # the state of the run, not the request, is why: as for a succeeded one
+            raise Conflict(f"run {run_id} was already continued by {done[-1].id}; resume that run instead")
     if answers is not None and not answers:
         raise InvalidRequest("answers must give at least one {interrupt id: answer}")
     if run.status == RunStatus.INTERRUPTED and answers is None:

@@ -387,6 +387,16 @@ def test_resume_conflicts_and_mistakes(seeded: Seeded, client: Client) -> None:
     assert "answers" in error(client.post(f"/api/runs/{seeded.failed}/resume", json={"answers": {}}), 422)
     assert "nothing to answer" in error(
         client.post(f"/api/runs/{seeded.failed}/resume", json={"answers": {"int_x": 1}}), 409)
+    # continued once: the run's state, not the request, refuses a second continuation
+    cont = wait_for(seeded.rt, client.post(f"/api/runs/{seeded.failed}/resume").json()["run_id"])
+    before = store_contents(seeded.rt)
+    said = error(client.post(f"/api/runs/{seeded.failed}/resume"), 409)
+    assert said == f"run {seeded.failed} was already continued by {cont.id}; resume that run instead"
+    assert store_contents(seeded.rt) == before
+
+
+def test_a_replay_of_an_unknown_id_says_it_names_no_run_or_checkpoint(reader: Client) -> None:
+    assert error(reader.post("/api/runs/nope/replay"), 404) == "no run or checkpoint with id 'nope'"
 
 
 class Panel(BaseModel):
@@ -751,7 +761,7 @@ def test_openapi_lists_every_route_with_its_body_and_statuses(reader: Client) ->
     resume = doc["paths"]["/api/runs/{run_id}/resume"]["post"]
     assert set(resume["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {"answers", "queue", *limits}
     assert set(fork["responses"]) == {"202", "404", "422"}
-    assert set(doc["paths"]["/api/import"]["post"]["responses"]) == {"201", "422"}
+    assert set(doc["paths"]["/api/import"]["post"]["responses"]) == {"201", "413", "422"}   # 413: past its own, larger, body limit
     assert set(doc["paths"]["/api/runs/{run_id}/compensate"]["post"]["responses"]) == {"200", "404", "409", "422"}
     assert set(doc["paths"]["/api/runs/{run_id}/export"]["get"]["responses"]) == {"200", "404", "409"}
     assert set(doc["paths"]["/api/runs/{run_id}/replay"]["post"]["responses"]) == {"202", "404", "409", "422"}
