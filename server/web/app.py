@@ -9,6 +9,7 @@ addressed to this machine, writes sent from its own pages or from programs), ``a
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Iterable
 from typing import Any
@@ -29,6 +30,8 @@ from .background import Background
 from .bodies import MAX_BODY, MAX_IMPORT_BODY as MAX_IMPORT_BODY
 from .services import Conflict
 
+log = logging.getLogger(__name__)
+
 
 
 def _status_of(exc: Exception) -> tuple[int, str]:
@@ -47,7 +50,7 @@ def _status_of(exc: Exception) -> tuple[int, str]:
         if exc.status_code == 403 and "CSRF" in str(exc.detail):   # most often: the server restarted since
             return 403, f"{exc.detail}: the page is older than this server's session; reload it and try again"
         return exc.status_code, str(exc.detail)
-    return 500, "internal error"
+    return 500, f"internal error ({type(exc).__name__}): the server's log has the details"
 
 
 def _error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -60,6 +63,13 @@ def _error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
         return render(request, "error.html", {"status": status, "message": message}, block="message",
                       status=status, headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"})
     return render(request, "error.html", {"status": status, "message": message}, status=status)
+
+
+def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """A fault of the server's own: its traceback to the log, and the page (or the API's JSON)
+    saying so in the same shape as any other error, rather than the framework's bare body."""
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return _error(request, exc)
 
 
 def _not_kept(response: Response[Any]) -> Response[Any]:
@@ -86,7 +96,8 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1", token: str | None =
         csrf_config=CSRFConfig(secret=csrf_secret or secrets.token_hex(32), exclude=["/api/", "/static/"],
                                cookie_samesite="strict"),
         exception_handlers={NotFound: _error, InvalidRequest: _error, GraphError: _error,
-                            NotFoundException: _error, ValidationException: _error, HTTPException: _error},
+                            NotFoundException: _error, ValidationException: _error, HTTPException: _error,
+                            Exception: _unexpected},
         request_max_body_size=MAX_BODY,
         after_request=_not_kept,
         debug=False,

@@ -4,6 +4,7 @@ them still answer, saying which value is odd, instead of failing whole."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import pytest
 from conftest import Seeded, app_over, make_seeded
 from local_client import TestClient
+
+from server.web import services
 
 
 @pytest.fixture(params=[1796526108815.0, -62135596801.0, 1e300])
@@ -38,3 +41,30 @@ def test_pages_showing_a_time_no_calendar_shows_still_answer(odd: tuple[Seeded, 
             r = c.get(url)
             assert r.status_code == 200, (url, r.status_code, r.text[:300])
         assert f"{value!r} (not a time)" in c.get("/runs").text
+
+
+
+def test_a_fault_of_the_servers_own_is_an_error_page_and_logged(seeded: Seeded,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the framework's bare JSON body on a page: the page (or the API's JSON) says what
+    kind of fault it was, and the log has its traceback."""
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug of the server's own")
+
+    monkeypatch.setattr(services, "runs_page", broken)
+    logged: list[logging.LogRecord] = []
+    with TestClient(app_over(seeded.rt)) as c:
+        # after the app has set logging up (which replaces the root's handlers)
+        handler = logging.Handler()
+        handler.emit = logged.append   # type: ignore[method-assign]
+        logging.getLogger("server.web.app").addHandler(handler)
+        page = c.get("/runs")
+        assert page.status_code == 500 and page.headers["content-type"].startswith("text/html")
+        assert "internal error (RuntimeError): the server&#39;s log has the details" in page.text
+        api = c.get("/api/runs")
+        assert api.status_code == 500
+        assert api.json() == {"error": "internal error (RuntimeError): the server's log has the details",
+                              "status": 500}
+    logging.getLogger("server.web.app").removeHandler(handler)
+    assert [r.getMessage() for r in logged] == ["GET /runs failed", "GET /api/runs failed"]
+    assert all(r.exc_info and "a bug of the server's own" in str(r.exc_info[1]) for r in logged)
