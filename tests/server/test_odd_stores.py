@@ -1,6 +1,7 @@
 """A store written by other code (an older import, a tool of the user's own) may hold times
 no calendar shows — milliseconds given for seconds, a time before 1970. The pages that show
-them still answer, saying which value is odd, instead of failing whole."""
+them still answer, saying which value is odd, instead of failing whole; and what no page
+foresaw (a fault of the server's own) is an error page naming it, its traceback logged."""
 
 from __future__ import annotations
 
