@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The main job, until the web debugger lands: run the refund example through the CLI,
+# The command-line tour: run the refund example through the CLI,
 # answer its interrupt, show every checkpoint, then travel in time: diff two steps,
 # fork with a patched amount (effects mocked: nothing is paid twice), replay the run,
 # export its thread and import it elsewhere; then a two-turn conversation and its event
-# stream. Uses ./demo.db (SQLite, no server).
+# stream. Each time in a new folder of its own (SQLite, no server), unless HARNESS_DB names a
+# store: a second tour of the same store would show the first one's runs and turns too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export HARNESS_DB="${HARNESS_DB:-sqlite:///demo.db}"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/harness-walkthrough.XXXXXX")
+export HARNESS_DB="${HARNESS_DB:-sqlite:///$WORK/demo.db}"
+echo "(the store: $HARNESS_DB)"
 H=.venv/bin/harness
 
 echo "== harness run examples.refund:graph --input '{\"order_id\": 8}'"
@@ -43,9 +46,8 @@ echo; echo "== harness replay $RUN: same code, every effect mocked, recorded ans
 $H replay "$RUN"
 
 echo; echo "== harness export $RUN, then import into another database"
-$H export "$RUN" --out demo-thread.json
-$H import demo-thread.json --db sqlite:///demo-imported.db
-rm -f demo-thread.json demo-imported.db demo-imported.db-wal demo-imported.db-shm
+$H export "$RUN" --out "$WORK/thread.json"
+$H import "$WORK/thread.json" --db "sqlite:///$WORK/imported.db"
 
 echo; echo "== a plan (JSON) naming registered functions"
 $H run examples/pipeline.json
