@@ -13,6 +13,7 @@ a small graph through the Runtime and check both stores give the same history.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -727,8 +728,9 @@ def test_per_run_reads_of_an_unknown_run_raise_not_found(store: CheckpointStore,
 # --------------------------------------------------------------------------- values
 
 
-#: strings a database may not hold as they are: U+0000 (PostgreSQL's text and JSONB refuse
-#: it), the private-use character the SQL store escapes it with, and look-alikes of both
+#: strings a database may not hold as they are: U+0000 (PostgreSQL's text refuses it, and
+#: so did the JSONB of stores before schema 4), the private-use character the SQL store
+#: escapes it with, and look-alikes of both
 AWKWARD = ("a\x00b", "\x00", "\ue000", "\ue0000", "\ue0001", "\\u0000", "\ue000\x00\ue000", "é ☃ 𝄞")
 
 
@@ -751,6 +753,39 @@ def test_strings_holding_u0000_read_back_exactly_from_every_json_column(store: C
     assert store.interrupts("r1") == list(batch.interrupts)
     assert store.events("r1") == list(batch.events)
     assert store.graph_description("v-nul") == {**GRAPH_DESC, "version": "v-nul", "doc": nasty}
+
+
+#: a value whose text a database might not keep: keys out of any sorted order (longest
+#: first), -0.0, a float past 1e16, a float a short text cannot name exactly
+AS_WRITTEN = {"zeta": {"mm": 1, "a": 2, "": 3}, "b": [-0.0, 1e16, 1.0000000000000002, 2**60], "aa": None}
+
+
+def shown(value: Any) -> str:
+    """The value as JSON text: equal only when keys come in the same order and floats are the same."""
+    return json.dumps(value)
+
+
+def test_json_values_read_back_as_recorded_keys_in_their_order(store: CheckpointStore) -> None:
+    """A replay or a resume reads effect results, writes and states back from the store: a
+    node that lists a result's keys (or prints it into a prompt) must see what it saw first."""
+    value = AS_WRITTEN
+    run = make_run("r1", options={"mocks": value}).evolve(input={"q": value})
+    store.create_run(Batch(run_id="r1", run=run))
+    batch = Batch(run_id="r1", fence=1, checkpoints=[cp("r1", 1, states_at(1), snapshot={"s": value})],
+                  writes=[pw("r1", "n0", value)], effects=[je("r1", "n0", 0, EffectStatus.SUCCEEDED, result=value)],
+                  interrupts=[intr("r1", "i1", status=InterruptStatus.ANSWERED, answer=value, answered_at=T0)],
+                  events=[ev("r1", 2, detail=value)])
+    store.commit(batch)
+    store.save_graph({**GRAPH_DESC, "version": "v-order", "doc": value})
+    read = store.get_run("r1")
+    assert shown(read.input) == shown({"q": value}) and shown(read.options) == shown({"mocks": value})
+    assert shown(store.checkpoints("r1")[0].snapshot) == shown({"s": value})
+    assert shown(store.pending_writes("r1")[0].value) == shown(value)
+    assert shown(store.node_writes(["r1"])["n0"]) == shown(value)
+    assert shown(store.journal(["r1"])[0].result) == shown(value)
+    assert shown(store.interrupts("r1")[0].answer) == shown(value)
+    assert shown(store.events("r1")[0].data) == shown(batch.events[0].data)
+    assert shown(store.graph_description("v-order")["doc"]) == shown(value)   # type: ignore[index]
 
 
 def test_error_messages_and_cancel_reasons_holding_u0000_read_back_exactly(store: CheckpointStore) -> None:
@@ -1341,7 +1376,7 @@ def test_a_schema_1_database_is_migrated_in_place(open_sql: Callable[[], SqlStor
     add_run(s2, "f1", kind=RunKind.FORK, parent="r1", options={"effects": "mock"})
     assert s2.get_run("f1").options == {"effects": "mock"}
     with s2.engine.connect() as conn:
-        assert conn.execute(text("SELECT version FROM harness_schema ORDER BY version")).scalars().all() == [1, 2, 3]
+        assert conn.execute(text("SELECT version FROM harness_schema ORDER BY version")).scalars().all() == list(range(1, SCHEMA_VERSION + 1))
 
 
 def test_a_schema_2_database_is_migrated_and_takes_answers_left(open_sql: Callable[[], SqlStore]) -> None:

@@ -25,11 +25,11 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from runtime.core.errors import InvalidRequest
-from runtime.core.records import EffectStatus
+from runtime.core.records import Batch, EffectStatus
 from runtime.core.states import RunStatus
 from runtime.store.sql import SqlStore
 from runtime.store.sql.migrations import MIGRATIONS
-from runtime.store.sql.schema import SCHEMA_VERSION
+from runtime.store.sql.schema import JSON_COLUMNS, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -315,6 +315,35 @@ def test_rows_written_by_version_1_read_back_after_migration_on_postgresql(pg_ur
         assert (run.status, run.input, run.options) == (RunStatus.SUCCEEDED, {"q": 1}, {})
         [entry] = store.journal(["r1"])
         assert (entry.status, entry.request, entry.compensate) == (EffectStatus.SUCCEEDED, {"amount": 10}, None)
+    finally:
+        store.close()
+
+
+def version_3_pg_database(url: str) -> dict[str, set[tuple[object, ...]]]:
+    """Turn the empty database at ``url`` into one as version 3 left it: JSONB columns, a run
+    whose input JSONB keeps with its keys in its own order; the layout a new database gets."""
+    open_and_close(url)
+    new = pg_layout(url)
+    pg_execute(url, *(f'ALTER TABLE {t} ALTER COLUMN "{c}" TYPE JSONB USING "{c}"::jsonb' for t, c in JSON_COLUMNS),
+               "DELETE FROM harness_schema", "INSERT INTO harness_schema VALUES (3, 1700000000.0)",
+               PG_V1_ROWS[0].replace("'{\"q\": 1}'", "'{\"zeta\": 1, \"a\": {\"mm\": 2, \"b\": 3}}'"))
+    return new
+
+
+def test_a_version_3_postgresql_database_gets_json_columns_that_keep_what_is_written(pg_url: str) -> None:
+    """Schema 4: JSONB gave objects back with their keys in its own order, so a value read
+    back (an effect's result, a state) was not the one recorded."""
+    new = version_3_pg_database(pg_url)
+    assert pg_layout(pg_url) != new
+    store = SqlStore(pg_url)
+    try:
+        assert pg_layout(pg_url) == new and pg_versions(pg_url) == [3, 4]
+        # what JSONB had already reordered stays as it was given back then: the same value
+        assert store.get_run("r1").input == {"zeta": 1, "a": {"mm": 2, "b": 3}}
+        store.create_run(Batch(run_id="r2", run=store.get_run("r1").evolve(
+            id="r2", thread_id="r2", input={"zeta": 1, "a": {"mm": 2, "b": 3}}, status=RunStatus.RUNNING)))
+        assert list(store.get_run("r2").input) == ["zeta", "a"]
+        assert list(store.get_run("r2").input["a"]) == ["mm", "b"]
     finally:
         store.close()
 

@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import SQLModel
 
 from ...core.errors import InvalidRequest
-from .schema import SCHEMA_VERSION, TABLES, VERSIONS
+from .schema import JSON_COLUMNS, SCHEMA_VERSION, TABLES, VERSIONS
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,10 @@ class Migration:
     """What brings a database from ``version - 1`` to ``version``."""
 
     version: int
-    #: plain SQL for every dialect; ``{json}`` stands for the dialect's JSON type
+    #: plain SQL; ``{json}`` stands for the JSON type
     statements: tuple[str, ...]
+    #: the only dialect whose databases need the statements (the others just record the version)
+    dialect: str | None = None
 
 
 #: oldest first; the last one's version is SCHEMA_VERSION
@@ -44,6 +46,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, ("ALTER TABLE runs ADD COLUMN options {json}",              # fork/replay settings
                   "ALTER TABLE effect_journal ADD COLUMN compensate VARCHAR")),  # compensation refs
     Migration(3, ("ALTER TABLE interrupts ADD COLUMN sent {json}",)),    # answers to running runs
+    # JSONB gave objects back with their keys reordered: JSON keeps the text as written
+    Migration(4, tuple(f'ALTER TABLE {t} ALTER COLUMN "{c}" TYPE JSON USING "{c}"::json' for t, c in JSON_COLUMNS),
+              dialect="postgresql"),
 )
 
 _ATTEMPTS = 10
@@ -90,9 +95,9 @@ def _lock(conn: Connection) -> None:
 
 def _apply(conn: Connection, migration: Migration, found: int) -> None:
     """Run ``migration``'s statements and record its version, in the caller's transaction."""
-    json_type = "JSONB" if conn.dialect.name == "postgresql" else "JSON"
-    for stmt in migration.statements:
-        sql = stmt.format(json=json_type)
+    statements = migration.statements if migration.dialect in (None, conn.dialect.name) else ()
+    for stmt in statements:
+        sql = stmt.format(json="JSON")
         try:
             conn.exec_driver_sql(sql)
         except DBAPIError as e:

@@ -1,4 +1,5 @@
-"""Keeping U+0000 on PostgreSQL, whose text and JSONB values cannot hold it.
+"""Keeping U+0000 on PostgreSQL, whose text values cannot hold it (nor could the JSONB
+values of stores before schema 4; JSON values are escaped alike, so old rows read the same).
 
 A node may write a string holding U+0000 (``"\\x00"``); SQLite and MemoryStore keep
 it, while PostgreSQL refuses the whole batch ("unsupported Unicode escape sequence").
@@ -39,7 +40,7 @@ def unescape(text: str) -> str:
 
 
 def escape_json(text: str) -> str:
-    """JSON text as JSONB can store it: every string in it passed through ``escape``."""
+    """JSON text with every string in it passed through ``escape``."""
     # a NUL is always written "\u0000" in JSON text; a false alarm (an escaped
     # backslash followed by "u0000") only costs the rewrite, which changes nothing
     if "\\u0000" not in text and ESC not in text:

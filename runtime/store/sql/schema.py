@@ -13,14 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import JSON, Column, Index, Table, UniqueConstraint
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
 #: the version a new database is created at; each entry of ``migrations.MIGRATIONS``
 #: brings an older database one version closer to it (a test keeps the two in step)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
-Json = JSON().with_variant(JSONB(), "postgresql")
+#: JSON kept as its text on every database: PostgreSQL's JSONB would give objects back with
+#: their keys in its own order (and -0.0 as 0), so a run would read back values unlike the
+#: ones it recorded, and its replay differ from it (schema 4)
+Json = JSON()
 
 
 def _json(nullable: bool = True) -> Any:
@@ -184,3 +186,7 @@ def _table(model: type[SQLModel]) -> Table:
 VERSIONS, GRAPHS, RUNS, CHECKPOINTS, WRITES, ATTEMPTS, EFFECTS, INTERRUPTS, EVENTS, ASKS = TABLES = tuple(
     _table(m) for m in (SchemaVersion, GraphRow, RunRow, CheckpointRow, WriteRow, AttemptRow, EffectRow,
                         InterruptRow, EventRow, CompensationAskRow))
+
+#: (table, column) of every JSON column (schema 4 turns PostgreSQL's from JSONB into JSON)
+JSON_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (t.name, c.name) for t in TABLES for c in t.columns if isinstance(c.type, JSON))

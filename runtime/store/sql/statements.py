@@ -1,6 +1,6 @@
 """The INSERT statements of the write side (``write.Writer``) and the values they take.
 
-JSON columns take text (``dumps``; ``pg_dumps`` on PostgreSQL, whose JSONB cannot hold
+JSON columns take text (``dumps``; ``pg_dumps`` on PostgreSQL, whose text cannot hold
 U+0000); on SQLite the hot path binds plain values only (``NO_TEXT``) and inserts a
 batch's rows a chunk at a time (``Statements.insert_rows``).
 """
@@ -23,7 +23,7 @@ def dumps(value: Any) -> str | None:
 
 
 def pg_dumps(value: Any) -> str | None:
-    """``dumps`` for PostgreSQL's JSONB, which cannot hold U+0000 (see ``nul``)."""
+    """``dumps`` for PostgreSQL, whose text cannot hold U+0000 (see ``nul``)."""
     return None if value is None else nul.escape_json(to_json(value).decode())
 
 
@@ -51,7 +51,7 @@ class Statements:
             values = ", ".join(f"NULLIF(?, {_NO_INT_SQL if c.type.python_type is int else _NO_TEXT_SQL})"
                                if stand_ins and c.nullable else "?" for c in cols)
         else:
-            values = ", ".join("CAST(%s AS JSONB)" if j else "%s" for j in self.json)
+            values = ", ".join("CAST(%s AS JSON)" if j else "%s" for j in self.json)
         self.insert = f"INSERT INTO {table.name} ({self.quoted}) VALUES ({values})"
         #: on SQLite, the INSERT of k rows at once for each k of ``CHUNKS``; None elsewhere
         self.inserts = ({k: self.insert + f", ({values})" * (k - 1) for k in CHUNKS}

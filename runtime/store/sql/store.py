@@ -10,10 +10,10 @@ waiting for the disk (SQLite ``synchronous=NORMAL``, PostgreSQL
 last few, which is safe because nothing outside saw them), and batches marked
 ``durable`` — before an effect, when a run pauses or ends — are forced to disk.
 
-On PostgreSQL, JSON columns are JSONB, which keeps a value's meaning rather than its
-text: object keys come back in JSONB's order (shorter keys first), -0.0 as 0.0, and a
-float of 1e16 or more as the integer its JSON text names (``float()`` of it is the
-same float). U+0000, which JSONB cannot hold, is stored escaped (``nul``).
+JSON columns keep a value's text on every database (PostgreSQL's are ``JSON``, not
+``JSONB``, since schema 4): a value reads back as it was recorded, object keys in their
+order, so a replay or a resume served from the store sees what the run saw. U+0000, which
+PostgreSQL's text cannot hold, is stored escaped (``nul``).
 """
 
 from __future__ import annotations

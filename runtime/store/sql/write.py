@@ -88,7 +88,7 @@ class Writer:
         self._last_states: dict[str, tuple[int, Mapping[str, str]]] = {}
         self._integrity_errors = _integrity_errors(engine)
         # statements of the hot path, built once (``?`` turned into the driver's style)
-        json = "?" if sqlite else "CAST(? AS JSONB)"
+        json = "?" if sqlite else "CAST(? AS JSON)"
         def run_set(columns: Sequence[str]) -> str:
             return ", ".join(f"{c} = {json if c in _RUN_STATE_JSON else '?'}" for c in columns)
         #: by (stopped, fenced, status left out): a status the row has already is not set again,
