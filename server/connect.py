@@ -10,6 +10,7 @@ from typing import Any
 
 from runtime import Runtime, SqlStore, resolve_ref
 from runtime.history.creation import check_concurrency
+from server.inputs import InputError
 
 __all__ = ["DEFAULT_DB", "database_url", "open_runtime"]
 
@@ -18,8 +19,17 @@ DEFAULT_DB = "sqlite:///harness.db"
 
 def database_url(given: str | None) -> str:
     """The URL to use: ``given``, else ``$HARNESS_DB``, else :data:`DEFAULT_DB`;
-    a bare path (no ``://``) means a SQLite file."""
-    url = given or os.environ.get("HARNESS_DB") or DEFAULT_DB
+    a bare path (no ``://``) means a SQLite file. An empty one, given or in the environment,
+    is refused: it is most often a variable that was not set (``--db "$DATABASE_URL"``),
+    and falling back to a local file would leave workers polling an empty store."""
+    if given is not None and not given.strip():
+        raise InputError(f"--db is empty ({given!r}): give a database URL or a SQLite file path, or leave "
+                         f"--db out to use $HARNESS_DB, else {DEFAULT_DB.removeprefix('sqlite:///')}")
+    env = os.environ.get("HARNESS_DB")
+    if given is None and env is not None and not env.strip():
+        raise InputError(f"HARNESS_DB is set but empty ({env!r}): set it to a database URL or a SQLite file "
+                         f"path, or unset it to use {DEFAULT_DB.removeprefix('sqlite:///')}")
+    url = given or env or DEFAULT_DB
     return url if "://" in url else f"sqlite:///{url}"
 
 

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from . import exits, runs, serve, transfer, travel, worker
+from server.inputs import InputError
+
 from .common import Parser, add_global_options, db_url
 
 #: the command modules, in the order ``--help`` lists their commands
@@ -101,8 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser().parse_args(argv)
     except exits.UsageError as e:
         return exits.report(str(e))
-    except SystemExit as e:  # --help and --version print, then exit
+    except SystemExit as e:  # --help prints, then exits
         return e.code if isinstance(e.code, int) else exits.OK
+    try:   # said before anything runs: an empty --db or $HARNESS_DB, say (the demo makes its own store)
+        db = db_url(args) if args.fn is not serve.cmd_demo else "(the demo's own)"
+    except InputError as e:
+        return exits.report(str(e))
     with log_output(args.verbose), reader_may_leave():
         try:
             code: int = asyncio.run(args.fn(args))
@@ -114,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("harness: interrupted", file=sys.stderr)
             return exits.INTERRUPTED
         except Exception as e:
-            message = exits.mistake(e, db_url(args))
+            message = exits.mistake(e, db)
             if message is None:
                 raise
             return exits.report(message)

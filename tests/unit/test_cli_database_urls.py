@@ -92,3 +92,18 @@ def test_a_postgres_url_opens_the_postgresql_store(pg_empty_url: str, capsys: py
     code = main(["runs", "--db", url])
     out, err = capsys.readouterr()
     assert (code, out, err) == (0, "no runs\n", "")
+
+
+@pytest.mark.parametrize("command", [["runs"], ["worker", "--once"], ["show", "run_x"]])
+def test_an_empty_db_is_refused_and_no_local_store_is_made(capsys: pytest.CaptureFixture[str], workdir: Path,
+                                                           monkeypatch: pytest.MonkeyPatch, command: list[str]):
+    """``--db "$DATABASE_URL"`` with the variable unset: not a silent fall-back to ./harness.db,
+    where workers would poll an empty store."""
+    assert main([*command, "--db", ""]) == 2
+    assert capsys.readouterr().err.startswith("harness: --db is empty ('')")
+    monkeypatch.setenv("HARNESS_DB", " ")
+    assert main(command) == 2
+    assert capsys.readouterr().err.startswith("harness: HARNESS_DB is set but empty (' ')")
+    assert list(workdir.iterdir()) == []
+    monkeypatch.delenv("HARNESS_DB")
+    assert main(["runs"]) == 0 and (workdir / "harness.db").exists()   # unset: the default, as documented
