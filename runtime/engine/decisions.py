@@ -65,3 +65,14 @@ def with_limits(limits: Mapping[str, JSON], given: Mapping[str, JSON], now: floa
     if given.get("deadline_s") is not None:
         out["deadline_at"] = now + given["deadline_s"]
     return out
+
+
+def used_up(limits: Mapping[str, JSON], usage: Mapping[str, JSON]) -> str | None:
+    """What, with these limits, leaves a run that has used ``usage`` no room to start any node
+    (its steps used up, a budget already exceeded), or None."""
+    usage = {"tokens": 0, "cost": 0.0, "steps": 0, **usage}
+    max_steps = limits.get("max_steps")
+    if max_steps is not None and usage["steps"] >= max_steps:
+        return f"steps {usage['steps']} of max_steps {max_steps}, raise max_steps"
+    over = budget_exceeded(limits, usage)
+    return None if over is None else over.removeprefix("run budget exceeded: ") + ", raise the budget"

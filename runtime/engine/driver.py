@@ -25,7 +25,7 @@ from ..history.lineage import compensated, continuations, head
 from ..history.state import state_json
 from .answers import MISSING, match_answers, validate_answers
 from .compensation import ask_worker, compensate, left_to_undo, local_undos
-from .decisions import with_limits
+from .decisions import used_up, with_limits
 from .deps import EngineDeps
 from .leases import lease_expired, orphaned
 from .loop import RunLoop
@@ -296,20 +296,24 @@ class Driver:
         if compensated(self.store, parent):
             raise InvalidRequest(f"run {parent.id} was compensated (its effects were undone, or may have "
                                  f"been); it cannot be continued; fork it to try again")
+        now = self.env.now()
+        limits = with_limits(renew_limits(parent.limits, now), limits or {}, now)
+        if (spent := used_up(limits, parent.usage)) is not None:   # it would fail before any node: nothing made
+            raise InvalidRequest(f"run {parent.id} has used what its limits allow ({spent}): a continuation "
+                                 f"could start nothing; resume it giving higher limits")
         try:  # claiming the parent's fence makes a concurrent second resume fail here
-            self.store.acquire_lease(parent.id, self.env.owner, self.env.now(), parent.fence)
+            self.store.acquire_lease(parent.id, self.env.owner, now, parent.fence)
         except LeaseLost:
             raise InvalidRequest(f"run {parent.id} is being continued by another caller") from None
         self._check_not_continued(parent)
         last = head(self.store, parent.id)
         statuses = branch_statuses(last.node_states)
-        now = self.env.now()
         # the parent's version: the same structure (recorded before versions named reducers, an older name for it)
         run = Run(id=self.env.ids.new("run"), thread_id=parent.thread_id, graph_name=graph.name,
                   graph_version=parent.graph_version, status=RunStatus.QUEUED, kind=RunKind.CONTINUATION,
                   input=parent.input, created_at=now, updated_at=now, parent_run_id=parent.id,
                   base_checkpoint_id=last.id,
-                  limits=with_limits(renew_limits(parent.limits, now), limits or {}, now),
+                  limits=limits,
                   usage=dict(parent.usage), max_concurrency=parent.max_concurrency,
                   options=continued_options(parent))
         graphs.inherit_run_graph(parent.id, run.id, graph)

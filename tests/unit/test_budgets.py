@@ -120,6 +120,27 @@ async def test_max_steps_counts_across_the_continuation_chain(rt: Runtime):
     assert (await rt.get_run(cont.id)).usage["steps"] == 3
 
 
+async def test_a_continuation_that_could_start_nothing_is_refused_and_nothing_is_made(rt: Runtime):
+    """Its steps used up (or its budget exceeded): it would fail before any node, and then
+    stand in the way of resuming the run with higher limits ("already continued")."""
+    g = Graph("two-steps", state=S)
+    g.add_node("a", lambda s: {"log": ["a"]})
+    g.add_node("b", lambda s: {"log": ["b"]}, after=["a"])
+    g.add_node("c", lambda s: {"log": ["c"]}, after=["b"])
+    failed = await rt.start(g, {}, max_steps=2)
+    assert failed.error["class"] == ErrorClass.LIMIT_EXCEEDED and failed.usage["steps"] == 2
+    before = (await rt.runs(), await rt.get_run(failed.id))
+    with pytest.raises(InvalidRequest) as e:
+        await rt.resume(failed.id)
+    assert str(e.value) == (f"run {failed.id} has used what its limits allow (steps 2 of max_steps 2, raise "
+                            f"max_steps): a continuation could start nothing; resume it giving higher limits")
+    assert (await rt.runs(), await rt.get_run(failed.id)) == before
+    with pytest.raises(InvalidRequest, match="steps 2 of max_steps 2"):
+        await rt.resume(failed.id, max_steps=2)   # given, but no higher
+    done = await rt.resume(failed.id, max_steps=3)
+    assert done.status == RunStatus.SUCCEEDED and done.usage["steps"] == 3
+
+
 async def test_resume_with_a_raised_max_cost_lets_the_continuation_finish(rt: Runtime):
     failed = await rt.start(spend_then_fail_once(Calls()), {}, max_cost=10, max_steps=50)
     cont = await rt.resume(failed.id, max_cost=20)
@@ -317,10 +338,9 @@ async def test_effect_usage_reported_after_the_run_ended_counts_once_across_the_
     assert [e.status for e in rt.store.journal([ended.id])] == [EffectStatus.STARTED, EffectStatus.SUCCEEDED]
     assert (await rt.get_run(ended.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 1}
 
-    over = await rt.resume(ended.id)
-    assert over.status == RunStatus.FAILED and over.error["class"] == ErrorClass.LIMIT_EXCEEDED
-    assert "tokens 500 > max_tokens 400" in over.error["message"]
-    cont = await rt.resume(over.id, max_tokens=1000)
+    with pytest.raises(InvalidRequest, match=r"\(tokens 500 > max_tokens 400, raise the budget\)"):
+        await rt.resume(ended.id)   # over its budget already: a continuation could start nothing
+    cont = await rt.resume(ended.id, max_tokens=1000)
     assert cont.status == RunStatus.SUCCEEDED and calls.counts == {"model": 1}   # served from the journal
     assert (await rt.get_run(cont.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 2}
 
@@ -340,9 +360,9 @@ async def test_usage_of_an_effect_whose_late_result_cannot_be_stored_counts_once
     assert [e.status for e in rt.store.journal([ended.id])] == [EffectStatus.STARTED]
     assert (await rt.get_run(ended.id)).usage == {"tokens": 500, "cost": 5.0, "steps": 1}
 
-    over = await rt.resume(ended.id)
-    assert over.status == RunStatus.FAILED and "tokens 500 > max_tokens 400" in over.error["message"]
-    paused = await rt.resume(over.id, max_tokens=1000)   # in doubt: a person says what it returned
+    with pytest.raises(InvalidRequest, match="tokens 500 > max_tokens 400"):
+        await rt.resume(ended.id)
+    paused = await rt.resume(ended.id, max_tokens=1000)   # in doubt: a person says what it returned
     assert paused.status == RunStatus.INTERRUPTED
     done = await rt.resume(paused.id, {"action": "result", "result": "late answer"})
     assert done.status == RunStatus.SUCCEEDED and calls.counts == {"model": 1}

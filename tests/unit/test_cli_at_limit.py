@@ -74,13 +74,19 @@ def test_resume_at_a_loops_bound_names_the_checkpoint_a_fork_goes_on_from(loop: 
 
 
 def test_resume_at_a_run_limit_says_to_give_it_again_higher(loop: str, capsys: pytest.CaptureFixture[str]):
-    harness(capsys, "run", loop, "--input", '{"stop_at": 2}', "--max-steps", "2")
-    code, out = harness(capsys, "resume", last_run(capsys))
-    assert code == 1 and "limit_exceeded: run reached max_steps=2" in out
-    continuation = last_run(capsys)
+    code, out = harness(capsys, "run", loop, "--input", '{"stop_at": 3}', "--max-steps", "3")
+    run_id = last_run(capsys)
+    assert code == 1 and "limit_exceeded: run reached max_steps=3" in out
     assert out.splitlines()[-1] == ("to go on with a higher limit (usage counts across continuations): harness "
-                                    f"resume {continuation} --max-steps N (N above the 2 steps taken)")
-    code, out = harness(capsys, "resume", continuation, "--max-steps", "10")
+                                    f"resume {run_id} --max-steps N (N above the 3 steps taken)")
+    # without it, a continuation could start nothing: refused, and nothing is made
+    code = main(["resume", run_id])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (f"harness: run {run_id} has used what its limits allow (steps 3 of max_steps 3, "
+                                 f"raise max_steps): a continuation could start nothing; resume it giving "
+                                 f"higher limits\n")
+    assert last_run(capsys) == run_id
+    code, out = harness(capsys, "resume", run_id, "--max-steps", "10")
     assert code == 0 and "succeeded" in out.splitlines()[0]
 
 
