@@ -59,6 +59,10 @@ async def _serve(rt: Any, host: str, port: int, token: str | None, also_hosts: I
         port = int(sock.getsockname()[1])
         shown = f"[{host}]" if ":" in host else host
         print(f"Shadow Harness debugger: http://{shown}:{port}/runs", flush=True)
+        if token:   # the secret itself is not printed: logs outlive terminals
+            print(f"  it asks for the token: open http://{shown}:{port}/runs?token=SECRET once in a browser (a "
+                  f"cookie keeps it), or send 'Authorization: Bearer SECRET'; SECRET is the part after NAME: "
+                  f"of a NAME:SECRET token", flush=True)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
         await uvicorn.Server(config).serve(sockets=[sock])
 

@@ -55,6 +55,9 @@ def test_serve_answers_with_the_runs_page_and_requires_its_token(tmp_path: Path)
         found = re.search(r"http://127\.0\.0\.1:(\d+)/runs", line)
         assert found, line + (proc.stderr.read() if proc.stderr else "")
         url = found.group(0)
+        hint = proc.stdout.readline()   # how to send it, without the secret itself
+        assert f"open {url}?token=SECRET once in a browser" in hint and "Authorization: Bearer SECRET" in hint
+        assert "s3cret" not in hint
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -69,6 +72,8 @@ def test_serve_answers_with_the_runs_page_and_requires_its_token(tmp_path: Path)
             raise AssertionError("served without the token")
         request = urllib.request.Request(url, headers={"Authorization": "Bearer s3cret"})
         with urllib.request.urlopen(request, timeout=5) as r:
+            assert r.status == 200 and b"Runs" in r.read()
+        with urllib.request.urlopen(f"{url}?token=s3cret", timeout=5) as r:   # as the hint says
             assert r.status == 200 and b"Runs" in r.read()
     finally:
         proc.send_signal(signal.SIGINT)
