@@ -734,17 +734,25 @@ def test_per_run_reads_of_an_unknown_run_raise_not_found(store: CheckpointStore,
 AWKWARD = ("a\x00b", "\x00", "\ue000", "\ue0000", "\ue0001", "\\u0000", "\ue000\x00\ue000", "é ☃ 𝄞")
 
 
+def in_every_json_column(store: CheckpointStore, run: Run, value: Any, version: str) -> Batch:
+    """``run`` created, then ``value`` recorded in each other kind of JSON column: a snapshot,
+    a write, an effect's result, an answer, an event's data and a graph description (``version``)."""
+    store.create_run(Batch(run_id=run.id, run=run))
+    batch = Batch(run_id=run.id, fence=1, checkpoints=[cp(run.id, 1, states_at(1), snapshot={"s": value})],
+                  writes=[pw(run.id, "n0", value)],
+                  effects=[je(run.id, "n0", 0, EffectStatus.SUCCEEDED, result=value)],
+                  interrupts=[intr(run.id, "i1", status=InterruptStatus.ANSWERED, answer=value, answered_at=T0)],
+                  events=[ev(run.id, 2, detail=value)])
+    store.commit(batch)
+    store.save_graph({**GRAPH_DESC, "version": version, "doc": value})
+    return batch
+
+
 def test_strings_holding_u0000_read_back_exactly_from_every_json_column(store: CheckpointStore) -> None:
     nasty = {s: [s, {s: s}] for s in AWKWARD}
     run = make_run("r1", error={"message": "a\x00b"}, usage={"\x00": 1}, options={"mocks": nasty}).evolve(
         input={"q": nasty})
-    store.create_run(Batch(run_id="r1", run=run))
-    batch = Batch(run_id="r1", fence=1, checkpoints=[cp("r1", 1, states_at(1), snapshot={"s": nasty})],
-                  writes=[pw("r1", "n0", nasty)], effects=[je("r1", "n0", 0, EffectStatus.SUCCEEDED, result=nasty)],
-                  interrupts=[intr("r1", "i1", status=InterruptStatus.ANSWERED, answer=nasty, answered_at=T0)],
-                  events=[ev("r1", 2, detail=nasty)])
-    store.commit(batch)
-    store.save_graph({**GRAPH_DESC, "version": "v-nul", "doc": nasty})
+    batch = in_every_json_column(store, run, nasty, "v-nul")
     assert store.get_run("r1") == run
     assert [c.snapshot for c in store.checkpoints("r1")] == [{"s": nasty}]
     assert store.pending_writes("r1") == list(batch.writes)
@@ -769,14 +777,8 @@ def test_json_values_read_back_as_recorded_keys_in_their_order(store: Checkpoint
     """A replay or a resume reads effect results, writes and states back from the store: a
     node that lists a result's keys (or prints it into a prompt) must see what it saw first."""
     value = AS_WRITTEN
-    run = make_run("r1", options={"mocks": value}).evolve(input={"q": value})
-    store.create_run(Batch(run_id="r1", run=run))
-    batch = Batch(run_id="r1", fence=1, checkpoints=[cp("r1", 1, states_at(1), snapshot={"s": value})],
-                  writes=[pw("r1", "n0", value)], effects=[je("r1", "n0", 0, EffectStatus.SUCCEEDED, result=value)],
-                  interrupts=[intr("r1", "i1", status=InterruptStatus.ANSWERED, answer=value, answered_at=T0)],
-                  events=[ev("r1", 2, detail=value)])
-    store.commit(batch)
-    store.save_graph({**GRAPH_DESC, "version": "v-order", "doc": value})
+    batch = in_every_json_column(store, make_run("r1", options={"mocks": value}).evolve(input={"q": value}),
+                                 value, "v-order")
     read = store.get_run("r1")
     assert shown(read.input) == shown({"q": value}) and shown(read.options) == shown({"mocks": value})
     assert shown(store.checkpoints("r1")[0].snapshot) == shown({"s": value})
