@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from importlib import metadata
 from typing import TextIO
 
 from . import exits, runs, serve, transfer, travel, worker
@@ -27,10 +28,19 @@ def parser() -> argparse.ArgumentParser:
     p = Parser(prog="harness", description="Shadow Harness: durable runs you can step back through.",
                epilog="--db, --json and -v may come before the command or after it.")
     add_global_options(p, top=True)
+    p.add_argument("--version", action="version", version=f"harness {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
         module.register(sub)
     return p
+
+
+def _version() -> str:
+    """The installed package's version (a checkout run without installing it says so)."""
+    try:
+        return metadata.version("shadow-harness")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 @contextmanager
@@ -103,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser().parse_args(argv)
     except exits.UsageError as e:
         return exits.report(str(e))
-    except SystemExit as e:  # --help prints, then exits
+    except SystemExit as e:  # --help and --version print, then exit
         return e.code if isinstance(e.code, int) else exits.OK
     try:   # said before anything runs: an empty --db or $HARNESS_DB, say (the demo makes its own store)
         db = db_url(args) if args.fn is not serve.cmd_demo else "(the demo's own)"

@@ -135,3 +135,9 @@ def test_verbose_shows_warnings_from_anywhere_on_stderr(workdir: Path):
 def test_verbose_keeps_stdout_clean_json(workdir: Path):
     proc = script(workdir, "run", "opts_graph:noisy", "--db", "a.db", "-v", "--json")
     assert json.loads(proc.stdout)["state"] == {"n": 1}
+
+
+def test_version_prints_the_installed_packages(capsys: pytest.CaptureFixture[str]):
+    from importlib.metadata import version
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"harness {version('shadow-harness')}\n"
