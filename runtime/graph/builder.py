@@ -49,7 +49,6 @@ class Graph:
         #: added to it after ``subgraph()`` are part of it, as they are of a graph itself
         self._decls: list[NodeDecl | _Sub] = []
         self._problems: list[Problem] = []
-        self._compiling = False   # a graph that is (through subgraphs) its own subgraph
 
     @overload
     def node(self, name: _F, /) -> _F: ...
@@ -113,15 +112,16 @@ class Graph:
         self._decls.append(_Sub(name, graph, tuple(after) if not isinstance(after, str) else (after,)))
 
     def compile(self) -> ExecutableGraph:
-        if self._compiling:
+        return self._compile(())
+
+    def _compile(self, within: tuple[Graph, ...]) -> ExecutableGraph:
+        """``within``: the graphs whose compiling compiles this one (per call, not a flag on
+        the graph: threads may compile the same graph at once)."""
+        if any(g is self for g in within):
             raise GraphError([Problem(f"graph {self.name!r}", "it is a subgraph of itself (directly or "
                                                                "through other subgraphs)")])
-        self._compiling = True
-        try:
-            problems = list(self._problems)
-            decls = self._expanded(problems)
-        finally:
-            self._compiling = False
+        problems = list(self._problems)
+        decls = self._expanded(problems, (*within, self))
         if problems:
             try:
                 build(self.name, self.state, decls)
@@ -130,7 +130,7 @@ class Graph:
             raise GraphError(problems)
         return build(self.name, self.state, decls)
 
-    def _expanded(self, problems: list[Problem]) -> list[NodeDecl]:
+    def _expanded(self, problems: list[Problem], within: tuple[Graph, ...]) -> list[NodeDecl]:
         """The declarations with every subgraph put in as its nodes, as the subgraph is now."""
         decls: list[NodeDecl] = []
         for d in self._decls:
@@ -139,7 +139,7 @@ class Graph:
                 continue
             where = f"subgraph {d.name!r}"
             try:
-                child = d.graph.compile() if isinstance(d.graph, Graph) else d.graph
+                child = d.graph._compile(within) if isinstance(d.graph, Graph) else d.graph
             except GraphError as e:
                 problems.extend(Problem(f"{where}: {p.location}", p.message) for p in e.problems)
                 continue

@@ -66,7 +66,7 @@ def unchecked(g: Graph) -> ExecutableGraph:
     it would run."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(validate, "endless_loops", lambda *args: [])
-        return validate.build(g.name, g.state, g._expanded([]))
+        return validate.build(g.name, g.state, g._expanded([], (g,)))
 
 
 def test_a_way_back_without_a_condition_is_refused_naming_it() -> None:

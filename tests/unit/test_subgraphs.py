@@ -5,6 +5,8 @@ answer continues both; its nodes see their own state model; bad views are refuse
 
 from __future__ import annotations
 
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import pytest
@@ -215,7 +217,34 @@ def test_a_graph_that_is_its_own_subgraph_is_refused_in_words() -> None:
     assert "graph 'a': it is a subgraph of itself" in str(e.value)
     with pytest.raises(GraphError, match="subgraph of itself"):
         b.compile()
-    assert not a._compiling and not b._compiling   # refused, they are left as they were
+    with pytest.raises(GraphError, match="subgraph 'one': subgraph 'outer': subgraph 'inner'"):
+        c = Graph("c", Parent)   # a graph holding the loop is refused in words too
+        c.subgraph("one", b)
+        c.compile()
+    leaf, c = Graph("leaf", Parent), Graph("c", Parent)   # the same child twice, side by side, is no loop
+    leaf.add_node("x", lambda s: None)
+    c.subgraph("one", leaf)
+    c.subgraph("two", leaf, after=["one"])
+    assert list(c.compile().nodes) == ["one/x", "one", "two/x", "two"]
+
+
+def test_threads_compiling_one_graph_at_once_all_get_it() -> None:
+    """A graph defined once in a module and compiled by several threads at a time (each
+    ``start``, say) is no subgraph of itself."""
+    child = Graph("child", Parent)
+    for i in range(300):
+        child.add_node(f"n{i}", lambda s: None, after=[f"n{i - 1}"] if i else [])
+    parent = Graph("parent", Parent)
+    parent.subgraph("a", child)
+    parent.subgraph("b", child, after=["a"])
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # threads take turns inside compile()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            compiled = list(pool.map(lambda _: parent.compile(), range(16)))
+    finally:
+        sys.setswitchinterval(switch)
+    assert {g.version for g in compiled} == {compiled[0].version} and len(compiled[0].nodes) == 602
 
 
 def test_slashes_are_reserved_for_subgraph_paths() -> None:
