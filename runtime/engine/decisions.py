@@ -67,12 +67,21 @@ def with_limits(limits: Mapping[str, JSON], given: Mapping[str, JSON], now: floa
     return out
 
 
-def used_up(limits: Mapping[str, JSON], usage: Mapping[str, JSON]) -> str | None:
-    """What, with these limits, leaves a run that has used ``usage`` no room to start any node
-    (its steps used up, a budget already exceeded), or None."""
+def used_up(limits: Mapping[str, JSON], usage: Mapping[str, JSON], error: Mapping[str, JSON] | None) -> str | None:
+    """What, with these limits, leaves a continuation of a run that used ``usage`` and ended
+    with ``error`` no room to start a node, or None: a budget already exceeded, or steps used
+    up by a run that stopped because a node could not start (that node is still to start, at
+    the same state; a run that failed otherwise may go on with nothing to start, its next
+    node skipped by a ``when=``)."""
     usage = {"tokens": 0, "cost": 0.0, "steps": 0, **usage}
     max_steps = limits.get("max_steps")
-    if max_steps is not None and usage["steps"] >= max_steps:
+    stopped_at_steps = (error is not None and error.get("class") == ErrorClass.LIMIT_EXCEEDED
+                        and str(error.get("message", "")).startswith(MAX_STEPS_REACHED))
+    if stopped_at_steps and max_steps is not None and usage["steps"] >= max_steps:
         return f"steps {usage['steps']} of max_steps {max_steps}, raise max_steps"
     over = budget_exceeded(limits, usage)
     return None if over is None else over.removeprefix("run budget exceeded: ") + ", raise the budget"
+
+
+#: how the message of a run stopped by ``max_steps`` begins (``loop.RunLoop._launch``)
+MAX_STEPS_REACHED = "run reached max_steps="

@@ -298,7 +298,7 @@ class Driver:
                                  f"been); it cannot be continued; fork it to try again")
         now = self.env.now()
         limits = with_limits(renew_limits(parent.limits, now), limits or {}, now)
-        if (spent := used_up(limits, parent.usage)) is not None:   # it would fail before any node: nothing made
+        if (spent := used_up(limits, parent.usage, parent.error)) is not None:   # it would fail before any node: nothing made
             raise InvalidRequest(f"run {parent.id} has used what its limits allow ({spent}): a continuation "
                                  f"could start nothing; resume it giving higher limits")
         try:  # claiming the parent's fence makes a concurrent second resume fail here

@@ -27,7 +27,7 @@ from ..core.states import (
 )
 from ..graph import ExecutableGraph
 from ..graph.instances import parse_instance
-from . import scheduler
+from . import decisions, scheduler
 from .context import NodeContext
 from .effects import CANCEL_GRACE
 from .deps import EngineDeps
@@ -302,7 +302,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
         if max_steps is not None and usage["steps"] >= max_steps:
             if self._stop is None:   # a pausing run pauses: resume may raise the limit
                 self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED,
-                                f"run reached max_steps={max_steps} before node {node!r} could start")
+                                f"{decisions.MAX_STEPS_REACHED}{max_steps} before node {node!r} could start")
             return False
         spec = self.inst.spec(node)
         now = self.rec.now()

@@ -141,6 +141,25 @@ async def test_a_continuation_that_could_start_nothing_is_refused_and_nothing_is
     assert done.status == RunStatus.SUCCEEDED and done.usage["steps"] == 3
 
 
+async def test_a_run_that_used_its_steps_but_failed_otherwise_still_continues(rt: Runtime):
+    """Its steps are all used, but it failed on a condition, not at max_steps: going on may
+    start nothing (the condition now false skips its node), so the resume is not refused."""
+    flaky = Calls()
+
+    def ready(s: S) -> bool:
+        if flaky("when") == 1:
+            raise ConnectionError("the feature-flag service is down")
+        return False
+
+    g = Graph("zero-steps-left", state=S)
+    g.add_node("a", lambda s: {"log": ["a"]})
+    g.add_node("b", lambda s: {"log": ["b"]}, after=["a"], when=ready)
+    failed = await rt.start(g, {}, max_steps=1)
+    assert failed.error["class"] == ErrorClass.TRANSIENT and failed.usage["steps"] == 1
+    done = await rt.resume(failed.id)
+    assert done.status == RunStatus.SUCCEEDED and done.usage["steps"] == 1
+
+
 async def test_resume_with_a_raised_max_cost_lets_the_continuation_finish(rt: Runtime):
     failed = await rt.start(spend_then_fail_once(Calls()), {}, max_cost=10, max_steps=50)
     cont = await rt.resume(failed.id, max_cost=20)
