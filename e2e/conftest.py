@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -177,6 +178,9 @@ def base_url(demo: Demo) -> str:
 def no_browser_errors(page: Any) -> Iterator[None]:
     """Every journey fails on an uncaught script error or a server error (5xx) seen by the browser."""
     page.set_default_timeout(10_000)   # a stuck action fails fast instead of after Playwright's 30 s
+    # and what a page is expected to show gets as long: a page the server renders for a live run
+    # can take seconds on two busy cores, which the 5 s default turned into failures
+    expect.set_options(timeout=10_000)
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(f"script error: {exc}"))
     page.on("response", lambda r: problems.append(f"{r.status} from {r.request.method} {r.url}")

@@ -112,11 +112,12 @@ class Graph:
         self._decls.append(_Sub(name, graph, tuple(after) if not isinstance(after, str) else (after,)))
 
     def compile(self) -> ExecutableGraph:
-        return self._compile(())
+        return self.compile_within(())
 
-    def _compile(self, within: tuple[Graph, ...]) -> ExecutableGraph:
-        """``within``: the graphs whose compiling compiles this one (per call, not a flag on
-        the graph: threads may compile the same graph at once)."""
+    def compile_within(self, within: tuple[Graph, ...]) -> ExecutableGraph:
+        """``compile()`` as a subgraph of the graphs ``within`` (whose compiling compiles this
+        one): refused if it is one of them. Per call, not a flag on the graph: threads may
+        compile the same graph at once."""
         if any(g is self for g in within):
             raise GraphError([Problem(f"graph {self.name!r}", "it is a subgraph of itself (directly or "
                                                                "through other subgraphs)")])
@@ -139,7 +140,7 @@ class Graph:
                 continue
             where = f"subgraph {d.name!r}"
             try:
-                child = d.graph._compile(within) if isinstance(d.graph, Graph) else d.graph
+                child = d.graph.compile_within(within) if isinstance(d.graph, Graph) else d.graph
             except GraphError as e:
                 problems.extend(Problem(f"{where}: {p.location}", p.message) for p in e.problems)
                 continue
