@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from importlib import metadata
 from typing import TextIO
 
-from . import exits, runs, serve, transfer, travel, worker
 from server.inputs import InputError
 
+from . import exits, runs, serve, transfer, travel, worker
 from .common import Parser, add_global_options, db_url
 
 #: the command modules, in the order ``--help`` lists their commands
