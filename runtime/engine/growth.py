@@ -13,7 +13,6 @@ from abc import abstractmethod
 from ..core.errors import ErrorClass, InvalidWrites
 from ..core.states import FINISHED_NODE, NodeEvent, NodeStatus, StopKind
 from ..graph import ExecutableGraph
-from ..graph.instances import group_of, parse_instance
 from . import scheduler
 from .parts import LoopPart
 
@@ -49,23 +48,25 @@ class Growth(LoopPart):
     def _fail_before_start(self, node: str, error: BaseException) -> None:
         ...
 
-    def _grow(self, node: str) -> None:
-        """What settling ``node`` creates: a map's end, or its loop's next iteration."""
-        name = parse_instance(node)
-        if name.item is not None:
-            self._close_map(group_of(name))
-            return   # an item leads nowhere (``next_iteration``): its map's group record may
+    def _grow(self, node: str) -> bool:
+        """What settling ``node`` creates: a map's end, or its loop's next iteration. True
+        when ``node`` is a map's item, which leads nowhere (``next_iteration``) but to its
+        map's end (only an item's name ends with ``]``)."""
+        if node[-1] == "]":
+            self._close_map(self.inst.group(node))
+            return True
         nxt = self.inst.next_iteration(node, self.rec.statuses)
         if nxt is None:
-            return
+            return False
         entry, its = nxt
         if scheduler.over_bound(self.inst, entry, its):
             bound = self.graph.nodes[entry].max_iterations
             self._stop_with(StopKind.FAIL, ErrorClass.LIMIT_EXCEEDED, over_bound_message(entry, bound, its, node))
-            return
+            return False
         new = self.inst.add_iteration(entry, its)
         self.rec.add_instances(new)
         self._candidates.update(new)
+        return False
 
     def _regrow(self) -> None:
         """A run taken over: create what its settled instances imply and a crash may have

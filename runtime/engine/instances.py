@@ -121,6 +121,10 @@ class Instances(InstanceGrowth):
         """A map's items, in order (read only: asked as each item settles, so not copied)."""
         return self._items.get(group, ()) if self.dynamic else ()
 
+    def group(self, item: str) -> str:
+        """The map's group record ``item`` belongs to."""
+        return group_of(parse_instance(item))
+
     def ancestor_mask(self, name: str) -> int:
         """Instances ``name`` folds the writes of, as a bitmask over positions. Asked once
         the instance is due, when everything it depends on has settled."""

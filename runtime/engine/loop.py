@@ -217,10 +217,9 @@ class RunLoop(Outcomes, Growth, TakeOver):
         self._in_flight.cancel_all()
 
     def _node(self, node: str, event: NodeEvent, attempt: int | None = None, **data: JSON) -> None:
-        if self.rec.node(node, event, attempt, **data):  # settled: its children may be ready
+        # settled: its children may be ready (a map's item has none: its map may settle)
+        if self.rec.node(node, event, attempt, **data) and not (self.inst.dynamic and self._grow(node)):
             self._candidates.update(self.inst.children(node))
-            if self.inst.dynamic:
-                self._grow(node)
 
     def _halting(self) -> bool:
         """The run stops for good (a failure, a cancel, a limit): nothing more may start. A
@@ -381,8 +380,9 @@ class RunLoop(Outcomes, Growth, TakeOver):
     # ------------------------------------------------------------------ outcomes
 
     def _collect(self) -> None:
-        for scope, outcome in self._in_flight.take_done(self.inst.index.__getitem__):
-            self.deps.slots.release(self)
+        done = self._in_flight.take_done(self.inst.index.__getitem__)
+        self.deps.slots.release(self, len(done))
+        for scope, outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
             if outcome is None:

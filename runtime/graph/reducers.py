@@ -97,9 +97,19 @@ def fold(
     """
     state = dict(base)
     writer: dict[str, str] = {}
+    #: ``append`` fields whose list this fold made: extended in place (a map's many items
+    #: would otherwise copy the list once each)
+    own: set[str] = set()
     for node, update in writes:
         for field, value in update.items():
             red = reducers.get(field, last_value)
+            if red is append:
+                if field in own:
+                    state[field].extend(value if isinstance(value, list) else [value])   # type: ignore[union-attr]
+                else:
+                    state[field] = _append(state.get(field), value)
+                    own.add(field)
+                continue
             if red.conflicts and ordered is not None:
                 prev = writer.get(field)
                 if prev is not None and not ordered(prev, node):

@@ -425,3 +425,29 @@ def test_the_model_takes_the_append_path():
 @given(data=st.data())
 def test_append_only_writes_fold_as_the_whole_state_fold(data: st.DataObject):
     walk(Items, data)
+
+
+# ---------------------------------------------------------------------------- append folds
+
+
+_JSONISH = st.one_of(st.integers(), st.text(max_size=3), st.none(), st.lists(st.integers(), max_size=3))
+
+
+@SETTINGS
+@given(base=st.one_of(st.none(), st.lists(_JSONISH, max_size=4)),
+       updates=st.lists(st.one_of(_JSONISH, st.lists(_JSONISH, max_size=3)), max_size=30))
+def test_many_appends_fold_as_one_at_a_time_and_change_no_input(base: Any, updates: list[Any]):
+    """A fold extends the list it made in place (a map's many items would copy it once
+    each): the result is what appending one write at a time gives, and neither the base
+    nor any write is changed."""
+    start = {"xs": base} if base is not None else {}
+    writes = [(f"n{i}", {"xs": u}) for i, u in enumerate(updates)]
+    before = to_json([start, writes])
+    expected: Any = base
+    for u in updates:
+        expected = append(expected, u)
+    folded = fold(start, writes, {"xs": append})
+    assert folded.get("xs") == (expected if updates else base)
+    assert to_json([start, writes]) == before
+    if updates and base is not None:
+        assert folded["xs"] is not base
