@@ -105,7 +105,7 @@ def fold(
             red = reducers.get(field, last_value)
             if red is append:
                 if field in own:
-                    state[field].extend(value if isinstance(value, list) else [value])   # type: ignore[union-attr]
+                    state[field].extend(value if isinstance(value, list) else [value])
                 else:
                     state[field] = _append(state.get(field), value)
                     own.add(field)

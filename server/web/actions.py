@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runtime import Runtime
+from runtime import ExecutableGraph, Runtime
 from runtime.core.errors import InvalidAnswer, InvalidRequest, NotFound
 from runtime.core.jsonvalues import JSON
 from runtime.core.records import Interrupt, InterruptStatus, Run
@@ -78,17 +78,28 @@ async def replay(rt: Runtime, tasks: Tasks, target_id: str, version: str | None 
     """Re-execute a run (or from a checkpoint) with effects mocked, under the same or another
     registered version of its graph; the report compares it node by node. ``queue`` (always,
     on a server for workers): created QUEUED for a worker, and nothing of it runs here."""
-    graph = None
-    if version:
-        graph = rt.graphs.registered(version)
-        if graph is None:
-            raise InvalidRequest(f"graph version {version!r} is not registered with this server")
     run = await in_thread(_run_or_checkpoints_run, rt, target_id)
+    graph = _version(rt, run, version) if version else None
     if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
         raise Conflict(f"run {run.id} is {run.status.value}; replay it once it has stopped")
     if queue or getattr(tasks, "queue", False):
         return (await rt.submit_replay(target_id, graph, mocks=mocks)).id
     return await start_in_background(rt, rt.replay(target_id, graph, mocks=mocks), tasks)
+
+
+def _version(rt: Runtime, run: Run, version: str) -> ExecutableGraph:
+    """A registered version of ``run``'s graph, named by its hash or by the ``MODULE:GRAPH``
+    it was registered by (as the debugger shows them)."""
+    graph = rt.graphs.registered(version)
+    if graph is not None:
+        return graph
+    known = rt.graphs.versions(run.graph_name)
+    by_ref = [g for g in known if g.ref == version]
+    if by_ref:
+        return by_ref[-1]   # the latest registered by that name
+    names = ", ".join(f"{g.ref} ({g.version})" if g.ref else g.version for g in known)
+    raise InvalidRequest(f"graph version {version!r} is not registered with this server"
+                         + (f"; versions of graph {run.graph_name!r} here: {names}" if names else ""))
 
 
 async def resume(rt: Runtime, tasks: Tasks, run_id: str, *, answers: Mapping[str, JSON] | None = None,

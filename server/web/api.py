@@ -85,7 +85,7 @@ def _read(path: str, summary: str, *errors: int) -> get:
 
 
 def _act(path: str, status: int, summary: str, body: type[Body] | Json, *errors: int,
-         max_body: int | None = None) -> post:
+         max_body: int | None = None, also: dict[int, ResponseSpec] | None = None) -> post:
     """A POST whose JSON body this module parses itself (Litestar's own parsing would answer
     400 for what is a 422 here, and 500 for very deep JSON), documented as OpenAPI's body."""
     schema = body if isinstance(body, dict) else body.model_json_schema()
@@ -97,7 +97,8 @@ def _act(path: str, status: int, summary: str, body: type[Body] | Json, *errors:
             super().__post_init__()
             self.request_body = RequestBody(content=content, required=False)
 
-    return post(path, status_code=status, summary=summary, responses=_errors(*errors), operation_class=WithBody,
+    return post(path, status_code=status, summary=summary, responses={**(also or {}), **_errors(*errors)},
+                operation_class=WithBody,
                 request_max_body_size=Empty if max_body is None else max_body)   # Empty: the app's
 
 
@@ -331,7 +332,9 @@ async def cancel(request: Req, run_id: FromPath[str]) -> Response[Json]:
     return _started(await actions.cancel(_rt(request), request.app.state.tasks, run_id, body.reason))
 
 
-@_act("/runs/{run_id:str}/compensate", 200, "Compensate an ended run", CompensateBody, 404, 409, 422)
+@_act("/runs/{run_id:str}/compensate", 200, "Compensate an ended run", CompensateBody, 404, 409, 422,
+      also={202: ResponseSpec(data_container=dict[str, Any], generate_examples=False,
+                              description="left to a worker (``queue``): the report says ``queued``")})
 async def compensate(request: Req, run_id: FromPath[str]) -> Response[Json]:
     """Undo the run's live effects that registered a compensation, newest first; the report says how each went
     (202 and ``queued``: left to a worker)."""

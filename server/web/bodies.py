@@ -58,7 +58,8 @@ class ForkBody(_Limits):
 
 
 class ReplayBody(Body):
-    version: str | None = Field(None, description="a registered version of the run's graph (default: its own)")
+    version: str | None = Field(None, description="a registered version of the run's graph: its hash, or the "
+                                                   "MODULE:GRAPH it was registered by (default: its own)")
     mocks: dict[str, Any] | None = Field(None, description="{effect name: result} for effects with no record")
     queue: bool = Field(False, description="leave the replay to a worker: it is created QUEUED for one, and "
                                            "nothing of it runs in the server; GET /api/runs/{run_id}/report "

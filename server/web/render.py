@@ -64,7 +64,7 @@ def render(request: Request[Any, Any, Any], template: str, context: dict[str, An
         html = "".join(tmpl.blocks[block](tmpl.new_context(ctx)))
     else:
         html = tmpl.render(ctx)
-    return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=headers or {})
+    return Response(html, status_code=status, media_type="text/html", headers=headers or {})
 
 
 def _fmt_time(ts: float | None) -> str:

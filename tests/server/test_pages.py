@@ -876,6 +876,20 @@ def test_replay_form_offers_other_versions_and_its_report_lists_verdicts(seeded:
 
 
 
+def test_the_api_replays_with_a_version_named_as_the_form_names_it(seeded: Seeded, client: Client) -> None:
+    v2 = seeded.rt.register(order_v2(seeded.graphs["order"]))
+    v2.ref = "shop.orders:order_v2"   # as a graph registered by ``harness serve MODULE:GRAPH``
+    assert f"shop.orders:order_v2 ({v2.version})" in client.get(f"/runs/{seeded.succeeded}/replay").text
+    r = client.post(f"/api/runs/{seeded.succeeded}/replay", json={"version": "shop.orders:order_v2"})
+    assert r.status_code == 202, r.text
+    assert wait_for(seeded.rt, r.json()["run_id"]).graph_version == v2.version
+    unknown = client.post(f"/api/runs/{seeded.succeeded}/replay", json={"version": "shop.orders:order_v3"})
+    assert unknown.status_code == 422
+    name = seeded.rt.store.get_run(seeded.succeeded).graph_name
+    assert f"; versions of graph {name!r} here: " in unknown.json()["error"]
+    assert f"shop.orders:order_v2 ({v2.version})" in unknown.json()["error"]
+
+
 def elsewhere(path: Path, *urls: str, graphs: Sequence[Graph] = ()) -> list[Any]:
     """GET ``urls`` from a server over the store at ``path`` with a Runtime of its own, as
     another process's ``harness serve`` that has only ``graphs``' code."""
@@ -1477,3 +1491,9 @@ def test_the_drawer_at_a_checkpoint_says_what_happened_only_after_it(seeded: See
     last = client.get(f"/runs/{run.id}", params={"node": "lengthy"}).text
     drawer = last[last.index('id="drawer"'):last.index("</section>", last.index('id="drawer"'))]
     assert "after this checkpoint" not in drawer and 'attempt 1: <span class="badge st-succeeded">' in drawer
+
+
+def test_pages_say_their_charset_once(shared: Seeded, reader: Client) -> None:
+    for path in ("/runs", f"/runs/{shared.succeeded}", "/runs/no-such-run"):
+        r = reader.get(path)
+        assert r.headers["content-type"] == "text/html; charset=utf-8", (path, r.headers["content-type"])

@@ -5,6 +5,7 @@ and nothing of it runs in the server; a worker then goes on with it."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,14 @@ def test_a_server_for_workers_leaves_an_answered_run_queued_for_one(tmp_path: Pa
             run = server.store.get_run(run_id)
             assert run.status == RunStatus.QUEUED and run.lease_owner is None
             assert done == [] and not client.app.state.tasks   # nothing driven in the server
+            # its export is refused until a worker has driven it: the link leads to the reason
+            # (a link marked ``download`` would have the browser drop the answer, saying nothing)
+            page = client.get(f"/runs/{run_id}").text
+            link = re.search(r'<a[^>]*id="export"[^>]*>', page)
+            assert link is not None and "download" not in link.group(0)
+            refused = client.get(f"/runs/{run_id}/export")
+            assert refused.status_code == 409 and refused.headers["content-type"].startswith("text/html")
+            assert "queued" in refused.text, refused.text
     finally:
         server.close()
     assert worker_goes_on(url, graph, run_id) == RunStatus.SUCCEEDED and done == ["work"]
