@@ -3,7 +3,7 @@
 On loopback (the default) anyone on this machine may, and is ``local``. On any other
 address the server refuses to start without a token, and every request must carry
 it: ``Authorization: Bearer T``, the ``harness_token`` cookie, or ``?token=T`` once
-(which sets the cookie). A named token ``alice:T`` makes ``alice`` the identity
+(which sets the cookie; a browser opening a page is sent on to it without the token). A named token ``alice:T`` makes ``alice`` the identity
 recorded as who answered an interrupt.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode
 
 from litestar.middleware import DefineMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -64,12 +64,16 @@ class TokenMiddleware:
         if not from_query:
             await self.app(scope, receive, send)
             return
+        cookie = (b"set-cookie", f"{COOKIE}={self.secret}; HttpOnly; SameSite=Strict; Path=/".encode())
+        if _opens_page(scope):
+            # a browser opening a page: the cookie, and the same address without the secret,
+            # which would otherwise stay in the address bar and the browser's history
+            await _redirect_without_token(scope, send, cookie)
+            return
 
         async def with_cookie(message: Any) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers.append((b"set-cookie", f"{COOKIE}={self.secret}; HttpOnly; SameSite=Strict; Path=/".encode()))
-                message = {**message, "headers": headers}
+                message = {**message, "headers": [*message.get("headers", []), cookie]}
             await send(message)
 
         await self.app(scope, receive, with_cookie)
@@ -96,3 +100,25 @@ class TokenMiddleware:
                       "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _opens_page(scope: Scope) -> bool:
+    """A browser's GET of a page (it asks for HTML): programs asking for JSON are answered as they are."""
+    if scope.get("method") != "GET":   # (a websocket has none)
+        return False
+    accept = next((v for k, v in scope.get("headers", []) if k.lower() == b"accept"), b"")
+    return b"text/html" in accept
+
+
+async def _redirect_without_token(scope: Scope, send: Send, cookie: tuple[bytes, bytes]) -> None:
+    kept = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode(), keep_blank_values=True)
+            if k != "token"]
+    # the path as the request wrote it (``raw_path``, still percent-encoded; some servers
+    # leave the query on it), never another host's: ``//host/...`` would lead to another site
+    raw = scope.get("raw_path")
+    path = raw.decode("latin-1").partition("?")[0] if raw else quote(scope.get("path", "/"))
+    path = "/" + path.lstrip("/")
+    location = path + (f"?{urlencode(kept)}" if kept else "")
+    await send({"type": "http.response.start", "status": 303,
+                "headers": [(b"location", location.encode("latin-1")), cookie, (b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

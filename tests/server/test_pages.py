@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from runtime import Graph, NodeContext, NodeStatus, Runtime, RunStatus, SqlStore
 from server.web import render, services, threads
 from server.web.app import create_app
+from server.web.auth import TokenMiddleware
 
 if TYPE_CHECKING:
     from conftest import Seeded
@@ -1255,6 +1256,41 @@ def test_pages_off_loopback_need_the_token_which_a_query_sets_once(seeded: Seede
         c.cookies.clear()
         assert c.get("/runs").status_code == 401
         assert c.get("/runs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_a_page_opened_with_the_token_drops_it_from_the_address(seeded: Seeded) -> None:
+    html = {"Accept": "text/html,application/xhtml+xml"}
+    with TestClient(create_app(seeded.rt, host="0.0.0.0", token="alice:s3cret")) as c:
+        first = c.get("/runs", params={"status": "failed", "token": "s3cret"}, headers=html, follow_redirects=False)
+        assert first.status_code == 303 and first.headers["location"] == "/runs?status=failed"
+        assert "harness_token=s3cret" in first.headers["set-cookie"]
+        assert "s3cret" not in first.headers["location"]
+        page = c.get(first.headers["location"], headers=html)
+        assert page.status_code == 200 and seeded.failed in page.text
+        c.cookies.clear()
+        # a program asking for JSON is answered at once, as before
+        api = c.get("/api/runs", params={"token": "s3cret"}, follow_redirects=False)
+        assert api.status_code == 200 and "harness_token=s3cret" in api.headers["set-cookie"]
+        c.cookies.clear()
+        assert c.get("/runs", params={"token": "wrong"}, headers=html).status_code == 401
+
+
+def test_the_token_redirect_stays_on_this_site() -> None:
+    """A path that reads as another host (``//host/...``) is not where the redirect leads."""
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("the redirect answers by itself")
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "//elsewhere.example/runs",
+             "raw_path": b"//elsewhere.example/runs", "query_string": b"token=s3cret&page=2",
+             "headers": [(b"accept", b"text/html")]}
+    asyncio.run(TokenMiddleware(app, token="s3cret", host="0.0.0.0")(scope, None, send))
+    headers = dict(sent[0]["headers"])
+    assert sent[0]["status"] == 303 and headers[b"location"] == b"/elsewhere.example/runs?page=2"
 
 
 def test_the_effect_journal_panel_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
