@@ -21,7 +21,7 @@ from waiting import AnHourLater, wait_for
 from local_client import TestClient
 from pydantic import BaseModel
 
-from runtime import Graph, NodeContext, NodeStatus, Runtime, RunStatus, SqlStore
+from runtime import Graph, NodeContext, NodeStatus, RetryPolicy, Runtime, RunStatus, SqlStore
 from server.web import render, services, threads
 from server.web.app import create_app
 from server.web.auth import TokenMiddleware
@@ -1315,6 +1315,37 @@ def test_the_effect_journal_panel_pages(tmp_path: Path, monkeypatch: pytest.Monk
             second = c.get(url, params={"page": 2}, headers={"HX-Request": "true"}).text
         assert re.findall(r"svc\.call(\d)#0", first) == ["0", "1"] and "later →" in first
         assert re.findall(r"svc\.call(\d)#0", second) == ["2"] and "← earlier" in second and "later →" not in second
+    finally:
+        rt.close()
+
+
+def test_a_continuations_journal_leads_to_the_record_it_was_served_from(tmp_path: Path) -> None:
+    class Paid(BaseModel):
+        receipt: str = ""
+
+    g = Graph("pay_then_fail", state=Paid)
+    charges: list[int] = []
+    failing = [True]
+
+    @g.node(retry=RetryPolicy(max_attempts=1))
+    async def pay(s: Paid, ctx: NodeContext) -> dict[str, Any]:
+        receipt = await ctx.effect("card.charge", lambda: charges.append(1) or "r-1")
+        if failing.pop() if failing else False:
+            raise RuntimeError("lost the answer")
+        return {"receipt": receipt}
+
+    rt = Runtime(store=SqlStore(f"sqlite:///{tmp_path / 'c.db'}"))
+    try:
+        first = asyncio.run(rt.start(g, {}))
+        assert first.status == RunStatus.FAILED
+        cont = asyncio.run(rt.resume(first.id))
+        assert cont.status == RunStatus.SUCCEEDED and charges == [1]   # served from the first run's record
+        with TestClient(create_app(rt)) as c:
+            own = c.get(f"/runs/{cont.id}/panels/journal", headers={"HX-Request": "true"}).text
+            parent = c.get(f"/runs/{first.id}/panels/journal", headers={"HX-Request": "true"}).text
+        assert "No effects." in own and 'id="journal-inherited"' in own
+        assert f'href="/runs/{first.id}/panels/journal"' in own
+        assert "card.charge#0" in parent and 'id="journal-inherited"' not in parent
     finally:
         rt.close()
 
