@@ -613,6 +613,32 @@ def test_checkpoints_read_a_page_as_the_whole_history_has_it(store: CheckpointSt
     assert store.checkpoints("r1", 100, 5) == []
 
 
+def test_checkpoints_of_a_wide_run_read_as_each_one_alone(store: CheckpointStore) -> None:
+    """A map's many instances over many checkpoints (statuses layered over the ones before,
+    flat again every few layers, in the SQL store): every checkpoint, whole or in a page,
+    has the statuses ``get_checkpoint`` rebuilds for it alone, in its order, and the same
+    ``changed``; new instances come after the old ones."""
+    add_run(store, "w")
+    items = [f"work[{i}]" for i in range(300)]
+    states: dict[str, NodeStatus] = dict.fromkeys(NODES, NodeStatus.PENDING)
+    for seq in range(1, 60):
+        if seq == 2:
+            states.update(dict.fromkeys(items, NodeStatus.PENDING))   # the map spawns its items
+        for i in range(8 * (seq - 3), 8 * (seq - 2)) if seq >= 3 else ():
+            states[items[i % 300]] = NodeStatus.SUCCEEDED if i < 300 else NodeStatus.FAILED
+        store.commit(Batch(run_id="w", fence=1, checkpoints=[cp("w", seq, dict(states))]))
+    every = store.checkpoints("w")
+    assert len(every) == 60
+    for c in every:
+        alone = store.get_checkpoint(c.id)
+        assert dict(c.node_states) == dict(alone.node_states) and list(c.node_states) == list(alone.node_states)
+    assert list(every[-1].node_states) == [*NODES, *items]
+    for first in (1, 17, 40):
+        page = store.checkpoints("w", first, 25)
+        assert [dict(c.node_states) for c in page] == [dict(c.node_states) for c in every[first:first + 25]]
+        assert [c.changed for c in page] == [c.changed for c in every[first:first + 25]]
+
+
 # --------------------------------------------------------------------------- fencing
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.engine import Connection
 
 from ...core.errors import NotFound
+from ...core.layers import FLAT_BELOW, MAX_DEPTH, StatusLayers
 from ...core.jsonvalues import JSON
 from ...core.records import (
     Checkpoint,
@@ -195,12 +196,25 @@ class Reader:
             # a page that starts later starts from the statuses before it (None: the run's first)
             before = self._node_states(conn, pk, rows[0].seq - 1) if rows and rows[0].seq > 0 else None
         out: list[Checkpoint] = []
-        states: dict[str, str] = before or {}
+        states: Mapping[str, NodeStatus] | None = None if before is None else _statuses(before)
+        size = len(states or ())
         for row in rows:
-            changed = None if not out and before is None else tuple(
-                n for n, st in row.states.items() if states.get(n) != st)
-            states = dict(row.states) if row.full else {**states, **row.states}
-            out.append(checkpoint_record(run_id, row, states, changed))
+            top = _statuses(row.states)
+            changed = None if states is None else tuple(n for n, st in top.items() if states.get(n) != st)
+            if row.full or states is None:
+                states, size = top, len(top)
+                out.append(_checkpoint(run_id, row, states, changed))
+                continue
+            # each checkpoint's statuses over the one before (``StatusLayers``, flat again every
+            # few layers): a map's many checkpoints cost what changed in them, not their number
+            # times the instances
+            size += sum(1 for n in top if n not in states)
+            if size < FLAT_BELOW or (type(states) is StatusLayers and states.depth >= MAX_DEPTH):
+                states = dict(states.items())   # (a layer's items are its flat statuses: no lookup per node)
+                states.update(top)
+            else:
+                states = StatusLayers(states, top)
+            out.append(_checkpoint(run_id, row, states, changed))
         return out
 
     @read_again
@@ -379,6 +393,15 @@ def _interrupt(r: Any) -> Interrupt:
 def checkpoint_record(run_id: str, r: Any, states: Mapping[str, str],
                       changed: tuple[str, ...] | None = None) -> Checkpoint:
     """A ``checkpoints`` row with its node states rebuilt in full, as a ``Checkpoint``."""
+    return _checkpoint(run_id, r, _statuses(states), changed)
+
+
+def _statuses(states: Mapping[str, str]) -> dict[str, NodeStatus]:
+    return {n: _STATUS[s] for n, s in states.items()}
+
+
+def _checkpoint(run_id: str, r: Any, node_states: Mapping[str, NodeStatus],
+                changed: tuple[str, ...] | None) -> Checkpoint:
     return Checkpoint(id=r.id, run_id=run_id, seq=r.seq, parent_id=r.parent_id, nodes=tuple(r.nodes or ()),
-                      node_states={n: _STATUS[s] for n, s in states.items()}, event_seq=r.event_seq,
-                      created_at=r.created_at, source=r.source, snapshot=r.snapshot, changed=changed)
+                      node_states=node_states, event_seq=r.event_seq, created_at=r.created_at, source=r.source,
+                      snapshot=r.snapshot, changed=changed)
