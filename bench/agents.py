@@ -96,6 +96,7 @@ TARGET_FLAT = 1.3            # the late window costs at most this many times the
 CALLS: Counter[str] = Counter()
 STAMPS: list[float] = []     # perf_counter when each model call starts, in call order
 COMMITS: list[float] = []    # perf_counter when each ordinary (group) commit of a SqlStore starts
+HISTORY_READS: list[float] = []   # seconds each map-reduce run's ``rt.history`` took (its check reads it)
 
 
 def message(kind: str, i: int) -> str:
@@ -286,7 +287,9 @@ async def _h_map_run(rt: Runtime, graph: ExecutableGraph, items: int = ITEMS) ->
     elapsed = now() - t0
     check(run.status == RunStatus.SUCCEEDED, f"map-reduce: run ended {run.status}, not succeeded")
     check(CALLS == Counter(plan=1, work=items, reduce=1), f"map-reduce: node calls {dict(CALLS)}")
+    t1 = now()
     cps = await rt.history(run.id)
+    HISTORY_READS.append(now() - t1)
     states = cps[-1].node_states
     want = {"plan", "work", "reduce", *(f"work[{i}]" for i in range(items))}
     check(set(states) == want and all(s == NodeStatus.SUCCEEDED for s in states.values()),
@@ -522,18 +525,18 @@ def lg_mapreduce(runs: int, mode: str) -> Sample:
 # ================================================================ scaling (Shadow Harness alone)
 
 LOOP_SIZES = (25, 100, 400)
-MAP_SIZES = (50, 200, 800)
+MAP_SIZES = (50, 200, 800, 8000)
 
 
 def scaling(runs: int = RUNS_PER_REP) -> tuple[dict[int, tuple[float, float | None, float | None]],
-                                                dict[int, float]]:
+                                                dict[int, tuple[float, float]]]:
     """How the per-iteration and per-item costs move with the loop's length and the map's
     width: {iterations: (median s/iteration, median s/iteration over the first whole
     group-commit period, over the last one; None in a loop too short for two)} (see
-    ``commit_windows``), {items: median s/item}. One fresh store per size, a warm-up, then
-    ``runs`` checked runs."""
+    ``commit_windows``), {items: (median s/item, median s to read the run's history back)}.
+    One fresh store per size, a warm-up, then ``runs`` checked runs."""
     loops: dict[int, tuple[float, float | None, float | None]] = {}
-    maps: dict[int, float] = {}
+    maps: dict[int, tuple[float, float]] = {}
 
     async def loop_once(path: str, n: int) -> None:
         rt = _runtime(path)
@@ -553,7 +556,9 @@ def scaling(runs: int = RUNS_PER_REP) -> tuple[dict[int, tuple[float, float | No
         graph = mapreduce_graph(n)
         try:
             await _h_map_run(rt, graph, n)
-            maps[n] = statistics.median([await _h_map_run(rt, graph, n) for _ in range(runs)]) / n
+            HISTORY_READS.clear()
+            walls = [await _h_map_run(rt, graph, n) for _ in range(runs)]
+            maps[n] = (statistics.median(walls) / n, statistics.median(HISTORY_READS))
         finally:
             rt.close()
 
@@ -933,8 +938,9 @@ def main() -> int:
                            [[str(n), fmt_us(w), *((fmt_us(e), fmt_us(la), f"{la / e:.2f}×") if e and la
                                                   else ("—", "—", "fewer than two whole periods"))]
                             for n, (w, e, la) in loops.items()]))
-        print(render_table([f"map items (max_concurrency {MAP_CONCURRENCY})", "per item (wall / N)"],
-                           [[str(n), fmt_us(v)] for n, v in maps.items()]))
+        print(render_table([f"map items (max_concurrency {MAP_CONCURRENCY})", "per item (wall / N)",
+                            "reading the run's history back (rt.history)"],
+                           [[str(n), fmt_us(v), fmt_ms(h)] for n, (v, h) in maps.items()]))
 
     if args.json:
         def dump(s: Sample) -> dict:
@@ -947,7 +953,7 @@ def main() -> int:
         if scale is not None:
             raw["scaling"] = {"loop": {str(n): dict(zip(("per_iteration", "early", "late"), v))
                                        for n, v in scale[0].items()},
-                              "map": {str(n): v for n, v in scale[1].items()}}
+                              "map": {str(n): dict(zip(("per_item", "history"), v)) for n, v in scale[1].items()}}
         with open(args.json, "w") as f:
             json.dump(raw, f, indent=2)
 
