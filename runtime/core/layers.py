@@ -54,6 +54,19 @@ class StatusLayers(Mapping[str, NodeStatus]):
             return dict(whole)
         return StatusLayers(below, {n: whole[n] for n in changed})
 
+    @staticmethod
+    def read(below: Mapping[str, NodeStatus], top: dict[str, NodeStatus],
+             size: int) -> tuple[Mapping[str, NodeStatus], int]:
+        """``top`` over ``below`` as ``over`` makes it, for a reader of stored checkpoints, who
+        knows how many statuses ``below`` holds (``size``) rather than the whole: the
+        statuses, and how many they are."""
+        size += sum(1 for n in top if n not in below)
+        if size < FLAT_BELOW or (type(below) is StatusLayers and below.depth >= MAX_DEPTH):
+            flat = dict(below.items())   # (a layer's items are its flat statuses: no lookup per node)
+            flat.update(top)
+            return flat, size
+        return StatusLayers(below, top), size
+
     def __getitem__(self, node: str) -> NodeStatus:
         found = self.get(node)
         if found is None:

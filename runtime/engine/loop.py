@@ -77,7 +77,7 @@ class RunLoop(Outcomes, Growth, TakeOver):
         self._in_flight = InFlight(deps.env.pool, self.waiter.wake)
         self._candidates: set[str] = set(self.inst.order)
         #: due and checked (dependencies, when=), waiting for a free slot: not examined again
-        self._queued: list[str] = []
+        self._queued = scheduler.ReadyQueue()
         self._stop: Stop | None = None
         # a run this process has just created: a cancel asked through the store since then is
         # noticed a heartbeat from now, as one asked at any later moment is (a read saved per run)
@@ -280,13 +280,9 @@ class RunLoop(Outcomes, Growth, TakeOver):
                 ready.append(node)
             if self._halting():   # what settled above met a limit (a loop's bound)
                 return
-            if self._queued:   # kept in canonical order: merged only when something joins it
-                ready = sorted({*self._queued, *ready}, key=self.inst.index.__getitem__) if ready else self._queued
-                self._queued = []
-            launch = scheduler.admit(ready, 0, self.deps.slots.room(self))
-            if len(launch) < len(ready):  # the rest wait in the queue for a free slot
-                self._queued = ready[len(launch):]
-                # a run with nothing in flight waits for other runs of this Runtime to free one
+            self._queued.add(ready, self.inst.index.__getitem__)   # (positions move as instances are made)
+            launch = self._queued.take(self.deps.slots.room(self))
+            if self._queued:  # the rest wait for a free slot; with nothing in flight, for other runs to free one
                 self._starved = not self._in_flight and not launch
             for node in launch:
                 # a node started eagerly (``executor.EAGER``) may have stopped the run: start no more

@@ -7,6 +7,7 @@ dependency finishes, whatever order completions arrive in.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -150,7 +151,34 @@ def map_settles(inst: Instances, statuses: Mapping[str, NodeStatus], group: str)
     return N.SUCCEEDED
 
 
-def admit(ready: Sequence[str], in_flight: int, limit: int) -> list[str]:
-    """The ready nodes that may launch now without exceeding ``limit`` in flight."""
-    room = max(0, limit - in_flight)
-    return list(ready[:room])
+class ReadyQueue:
+    """Due instances waiting for a free slot, in canonical order. Taking the next few costs
+    what they are, not what waits behind them (a wide map queues thousands of items and
+    starts a few at each step)."""
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting: deque[str] = deque()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, ready: Sequence[str], position: Callable[[str], int]) -> None:
+        """Queue ``ready`` (in canonical order, each instance's ``position`` in it): merged
+        with what waits only when something does (a node found due while others wait may
+        come before them)."""
+        if not ready:
+            return
+        if self._waiting:
+            self._waiting = deque(sorted({*self._waiting, *ready}, key=position))
+        else:
+            self._waiting.extend(ready)
+
+    def take(self, room: int) -> list[str]:
+        """The first ``room`` waiting (fewer when fewer wait), out of the queue."""
+        waiting = self._waiting
+        return [waiting.popleft() for _ in range(max(0, min(room, len(waiting))))]
+
+    def clear(self) -> None:
+        self._waiting.clear()

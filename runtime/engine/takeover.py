@@ -16,6 +16,7 @@ from ..core.records import Interrupt, InterruptStatus
 from ..core.states import NodeEvent, NodeStatus, RunEvent, RunStatus, StopKind
 from .answers import validate_answer
 from .parts import LoopPart
+from .scheduler import ReadyQueue
 from .stopping import Stop, stop
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ N = NodeStatus
 
 
 class TakeOver(LoopPart):
-    _queued: list[str]
+    _queued: ReadyQueue
 
     @abstractmethod
     def _grow_inherited(self) -> None:
@@ -41,7 +42,7 @@ class TakeOver(LoopPart):
             self.rec.run = self.rec.run.evolve(lease_owner=None, lease_expires_at=None)
         self._grow_inherited()
         self._candidates = set(self.inst.order)
-        self._queued = []
+        self._queued.clear()
         self.rec.checkpoint_if_dirty()
         self.rec.flush(durable=True)
 

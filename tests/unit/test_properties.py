@@ -565,15 +565,26 @@ def test_frontier_returns_exactly_the_nodes_the_dependency_rule_allows(dag, data
     assert part.skip == tuple(n for n in front.skip if n in candidates)
 
 
-@settings(max_examples=60, deadline=None)
-@given(ready=st.lists(NAME, unique=True, max_size=12), in_flight=st.integers(0, 10),
-       limit=st.integers(1, 10))
-def test_admit_never_exceeds_limit_minus_in_flight(ready, in_flight, limit):
-    admitted = scheduler.admit(ready, in_flight, limit)
-    room = max(0, limit - in_flight)
-    assert len(admitted) <= room
-    assert admitted == ready[:len(admitted)]            # first come, canonical order kept
-    assert len(admitted) == min(room, len(ready))       # nothing ready is held back needlessly
+@settings(max_examples=80, deadline=None)
+@given(steps=st.lists(st.tuples(st.lists(st.integers(0, 40), max_size=8), st.integers(-2, 6)), max_size=12))
+def test_the_ready_queue_starts_what_room_allows_in_canonical_order_and_drops_nothing(steps):
+    """Each step queues what became due (in canonical order) and takes what a step's room
+    allows: never more, nothing held back needlessly, the earliest in canonical order first,
+    nothing lost or started twice."""
+    queue = scheduler.ReadyQueue()
+    waiting: set[int] = set()
+    started: list[int] = []
+    for due, room in steps:
+        fresh = sorted(set(due) - waiting - set(started))
+        queue.add([f"n{i:02d}" for i in fresh], lambda name: int(name[1:]))
+        waiting |= set(fresh)
+        taken = [int(n[1:]) for n in queue.take(room)]
+        assert len(taken) == min(max(room, 0), len(waiting))
+        assert taken == sorted(waiting)[:len(taken)]
+        waiting -= set(taken)
+        started += taken
+        assert len(queue) == len(waiting)
+    assert len(started) == len(set(started))
 
 
 # ---------------------------------------------------------------------------- 6. trace ⇔ checkpoints

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.engine import Connection
 
 from ...core.errors import NotFound
-from ...core.layers import FLAT_BELOW, MAX_DEPTH, StatusLayers
+from ...core.layers import StatusLayers
 from ...core.jsonvalues import JSON
 from ...core.records import (
     Checkpoint,
@@ -201,19 +201,9 @@ class Reader:
         for row in rows:
             top = _statuses(row.states)
             changed = None if states is None else tuple(n for n, st in top.items() if states.get(n) != st)
-            if row.full or states is None:
-                states, size = top, len(top)
-                out.append(_checkpoint(run_id, row, states, changed))
-                continue
-            # each checkpoint's statuses over the one before (``StatusLayers``, flat again every
-            # few layers): a map's many checkpoints cost what changed in them, not their number
-            # times the instances
-            size += sum(1 for n in top if n not in states)
-            if size < FLAT_BELOW or (type(states) is StatusLayers and states.depth >= MAX_DEPTH):
-                states = dict(states.items())   # (a layer's items are its flat statuses: no lookup per node)
-                states.update(top)
-            else:
-                states = StatusLayers(states, top)
+            # over the statuses before (``StatusLayers``): a map's many checkpoints cost what
+            # changed in them, not their number times the instances
+            states, size = (top, len(top)) if row.full or states is None else StatusLayers.read(states, top, size)
             out.append(_checkpoint(run_id, row, states, changed))
         return out
 
