@@ -377,7 +377,8 @@ class RunLoop(Outcomes, Growth, TakeOver):
 
     def _collect(self) -> None:
         done = self._in_flight.take_done(self.inst.index.__getitem__)
-        self.deps.slots.release(self, len(done))
+        if done:   # (a release wakes the Runtime's other runs: only when a slot was freed)
+            self.deps.slots.release(self, len(done))
         for scope, outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome

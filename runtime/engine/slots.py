@@ -81,7 +81,7 @@ class Slots:
     def release(self, loop: Driven, count: int = 1) -> None:
         """``count`` attempts of ``loop`` ended: the other runs may start theirs."""
         self.in_flight -= count
-        if len(self._active) > 1:   # (a lone run has no one to wake)
+        if count and len(self._active) > 1:   # (a lone run has no one to wake)
             for other in list(self._active.values()):
                 if other is not loop:
                     other.wake()
