@@ -10,6 +10,7 @@ recorded as who answered an interrupt.
 from __future__ import annotations
 
 import hmac
+from html import escape
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, quote, urlencode
 
@@ -68,7 +69,7 @@ class TokenMiddleware:
         if _opens_page(scope):
             # a browser opening a page: the cookie, and the same address without the secret,
             # which would otherwise stay in the address bar and the browser's history
-            await _redirect_without_token(scope, send, cookie)
+            await _hop_without_token(scope, send, cookie)
             return
 
         async def with_cookie(message: Any) -> None:
@@ -110,15 +111,21 @@ def _opens_page(scope: Scope) -> bool:
     return b"text/html" in accept
 
 
-async def _redirect_without_token(scope: Scope, send: Send, cookie: tuple[bytes, bytes]) -> None:
+async def _hop_without_token(scope: Scope, send: Send, cookie: tuple[bytes, bytes]) -> None:
+    """The cookie, and a page that moves on at once to the same address without the token.
+    Not an HTTP redirect: the cookie is ``SameSite=Strict``, and a browser that followed a
+    link from another site would treat a redirect (and reloads of where it led) as part of
+    that cross-site visit and leave the new cookie out; a step taken by this page is not."""
     kept = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode(), keep_blank_values=True)
             if k != "token"]
     # the path as the request wrote it (``raw_path``, still percent-encoded; some servers
     # leave the query on it), never another host's: ``//host/...`` would lead to another site
     raw = scope.get("raw_path")
     path = raw.decode("latin-1").partition("?")[0] if raw else quote(scope.get("path", "/"))
-    path = "/" + path.lstrip("/")
-    location = path + (f"?{urlencode(kept)}" if kept else "")
-    await send({"type": "http.response.start", "status": 303,
-                "headers": [(b"location", location.encode("latin-1")), cookie, (b"content-length", b"0")]})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    target = escape("/" + path.lstrip("/") + (f"?{urlencode(kept)}" if kept else ""))
+    body = (f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0; url={target}">'
+            f'<title>Signed in</title><p><a href="{target}">Continue</a></p>').encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode()), cookie,
+        (b"cache-control", b"no-store"), (b"referrer-policy", b"no-referrer")]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
