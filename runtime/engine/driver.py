@@ -198,15 +198,16 @@ class Driver:
         call returns at once. A paused run's answers are recorded and the run QUEUED again; a
         failed or cancelled run's continuation is created QUEUED; answers to a run a process
         drives are left for it in the store, and the call returns once it took them (within
-        its heartbeat). A queued run, or one running without a process (a worker recovers
-        it), is returned as it is."""
+        its heartbeat), or at once when its process is gone (the worker that recovers it takes
+        them from a durable store). A queued run, or one running without a process, is
+        returned as it is."""
         if path == ResumePath.ANSWER:
             return await self.answer(run, answer, answers, limits, by, event=RunEvent.QUEUE)
         if path == ResumePath.CONTINUE and not answering:
             return self.continuation(run, limits, claim=False)[0]
         if path == ResumePath.REFUSE:
             raise InvalidRequest(f"run {run.id} already succeeded; a succeeded run never changes")
-        if answering and run.status == RunStatus.RUNNING and self.held_elsewhere(run):
+        if answering and run.status == RunStatus.RUNNING and (self.store.durable or self.held_elsewhere(run)):
             checked = self._leave(run, self.store.interrupts(run.id), answer, answers, limits, by)
             return await self._until_taken(run.id, checked, by)
         if answering or limits:

@@ -183,3 +183,64 @@ async def test_answers_left_for_a_run_that_pauses_before_taking_them_are_recorde
         pool.shutdown()
         driver.close()
         caller.close()
+
+
+class AnHourLater:
+    """A clock an hour ahead: to it the driving process's lease has expired (its process is gone)."""
+
+    def time(self) -> float:
+        import time
+        return time.time() + 3600
+
+
+async def test_an_answer_left_for_a_run_whose_process_is_gone_goes_to_the_worker_that_recovers_it(
+        store: CheckpointStore) -> None:
+    """The run asked a question while a branch still ran, then its process died: an answer
+    left for workers is kept (not refused), and the worker that recovers the run takes it."""
+    held, go = asyncio.Event(), asyncio.Event()
+    first = {"hold": True}
+    world = World()
+
+    def graph() -> Graph:
+        g = Graph("ask_beside_slow", state=S)
+
+        @g.node()
+        async def ask(state: S, ctx: NodeContext) -> dict[str, Any]:
+            answer = await ctx.interrupt({"question": "pay?"}, response=Approval)
+            return {"approved": answer.approve}
+
+        @g.node()
+        async def hold(state: S, ctx: NodeContext) -> dict[str, Any]:
+            if first.pop("hold", False):
+                held.set()
+                await go.wait()   # its process stops here for good
+            return {"receipt": await ctx.effect("charge", world.charge)}
+
+        return g
+
+    owner = Runtime(store=store)
+    later = Runtime(store=store, clock=AnHourLater(), graphs=[graph()])
+    worker = Runtime(store=store, clock=AnHourLater(), graphs=[graph()])
+    task = asyncio.create_task(owner.start(graph(), {}))
+    try:
+        await asyncio.wait_for(held.wait(), 10)
+        run_id = (await owner.runs())[0].id
+        while not store.interrupts(run_id):
+            await asyncio.sleep(0.01)
+        [question] = store.interrupts(run_id)
+        if not store.durable:   # nothing but this process sees a memory store: no worker to leave it for
+            with pytest.raises(InvalidRequest, match="queueing it takes answers only when"):
+                await later.resume(run_id, answers={question.id: {"approve": True}}, queue=True)
+            return
+        left = await later.resume(run_id, answers={question.id: {"approve": True}}, queue=True)
+        assert left.status == RunStatus.RUNNING   # nothing of it runs here
+        done = await worker.resume(run_id)        # the worker that recovers it
+        assert done.status == RunStatus.SUCCEEDED
+        assert done.id == run_id and len(world.charges) == 1
+        final = store.find_checkpoint(run_id)
+        assert final is not None and (await worker.state_at(final.id)).approved is True
+    finally:
+        go.set()
+        await asyncio.gather(task, return_exceptions=True)
+        for rt in (owner, later, worker):
+            rt.close()
