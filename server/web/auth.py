@@ -3,8 +3,9 @@
 On loopback (the default) anyone on this machine may, and is ``local``. On any other
 address the server refuses to start without a token, and every request must carry
 it: ``Authorization: Bearer T``, the ``harness_token`` cookie, or ``?token=T`` once
-(which sets the cookie; a browser opening a page is sent on to it without the token). A named token ``alice:T`` makes ``alice`` the identity
-recorded as who answered an interrupt.
+(which sets the cookie; a browser opening a page is sent on to it without the token).
+A named token ``alice:T`` makes ``alice`` the identity recorded as who answered an
+interrupt.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.engine import Connection
 
 from ...core.errors import NotFound
-from ...core.layers import StatusLayers
 from ...core.jsonvalues import JSON
+from ...core.layers import StatusLayers
 from ...core.records import (
     Checkpoint,
     CheckpointSummary,
