@@ -50,7 +50,7 @@ class StatusLayers(Mapping[str, NodeStatus]):
         """``whole`` (``below`` with the nodes ``changed`` since): the ``changed`` statuses
         over ``below``, or a flat copy of ``whole`` when it holds fewer than ``flat_below``
         statuses or ``below`` is ``MAX_DEPTH`` layers deep."""
-        if _flat(below, len(whole), flat_below):
+        if len(whole) < flat_below or (type(below) is StatusLayers and below.depth >= MAX_DEPTH):
             return dict(whole)
         return StatusLayers(below, {n: whole[n] for n in changed})
 
@@ -61,7 +61,7 @@ class StatusLayers(Mapping[str, NodeStatus]):
         knows how many statuses ``below`` holds (``size``) rather than the whole: the
         statuses, and how many they are."""
         size += sum(1 for n in top if n not in below)
-        if _flat(below, size, FLAT_BELOW):
+        if size < FLAT_BELOW or (type(below) is StatusLayers and below.depth >= MAX_DEPTH):
             flat = dict(below.items())   # (a layer's items are its flat statuses: no lookup per node)
             flat.update(top)
             return flat, size
@@ -108,9 +108,3 @@ class StatusLayers(Mapping[str, NodeStatus]):
 
     def __repr__(self) -> str:
         return repr(self._all())
-
-
-def _flat(below: Mapping[str, NodeStatus], size: int, flat_below: int) -> bool:
-    """Whether statuses over ``below``, ``size`` of them, are copied flat rather than layered:
-    too few to be worth a layer, or ``below`` as deep as layers go."""
-    return size < flat_below or (type(below) is StatusLayers and below.depth >= MAX_DEPTH)

@@ -280,8 +280,8 @@ class RunLoop(Outcomes, Growth, TakeOver):
                 ready.append(node)
             if self._halting():   # what settled above met a limit (a loop's bound)
                 return
-            self._queued.add(ready, self.inst.index.__getitem__)   # (positions move as instances are made)
-            launch = self._queued.take(self.deps.slots.room(self))
+            # (positions move as instances are made: asked for now)
+            launch = self._queued.admit(ready, self.inst.index.__getitem__, self.deps.slots.room(self))
             if self._queued:  # the rest wait for a free slot; with nothing in flight, for other runs to free one
                 self._starved = not self._in_flight and not launch
             for node in launch:

@@ -151,34 +151,21 @@ def map_settles(inst: Instances, statuses: Mapping[str, NodeStatus], group: str)
     return N.SUCCEEDED
 
 
-class ReadyQueue:
+class ReadyQueue(deque[str]):
     """Due instances waiting for a free slot, in canonical order. Taking the next few costs
     what they are, not what waits behind them (a wide map queues thousands of items and
-    starts a few at each step)."""
+    starts a few at each step); a deque, so that asking whether any wait costs no call."""
 
-    __slots__ = ("_waiting",)
-
-    def __init__(self) -> None:
-        self._waiting: deque[str] = deque()
-
-    def __len__(self) -> int:
-        return len(self._waiting)
-
-    def add(self, ready: Sequence[str], position: Callable[[str], int]) -> None:
-        """Queue ``ready`` (in canonical order, each instance's ``position`` in it): merged
-        with what waits only when something does (a node found due while others wait may
-        come before them)."""
-        if not ready:
-            return
-        if self._waiting:
-            self._waiting = deque(sorted({*self._waiting, *ready}, key=position))
-        else:
-            self._waiting.extend(ready)
-
-    def take(self, room: int) -> list[str]:
-        """The first ``room`` waiting (fewer when fewer wait), out of the queue."""
-        waiting = self._waiting
-        return [waiting.popleft() for _ in range(max(0, min(room, len(waiting))))]
-
-    def clear(self) -> None:
-        self._waiting.clear()
+    def admit(self, ready: list[str], position: Callable[[str], int], room: int) -> list[str]:
+        """Queue ``ready`` (in canonical order, each instance's ``position`` in it) and take
+        the first ``room`` waiting out (fewer when fewer wait). What joins others waiting is
+        merged with them: a node found due while they wait may come before them."""
+        if not self:
+            if len(ready) <= room:   # the usual step: nothing waits, and all may start
+                return ready
+            self.extend(ready)
+        elif ready:
+            merged = sorted({*self, *ready}, key=position)
+            self.clear()
+            self.extend(merged)
+        return [self.popleft() for _ in range(max(0, min(room, len(self))))]

@@ -576,9 +576,8 @@ def test_the_ready_queue_starts_what_room_allows_in_canonical_order_and_drops_no
     started: list[int] = []
     for due, room in steps:
         fresh = sorted(set(due) - waiting - set(started))
-        queue.add([f"n{i:02d}" for i in fresh], lambda name: int(name[1:]))
         waiting |= set(fresh)
-        taken = [int(n[1:]) for n in queue.take(room)]
+        taken = [int(n[1:]) for n in queue.admit([f"n{i:02d}" for i in fresh], lambda name: int(name[1:]), room)]
         assert len(taken) == min(max(room, 0), len(waiting))
         assert taken == sorted(waiting)[:len(taken)]
         waiting -= set(taken)
